@@ -1,0 +1,146 @@
+//! The backend contract: what a backend must do, with every argument already validated.
+//!
+//! A backend only moves bytes and keeps its promises on ordering; the public, typed and
+//! validated API ([`SymmetricHeap`](crate::SymmetricHeap), [`Communicator`](crate::Communicator))
+//! is implemented once, for every backend, on top of this trait.
+//!
+//! # Execution model
+//! Each backend has one *issue order*: the order in which the calling thread makes calls.
+//! - Synchronous backends (`symm-sim`) execute a call before returning: after `put_bytes`
+//!   returns, the bytes are in the peer's heap.
+//! - Stream-ordered backends (Ascend, CUDA) enqueue on the communicator's stream and return;
+//!   the stream executes in issue order. [`Backend::quiet`] returns once everything issued has
+//!   completed, and host-side waits ([`Backend::wait_signal_at`], [`Backend::barrier_group`])
+//!   first drain the stream, so a host wait never overtakes work issued before it.
+//!
+//! # Ordering
+//! - `put_signal_bytes`: the data is visible to the target before the signal update is (release
+//!   on the signal; the waiter's successful check is an acquire).
+//! - `fence`: puts and signals to the same peer issued before it are delivered before those
+//!   issued after it. `quiet`: everything issued before it is complete and visible.
+//! - `barrier_group`: everything every member issued before the barrier is complete and visible
+//!   to every member after it.
+
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::group::Group;
+use crate::op::{CmpOp, SignalOp};
+use crate::rank::Rank;
+
+/// Width of a signal word (int32 like Ascend SHMEM, int64 like OpenSHMEM).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignalWidth {
+    /// `int32` signals.
+    W32,
+    /// `int64` signals.
+    W64,
+}
+
+/// What a wait is for, so that a timeout can say it.
+#[derive(Clone, Debug)]
+pub struct WaitSite {
+    /// The operation (`wait_until`, `barrier`, `allreduce` ...).
+    pub op: String,
+    /// The group's global ranks, when the wait belongs to a group.
+    pub group: Option<Vec<Rank>>,
+    /// Where the awaited value lives, in words.
+    pub location: String,
+}
+
+/// The mechanism a backend provides. Arguments are validated by the caller (this crate).
+///
+/// Offsets are byte offsets into the symmetric heap (the same on every rank); `bytes` fits the
+/// heap; peers are members of a group the caller belongs to and lie on the caller's host.
+pub trait Backend: Send + Sync {
+    /// Short name for messages (`sim`, `ascend`).
+    fn backend_name(&self) -> &'static str;
+    /// The caller's rank in the world.
+    fn rank(&self) -> Rank;
+    /// Number of ranks in the world.
+    fn world_size(&self) -> usize;
+    /// A number identifying this communicator instance (buffers remember it).
+    fn instance_id(&self) -> u64;
+    /// The bound applied to waits that are given none.
+    fn default_timeout(&self) -> Duration;
+    /// The group of every rank.
+    fn world(&self) -> Group;
+    /// The cached group of these global ranks (created on first use, locality checked).
+    fn group_of(&self, ranks: &[Rank]) -> Result<Group>;
+    /// Size of each rank's heap in bytes.
+    fn heap_size(&self) -> usize;
+
+    /// Collective over `group`: reserves `bytes` at one offset free on every member and
+    /// returns it (0 bytes reserve nothing but still take part in the size agreement). Members asking for different sizes all get `HeapError::SizeMismatch`.
+    fn heap_alloc(&self, group: &Group, bytes: usize, timeout: Duration) -> Result<usize>;
+    /// Collective over `group`: waits until every member has stopped using the range
+    /// (a barrier), then releases it.
+    fn heap_free(&self, group: &Group, offset: usize, bytes: usize, timeout: Duration) -> Result<()>;
+    /// Address of the caller's own heap (in the backend's memory space).
+    fn local_heap_base(&self) -> *mut u8;
+    /// Address at which the caller can load from and store to `peer`'s heap, when it can.
+    /// Optional capability: `None` when the backend has no such mapping.
+    fn peer_heap_base(&self, _peer: Rank) -> Option<*mut u8> {
+        None
+    }
+
+    /// Copies `bytes` from local memory `src` to `peer`'s heap at `dst_offset`.
+    ///
+    /// # Safety
+    /// `src` is valid for reads of `bytes` bytes until the copy completes (for stream-ordered
+    /// backends: until `quiet`).
+    unsafe fn put_bytes(&self, peer: Rank, dst_offset: usize, src: *const u8, bytes: usize) -> Result<()>;
+
+    /// Copies `bytes` from `peer`'s heap at `src_offset` to local memory `dst`.
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of `bytes` bytes until the copy completes, and nothing else
+    /// accesses it meanwhile.
+    unsafe fn get_bytes(&self, peer: Rank, src_offset: usize, dst: *mut u8, bytes: usize) -> Result<()>;
+
+    /// Atomically updates the signal word at `offset` in `peer`'s heap and wakes its waiters.
+    /// `offset` is aligned to the width; a 32-bit `value` fits in `i32`.
+    fn signal_at(&self, peer: Rank, offset: usize, width: SignalWidth, op: SignalOp, value: i64) -> Result<()>;
+
+    /// `put_bytes`, then `signal_at`, with the data visible before the signal.
+    ///
+    /// # Safety
+    /// As [`Backend::put_bytes`].
+    #[allow(clippy::too_many_arguments)] // the fused form of two calls keeps both argument lists
+    unsafe fn put_signal_bytes(
+        &self,
+        peer: Rank,
+        dst_offset: usize,
+        src: *const u8,
+        bytes: usize,
+        signal_offset: usize,
+        width: SignalWidth,
+        op: SignalOp,
+        value: i64,
+    ) -> Result<()> {
+        // SAFETY: forwarded from this function's own contract.
+        unsafe { self.put_bytes(peer, dst_offset, src, bytes)? };
+        self.fence();
+        self.signal_at(peer, signal_offset, width, op, value)
+    }
+
+    /// Blocks until the caller's own signal word at `offset` satisfies `signal <cmp> value`,
+    /// or `timeout` passes (then `Error::Timeout` describing `site`). Returns the value seen.
+    /// Does not modify the signal.
+    fn wait_signal_at(
+        &self,
+        offset: usize,
+        width: SignalWidth,
+        cmp: CmpOp,
+        value: i64,
+        timeout: Duration,
+        site: &WaitSite,
+    ) -> Result<i64>;
+
+    /// Orders earlier puts and signals before later ones.
+    fn fence(&self);
+    /// Completes everything issued so far.
+    fn quiet(&self) -> Result<()>;
+    /// Blocks until every member of `group` has arrived (see the module's ordering rules).
+    fn barrier_group(&self, group: &Group, timeout: Duration) -> Result<()>;
+}

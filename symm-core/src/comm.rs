@@ -1,0 +1,321 @@
+//! The public API: [`SymmetricHeap`] and [`Communicator`], validated once for every backend.
+//!
+//! Both traits are implemented for every [`Backend`] by blanket impls, so every backend gets
+//! the same argument checks and the same errors: the calling rank rejects a bad argument before
+//! any byte moves, and peers are never touched by a call that fails validation.
+
+use std::time::Duration;
+
+use crate::backend::{Backend, SignalWidth, WaitSite};
+use crate::buffer::{check_dtype, check_range, LocalMut, LocalRef, SymmBuffer};
+use crate::dtype::{DType, Element};
+use crate::error::{ArgError, AtRank, GroupError, HeapError, Result};
+use crate::group::Group;
+use crate::op::{CmpOp, SignalOp};
+use crate::rank::Rank;
+
+/// Collective allocation of symmetric memory.
+pub trait SymmetricHeap: Backend {
+    /// Collective over `group`: `len` elements of `dtype` at the same heap offset on every
+    /// member; every member must ask for the same number of bytes (a mismatch is an error on
+    /// every member). Zero-length buffers are allowed and take no heap space (the call is still
+    /// collective, so a member asking for 0 while others ask for more is a mismatch too).
+    fn alloc(&self, group: &Group, len: usize, dtype: DType) -> Result<SymmBuffer> {
+        let rank = self.rank();
+        group.member().at(rank)?;
+        let bytes = len
+            .checked_mul(dtype.size())
+            .filter(|&b| b <= self.heap_size())
+            .ok_or_else(|| HeapError::Exhausted {
+                requested: len.saturating_mul(dtype.size()),
+                group: group.ranks().to_vec(),
+                largest_common_free: 0,
+                free: 0,
+                heap_size: self.heap_size(),
+            })
+            .at(rank)?;
+        let offset = self.heap_alloc(group, bytes, self.default_timeout())?;
+        Ok(SymmBuffer::from_parts(self.instance_id(), group.clone(), offset, len, dtype))
+    }
+
+    /// Collective over the buffer's group: releases it once every member has stopped using it.
+    fn free(&self, buf: SymmBuffer) -> Result<()> {
+        check_owner(self, &buf, "buf")?;
+        self.heap_free(&buf.group, buf.offset, buf.bytes(), self.default_timeout())
+    }
+
+    /// Address of the caller's copy of `buf` (host memory for `symm-sim`).
+    fn local_ptr(&self, buf: &SymmBuffer) -> Result<*mut u8> {
+        check_owner(self, buf, "buf")?;
+        // SAFETY: the buffer lies inside the heap (allocated by this communicator), so the
+        // offset stays within the heap mapping.
+        Ok(unsafe { self.local_heap_base().add(buf.offset) })
+    }
+
+    /// Address of `rank`'s copy of `buf` in the caller's address space, when the backend maps
+    /// peers' heaps (`None` otherwise). `rank` is group-local to `group`.
+    fn peer_ptr(&self, group: &Group, buf: &SymmBuffer, rank: usize) -> Result<Option<*mut u8>> {
+        let me = self.rank();
+        check_owner(self, buf, "buf")?;
+        group.member().at(me)?;
+        let (_, global) = group.resolve("rank", rank_arg(rank)).at(me)?;
+        check_on_rank(buf, "buf", global).at(me)?;
+        // SAFETY: as in `local_ptr`, the offset lies inside the peer's heap mapping.
+        Ok(self.peer_heap_base(global).map(|base| unsafe { base.add(buf.offset) }))
+    }
+
+    /// The caller's copy of `buf` as a local source for puts.
+    fn local_ref<'a>(&self, buf: &'a SymmBuffer) -> Result<LocalRef<'a>> {
+        let ptr = self.local_ptr(buf)?;
+        // SAFETY: the heap range stays mapped while `buf` lives (borrowed for 'a).
+        Ok(unsafe { LocalRef::from_raw(ptr, buf.len, buf.dtype) })
+    }
+
+    /// Copies the caller's copy of `buf` into a vector (host-visible heaps only).
+    fn read_local<T: Element>(&self, buf: &SymmBuffer) -> Result<Vec<T>> {
+        check_dtype("buf", buf.dtype, T::DTYPE).at(self.rank())?;
+        let src = self.local_ptr(buf)?;
+        let mut out = Vec::<T>::with_capacity(buf.len);
+        // SAFETY: `src` holds `buf.len` elements of T (dtype checked); the destination has that
+        // capacity; the regions are distinct allocations.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.cast::<T>(), out.as_mut_ptr(), buf.len);
+            out.set_len(buf.len);
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` into the caller's copy of `buf` at element `offset` (host-visible heaps).
+    fn write_local<T: Element>(&self, buf: &SymmBuffer, offset: usize, data: &[T]) -> Result<()> {
+        let rank = self.rank();
+        check_dtype("buf", buf.dtype, T::DTYPE).at(rank)?;
+        check_range("offset", offset, data.len(), buf.len).at(rank)?;
+        let dst = self.local_ptr(buf)?;
+        // SAFETY: the range was checked against the buffer; `data` is a separate slice.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.cast::<T>().add(offset), data.len()) };
+        Ok(())
+    }
+}
+
+/// One-sided communication and synchronisation, group-aware.
+///
+/// Offsets and counts are in **elements** of the buffers' dtype. `target_rank` / `source_rank`
+/// are ranks inside `group`. Completion follows [`Backend`]'s execution model.
+pub trait Communicator: SymmetricHeap {
+    /// Creates (or returns the cached) group of `ranks`, given as ranks of `parent`, in the
+    /// order given. Cheap and local: no communication. Non-members get a handle too, which
+    /// they cannot use for communication.
+    fn new_group(&self, parent: &Group, ranks: &[usize]) -> Result<Group> {
+        let me = self.rank();
+        let mut global = Vec::with_capacity(ranks.len());
+        for &r in ranks {
+            let (_, g) = parent.resolve("ranks", rank_arg(r)).at(me)?;
+            global.push(g);
+        }
+        self.group_of(&global)
+    }
+
+    /// Copies `count` elements of `src` (from `src_offset`) into `target_rank`'s copy of
+    /// `target` at `target_offset`.
+    #[allow(clippy::too_many_arguments)] // mirrors shmem_put(target, target_offset, src, src_offset, size, target_rank) plus group
+    fn put(
+        &self,
+        group: &Group,
+        target: &SymmBuffer,
+        target_offset: usize,
+        src: LocalRef<'_>,
+        src_offset: usize,
+        count: usize,
+        target_rank: usize,
+    ) -> Result<()> {
+        let (peer, dst, srcp, bytes) =
+            check_transfer(self, group, target, target_offset, &src, src_offset, count, target_rank, "target_rank")?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: `srcp` points into `src` at a checked range (valid per LocalRef's contract).
+        unsafe { self.put_bytes(peer, dst, srcp, bytes) }
+    }
+
+    /// Copies `count` elements of `source_rank`'s copy of `source` (from `source_offset`) into
+    /// `dst` at `dst_offset`.
+    #[allow(clippy::too_many_arguments)] // mirrors shmem_get plus group
+    fn get(
+        &self,
+        group: &Group,
+        mut dst: LocalMut<'_>,
+        dst_offset: usize,
+        source: &SymmBuffer,
+        source_offset: usize,
+        count: usize,
+        source_rank: usize,
+    ) -> Result<()> {
+        let me = self.rank();
+        group.member().at(me)?;
+        check_owner(self, source, "source")?;
+        let (_, peer) = group.resolve("source_rank", rank_arg(source_rank)).at(me)?;
+        check_on_rank(source, "source", peer).at(me)?;
+        check_dtype("dst", dst.dtype(), source.dtype).at(me)?;
+        check_range("source_offset/count", source_offset, count, source.len).at(me)?;
+        check_range("dst_offset/count", dst_offset, count, dst.len()).at(me)?;
+        let size = source.dtype.size();
+        let bytes = count * size;
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: the range of `dst` was checked; LocalMut's contract makes it writable.
+        let dstp = unsafe { dst.as_mut_ptr().add(dst_offset * size) };
+        // SAFETY: `dstp` is valid for `bytes` writes (checked range of an exclusive borrow).
+        unsafe { self.get_bytes(peer, source.offset + source_offset * size, dstp, bytes) }
+    }
+
+    /// Atomically sets or adds `value` to `target_rank`'s signal word `signal[signal_offset]`.
+    fn signal_op(
+        &self,
+        group: &Group,
+        signal: &SymmBuffer,
+        signal_offset: usize,
+        value: i64,
+        op: SignalOp,
+        target_rank: usize,
+    ) -> Result<()> {
+        let me = self.rank();
+        group.member().at(me)?;
+        let (_, peer) = group.resolve("target_rank", rank_arg(target_rank)).at(me)?;
+        let (offset, width) = check_signal(self, signal, signal_offset, Some(value), peer)?;
+        self.signal_at(peer, offset, width, op, value)
+    }
+
+    /// `put`, then `signal_op` on the same target, with the data visible to the target before
+    /// the signal is.
+    #[allow(clippy::too_many_arguments)] // mirrors shmem_put_with_signal's ten arguments plus group
+    fn put_with_signal(
+        &self,
+        group: &Group,
+        target: &SymmBuffer,
+        target_offset: usize,
+        src: LocalRef<'_>,
+        src_offset: usize,
+        count: usize,
+        signal: &SymmBuffer,
+        signal_offset: usize,
+        signal_value: i64,
+        signal_op: SignalOp,
+        target_rank: usize,
+    ) -> Result<()> {
+        let (peer, dst, srcp, bytes) =
+            check_transfer(self, group, target, target_offset, &src, src_offset, count, target_rank, "target_rank")?;
+        let (sig, width) = check_signal(self, signal, signal_offset, Some(signal_value), peer)?;
+        // SAFETY: as in `put`.
+        unsafe { self.put_signal_bytes(peer, dst, srcp, bytes, sig, width, signal_op, signal_value) }
+    }
+
+    /// Blocks until the caller's own `signal[signal_offset] <cmp> value` holds; returns the
+    /// value seen. Does not reset the signal. `timeout: None` uses the default bound.
+    fn wait_until(
+        &self,
+        signal: &SymmBuffer,
+        signal_offset: usize,
+        cmp: CmpOp,
+        value: i64,
+        timeout: Option<Duration>,
+    ) -> Result<i64> {
+        let me = self.rank();
+        let (offset, width) = check_signal(self, signal, signal_offset, None, me)?;
+        let site = WaitSite {
+            op: "wait_until".into(),
+            group: Some(signal.group.ranks().to_vec()),
+            location: format!("signal[{signal_offset}] ({} buffer at heap byte {offset:#x})", signal.dtype),
+        };
+        self.wait_signal_at(offset, width, cmp, value, timeout.unwrap_or(self.default_timeout()), &site)
+    }
+
+    /// Blocks until every member of `group` has called `barrier` (see the ordering rules).
+    fn barrier(&self, group: &Group) -> Result<()> {
+        group.member().at(self.rank())?;
+        self.barrier_group(group, self.default_timeout())
+    }
+}
+
+impl<B: Backend + ?Sized> SymmetricHeap for B {}
+impl<B: Backend + ?Sized> Communicator for B {}
+
+/// A user's rank number as the signed value errors print.
+fn rank_arg(r: usize) -> i64 {
+    i64::try_from(r).unwrap_or(i64::MAX)
+}
+
+fn check_owner<B: Backend + ?Sized>(b: &B, buf: &SymmBuffer, arg: &'static str) -> Result<()> {
+    if buf.owner == b.instance_id() {
+        Ok(())
+    } else {
+        Err(HeapError::ForeignBuffer { arg }).at(b.rank())
+    }
+}
+
+fn check_on_rank(buf: &SymmBuffer, arg: &'static str, global: Rank) -> Result<(), GroupError> {
+    if buf.group.to_local(global).is_some() {
+        Ok(())
+    } else {
+        Err(GroupError::BufferNotOnRank { arg, alloc_ranks: buf.group.ranks().to_vec(), target: global })
+    }
+}
+
+/// Validates a put; returns (peer, destination heap byte offset, source pointer, bytes).
+#[allow(clippy::too_many_arguments)] // the arguments of `put`, checked together
+fn check_transfer<B: Backend + ?Sized>(
+    b: &B,
+    group: &Group,
+    target: &SymmBuffer,
+    target_offset: usize,
+    src: &LocalRef<'_>,
+    src_offset: usize,
+    count: usize,
+    target_rank: usize,
+    rank_name: &'static str,
+) -> Result<(Rank, usize, *const u8, usize)> {
+    let me = b.rank();
+    group.member().at(me)?;
+    check_owner(b, target, "target")?;
+    let (_, peer) = group.resolve(rank_name, rank_arg(target_rank)).at(me)?;
+    check_on_rank(target, "target", peer).at(me)?;
+    check_dtype("src", src.dtype(), target.dtype).at(me)?;
+    check_range("target_offset/count", target_offset, count, target.len).at(me)?;
+    check_range("src_offset/count", src_offset, count, src.len()).at(me)?;
+    let size = target.dtype.size();
+    // SAFETY: `src_offset` is within `src` (checked above), so the pointer stays in bounds.
+    let srcp = unsafe { src.as_ptr().add(src_offset * size) };
+    Ok((peer, target.offset + target_offset * size, srcp, count * size))
+}
+
+/// Validates a signal word; returns (heap byte offset, width).
+fn check_signal<B: Backend + ?Sized>(
+    b: &B,
+    signal: &SymmBuffer,
+    signal_offset: usize,
+    value: Option<i64>,
+    peer: Rank,
+) -> Result<(usize, SignalWidth)> {
+    let me = b.rank();
+    check_owner(b, signal, "signal")?;
+    check_on_rank(signal, "signal", peer).at(me)?;
+    let width = match signal.dtype {
+        DType::I32 => SignalWidth::W32,
+        DType::I64 => SignalWidth::W64,
+        other => {
+            return Err(ArgError::DTypeMismatch {
+                arg: "signal",
+                expected: "int32 or int64".into(),
+                actual: other.to_string(),
+            })
+            .at(me)
+        }
+    };
+    check_range("signal_offset", signal_offset, 1, signal.len).at(me)?;
+    if let (SignalWidth::W32, Some(v)) = (width, value) {
+        if i32::try_from(v).is_err() {
+            return Err(ArgError::invalid("signal_value", v, "does not fit the int32 signal")).at(me);
+        }
+    }
+    Ok((signal.offset + signal_offset * signal.dtype.size(), width))
+}

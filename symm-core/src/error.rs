@@ -1,0 +1,242 @@
+//! The error taxonomy: small enums by domain, composed into [`Error`].
+//!
+//! Every error a caller can see names the rank that raised it. Domain enums ([`ArgError`],
+//! [`GroupError`], [`HeapError`]) are rank-free so that pure functions (parsers, validators) can
+//! return them; the communicator attaches its rank when it turns them into an [`Error`].
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::rank::Rank;
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A bad argument: detected on the calling rank before any peer memory is touched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgError {
+    /// A numeric or textual code that names nothing.
+    #[error("unknown {what} {value:?}; accepted: {accepted}")]
+    UnknownCode { what: &'static str, value: String, accepted: String },
+    /// `offset + count` runs past the end of a buffer.
+    #[error("{arg}: offset {offset} + count {count} exceeds the buffer's {len} elements")]
+    OutOfBounds { arg: &'static str, offset: usize, count: usize, len: usize },
+    /// A buffer holds another dtype than the operation needs.
+    #[error("{arg}: dtype {actual} does not match {expected}")]
+    DTypeMismatch { arg: &'static str, expected: String, actual: String },
+    /// Any other invalid value.
+    #[error("{arg} = {value}: {reason}")]
+    Invalid { arg: &'static str, value: String, reason: String },
+}
+
+impl ArgError {
+    /// An [`ArgError::Invalid`] from anything printable.
+    pub fn invalid(arg: &'static str, value: impl fmt::Display, reason: impl Into<String>) -> Self {
+        ArgError::Invalid { arg, value: value.to_string(), reason: reason.into() }
+    }
+}
+
+/// A problem with a group or a rank inside it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GroupError {
+    /// The caller is not a member of the group it passed.
+    #[error("this rank is not a member of the group with global ranks {ranks:?}")]
+    NotMember { ranks: Vec<Rank> },
+    /// A group-local rank outside `0..size`.
+    #[error("{arg} = {value} is outside the group of {size} ranks (global ranks {ranks:?})")]
+    RankOutOfRange { arg: &'static str, value: i64, size: usize, ranks: Vec<Rank> },
+    /// A rank list that is empty or repeats a rank.
+    #[error("ranks = {ranks:?}: {reason}")]
+    BadRankList { ranks: Vec<i64>, reason: &'static str },
+    /// A group whose members are not all on this host.
+    #[error("the group {ranks:?} spans hosts: ranks {remote:?} are not on the same host as rank {local_rank} ({host}); symmetric memory groups must lie on one node")]
+    SpansHosts { ranks: Vec<Rank>, remote: Vec<Rank>, local_rank: Rank, host: String },
+    /// The per-rank table of groups is full.
+    #[error("too many groups: this rank already takes part in {limit} groups (the limit of the control area)")]
+    TooManyGroups { limit: usize },
+    /// A symmetric buffer used with a rank that did not take part in its allocation.
+    #[error(
+        "{arg}: the buffer was allocated in the group {alloc_ranks:?}, which does not contain global rank {target}"
+    )]
+    BufferNotOnRank { arg: &'static str, alloc_ranks: Vec<Rank>, target: Rank },
+}
+
+/// A problem with the symmetric heap.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeapError {
+    /// Not enough contiguous space free on every member of the group.
+    #[error("symmetric heap exhausted: requested {requested} bytes in group {group:?}; the largest range free on every member is {largest_common_free} bytes, this rank has {free} of {heap_size} bytes free (raise SYMMETRIC_MEMORY_HEAP_SIZE)")]
+    Exhausted { requested: usize, group: Vec<Rank>, largest_common_free: usize, free: usize, heap_size: usize },
+    /// Members asked for different sizes in the same collective allocation.
+    #[error("allocation size mismatch in group {group:?}: bytes requested per global rank {sizes:?}; every member must allocate the same size")]
+    SizeMismatch { group: Vec<Rank>, sizes: Vec<(Rank, usize)> },
+    /// Ranks started with different heap sizes.
+    #[error("heap size differs between ranks: {sizes:?} (SYMMETRIC_MEMORY_HEAP_SIZE must be the same everywhere)")]
+    HeapSizeMismatch { sizes: Vec<(Rank, usize)> },
+    /// An invalid heap size setting.
+    #[error("SYMMETRIC_MEMORY_HEAP_SIZE = {value:?}: {reason}")]
+    BadHeapSize { value: String, reason: String },
+    /// A buffer that does not belong to this communicator, or was freed.
+    #[error("{arg}: the buffer does not belong to this communicator (allocated by another one or already freed)")]
+    ForeignBuffer { arg: &'static str },
+}
+
+/// A wait that ran out of time, with everything needed to find out why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeoutError {
+    /// The rank that waited.
+    pub rank: Rank,
+    /// What was being waited for (`wait_until`, `barrier`, `alloc` ...).
+    pub op: String,
+    /// The group's global ranks, when the wait belongs to a group.
+    pub group: Option<Vec<Rank>>,
+    /// Where the awaited value lives (buffer, offset, byte address in the heap).
+    pub location: String,
+    /// The condition that never became true.
+    pub condition: String,
+    /// The value seen last.
+    pub last_observed: String,
+    /// Peers that had not arrived, when known.
+    pub pending: Vec<Rank>,
+    /// How long the rank waited.
+    pub waited: Duration,
+}
+
+impl fmt::Display for TimeoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rank {}: timed out after {:.3} s in {}", self.rank, self.waited.as_secs_f64(), self.op)?;
+        if let Some(g) = &self.group {
+            write!(f, " in group {g:?}")?;
+        }
+        write!(f, " waiting for {} at {}; last observed {}", self.condition, self.location, self.last_observed)?;
+        if !self.pending.is_empty() {
+            write!(f, "; ranks not arrived: {:?}", self.pending)?;
+        }
+        write!(f, " (raise SYMMETRIC_MEMORY_TIMEOUT or the call's timeout if the peers are only slow)")
+    }
+}
+
+impl std::error::Error for TimeoutError {}
+
+/// A failure during start-up: exchanging addresses and mapping peers' heaps.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    /// A required environment variable is missing or malformed.
+    #[error("environment variable {var} = {value:?}: {reason}")]
+    Env { var: &'static str, value: Option<String>, reason: String },
+    /// The rendezvous or a peer could not be reached in time.
+    #[error("{what} did not complete within {timeout:?}")]
+    Timeout { what: String, timeout: Duration },
+    /// An operating-system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A peer sent something this version does not understand.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+/// Every error of the library.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A bad argument, detected on the calling rank.
+    #[error("rank {rank}: invalid argument: {source}")]
+    InvalidArgument {
+        rank: Rank,
+        #[source]
+        source: ArgError,
+    },
+    /// A group problem.
+    #[error("rank {rank}: {source}")]
+    Group {
+        rank: Rank,
+        #[source]
+        source: GroupError,
+    },
+    /// A heap problem.
+    #[error("rank {rank}: {source}")]
+    Heap {
+        rank: Rank,
+        #[source]
+        source: HeapError,
+    },
+    /// A bounded wait expired.
+    #[error(transparent)]
+    Timeout(Box<TimeoutError>),
+    /// A peer process ended while this rank depended on it.
+    #[error("rank {rank}: peer rank {peer} was lost during {op}: {detail}")]
+    PeerLost { rank: Rank, peer: Rank, op: String, detail: String },
+    /// Start-up failed.
+    #[error("rank {rank}: bootstrap failed: {source}")]
+    Bootstrap {
+        rank: Rank,
+        #[source]
+        source: BootstrapError,
+    },
+    /// A capability the backend does not offer.
+    #[error("rank {rank}: {what} is not supported by the {backend} backend")]
+    Unsupported { rank: Rank, backend: &'static str, what: String },
+    /// An operating-system call failed at run time.
+    #[error("rank {rank}: {what}: {source}")]
+    System {
+        rank: Rank,
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// A stable, documented code for the kind of error (see `docs/errors.md`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::InvalidArgument { .. } => "SYMM_E_INVALID_ARGUMENT",
+            Error::Group { .. } => "SYMM_E_GROUP",
+            Error::Heap { source: HeapError::Exhausted { .. }, .. } => "SYMM_E_HEAP_EXHAUSTED",
+            Error::Heap { .. } => "SYMM_E_HEAP",
+            Error::Timeout(_) => "SYMM_E_TIMEOUT",
+            Error::PeerLost { .. } => "SYMM_E_PEER_LOST",
+            Error::Bootstrap { .. } => "SYMM_E_BOOTSTRAP",
+            Error::Unsupported { .. } => "SYMM_E_UNSUPPORTED",
+            Error::System { .. } => "SYMM_E_SYSTEM",
+        }
+    }
+
+    /// The rank that raised the error.
+    pub fn rank(&self) -> Rank {
+        match self {
+            Error::InvalidArgument { rank, .. }
+            | Error::Group { rank, .. }
+            | Error::Heap { rank, .. }
+            | Error::PeerLost { rank, .. }
+            | Error::Bootstrap { rank, .. }
+            | Error::Unsupported { rank, .. }
+            | Error::System { rank, .. } => *rank,
+            Error::Timeout(t) => t.rank,
+        }
+    }
+}
+
+/// Attaches the calling rank to a rank-free domain error.
+pub trait AtRank<T> {
+    /// Turns the error into an [`Error`] raised by `rank`.
+    fn at(self, rank: Rank) -> Result<T>;
+}
+
+macro_rules! at_rank {
+    ($t:ty, $variant:ident) => {
+        impl<T> AtRank<T> for std::result::Result<T, $t> {
+            fn at(self, rank: Rank) -> Result<T> {
+                self.map_err(|source| Error::$variant { rank, source })
+            }
+        }
+    };
+}
+
+at_rank!(ArgError, InvalidArgument);
+at_rank!(GroupError, Group);
+at_rank!(HeapError, Heap);
+at_rank!(BootstrapError, Bootstrap);

@@ -1,0 +1,248 @@
+//! The group model: an ordered list of global ranks, and the cache that makes a group's identity.
+//!
+//! A group is its rank list: two groups with the same list are the same group, with the same
+//! [`GroupId`] on every rank (computed from the list, so no communication is needed to agree on
+//! it) and, through [`GroupRegistry`], the same state object inside one process.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use crate::error::GroupError;
+use crate::rank::{GroupRank, Rank};
+
+/// A group's identity: a hash of its ordered rank list, never 0 (0 marks a free slot in
+/// backend tables).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GroupId(pub u64);
+
+impl GroupId {
+    /// The identity of the ordered rank list (FNV-1a over the length and the ranks).
+    pub fn of(ranks: &[Rank]) -> GroupId {
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for word in std::iter::once(ranks.len() as u64).chain(ranks.iter().map(|r| u64::from(r.0))) {
+            for byte in word.to_le_bytes() {
+                h ^= u64::from(byte);
+                h = h.wrapping_mul(PRIME);
+            }
+        }
+        GroupId(h.max(1))
+    }
+}
+
+/// A set of ranks of one node, in a chosen order. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct Group(Arc<GroupInner>);
+
+struct GroupInner {
+    id: GroupId,
+    ranks: Box<[Rank]>,
+    /// Global rank -> group rank, for every rank of the world (`u32::MAX`: not a member).
+    local_of: Box<[u32]>,
+    me: Option<GroupRank>,
+    /// Whether the group may be used from this rank: Err when it spans hosts.
+    usable: Result<(), GroupError>,
+}
+
+impl Group {
+    /// A group of `ranks` (global, in group order) seen from `caller`, in a world of
+    /// `world_size` ranks. `usable` is the backend's verdict on locality (hosts).
+    pub fn new(
+        world_size: usize,
+        caller: Rank,
+        ranks: &[Rank],
+        usable: Result<(), GroupError>,
+    ) -> Result<Group, GroupError> {
+        let as_i64 = || ranks.iter().map(|r| i64::from(r.0)).collect::<Vec<_>>();
+        if ranks.is_empty() {
+            return Err(GroupError::BadRankList { ranks: vec![], reason: "a group needs at least one rank" });
+        }
+        let mut local_of = vec![u32::MAX; world_size].into_boxed_slice();
+        for (i, r) in ranks.iter().enumerate() {
+            let slot = local_of
+                .get_mut(r.index())
+                .ok_or_else(|| GroupError::BadRankList { ranks: as_i64(), reason: "a rank is outside the world" })?;
+            if *slot != u32::MAX {
+                return Err(GroupError::BadRankList { ranks: as_i64(), reason: "a rank appears twice" });
+            }
+            *slot = i as u32;
+        }
+        let me = local_of.get(caller.index()).copied().filter(|&l| l != u32::MAX).map(GroupRank);
+        Ok(Group(Arc::new(GroupInner { id: GroupId::of(ranks), ranks: ranks.into(), local_of, me, usable })))
+    }
+
+    /// The group's identity.
+    pub fn id(&self) -> GroupId {
+        self.0.id
+    }
+
+    /// The members' global ranks, in group order.
+    pub fn ranks(&self) -> &[Rank] {
+        &self.0.ranks
+    }
+
+    /// The number of members.
+    pub fn size(&self) -> usize {
+        self.0.ranks.len()
+    }
+
+    /// The caller's rank in the group, if it is a member.
+    pub fn my_rank(&self) -> Option<GroupRank> {
+        self.0.me
+    }
+
+    /// The caller's rank in the group; an error if it is not a member or the group cannot be
+    /// used from this host.
+    pub fn member(&self) -> Result<GroupRank, GroupError> {
+        self.0.usable.clone()?;
+        self.0.me.ok_or_else(|| GroupError::NotMember { ranks: self.ranks().to_vec() })
+    }
+
+    /// The global rank of a member.
+    pub fn to_global(&self, local: GroupRank) -> Option<Rank> {
+        self.0.ranks.get(local.index()).copied()
+    }
+
+    /// The rank inside this group of a global rank, if it is a member.
+    pub fn to_local(&self, global: Rank) -> Option<GroupRank> {
+        self.0.local_of.get(global.index()).copied().filter(|&l| l != u32::MAX).map(GroupRank)
+    }
+
+    /// Validates a group-local rank argument (as a user passed it) and maps it to the global rank.
+    pub fn resolve(&self, arg: &'static str, local: i64) -> Result<(GroupRank, Rank), GroupError> {
+        usize::try_from(local).ok().and_then(|l| self.0.ranks.get(l).map(|&g| (GroupRank(l as u32), g))).ok_or_else(
+            || GroupError::RankOutOfRange { arg, value: local, size: self.size(), ranks: self.ranks().to_vec() },
+        )
+    }
+
+    /// Whether two handles are the same cached group object.
+    pub fn same_object(&self, other: &Group) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl PartialEq for Group {
+    fn eq(&self, other: &Group) -> bool {
+        self.0.id == other.0.id && self.0.ranks == other.0.ranks
+    }
+}
+
+impl Eq for Group {}
+
+impl fmt::Debug for Group {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Group{:?}", self.ranks())
+    }
+}
+
+/// The per-process cache of groups: asking for the same rank list again returns the same object.
+pub struct GroupRegistry {
+    world_size: usize,
+    caller: Rank,
+    groups: Mutex<HashMap<Box<[Rank]>, Group>>,
+}
+
+impl GroupRegistry {
+    /// An empty registry for `caller` in a world of `world_size`.
+    pub fn new(world_size: usize, caller: Rank) -> Self {
+        GroupRegistry { world_size, caller, groups: Mutex::new(HashMap::new()) }
+    }
+
+    /// The cached group for `ranks`, or a new one: `locality` judges whether the ranks lie on
+    /// the caller's host and `on_create` lets the backend set up its per-group state (run once,
+    /// only for a group the caller is a member of and may use).
+    pub fn get_or_create(
+        &self,
+        ranks: &[Rank],
+        locality: impl FnOnce(&[Rank]) -> Result<(), GroupError>,
+        on_create: impl FnOnce(&Group) -> Result<(), GroupError>,
+    ) -> Result<Group, GroupError> {
+        // A poisoned lock only means another thread panicked while inserting; the map is
+        // still consistent (insertions are single calls), so keep using it.
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(g) = groups.get(ranks) {
+            return Ok(g.clone());
+        }
+        let group = Group::new(self.world_size, self.caller, ranks, Ok(()))?;
+        let usable = locality(ranks);
+        let group = if usable.is_ok() { group } else { Group::new(self.world_size, self.caller, ranks, usable)? };
+        if group.member().is_ok() {
+            on_create(&group)?;
+        }
+        groups.insert(ranks.into(), group.clone());
+        Ok(group)
+    }
+}
+
+impl fmt::Debug for GroupRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GroupRegistry").field("world_size", &self.world_size).field("caller", &self.caller).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranks(v: &[u32]) -> Vec<Rank> {
+        v.iter().map(|&r| Rank(r)).collect()
+    }
+
+    #[test]
+    fn arbitrary_orders_map_both_ways() {
+        let g = Group::new(4, Rank(1), &ranks(&[3, 1]), Ok(())).unwrap();
+        assert_eq!(g.my_rank(), Some(GroupRank(1)));
+        assert_eq!(g.to_global(GroupRank(0)), Some(Rank(3)));
+        assert_eq!(g.to_local(Rank(3)), Some(GroupRank(0)));
+        assert_eq!(g.to_local(Rank(0)), None);
+        assert_eq!(g.resolve("target_rank", 1).unwrap(), (GroupRank(1), Rank(1)));
+        let e = g.resolve("target_rank", 2).unwrap_err().to_string();
+        assert!(e.contains("target_rank = 2") && e.contains("[3, 1]"), "{e}");
+        assert!(g.resolve("target_rank", -1).is_err());
+    }
+
+    #[test]
+    fn identity_depends_on_order_and_members() {
+        assert_eq!(GroupId::of(&ranks(&[0, 2, 3])), GroupId::of(&ranks(&[0, 2, 3])));
+        assert_ne!(GroupId::of(&ranks(&[0, 2, 3])), GroupId::of(&ranks(&[0, 3, 2])));
+        assert_ne!(GroupId::of(&ranks(&[0])), GroupId::of(&ranks(&[0, 0])));
+    }
+
+    #[test]
+    fn bad_lists_and_non_members_are_errors() {
+        assert!(Group::new(4, Rank(0), &[], Ok(())).is_err());
+        assert!(Group::new(4, Rank(0), &ranks(&[1, 1]), Ok(())).unwrap_err().to_string().contains("twice"));
+        assert!(Group::new(4, Rank(0), &ranks(&[4]), Ok(())).unwrap_err().to_string().contains("outside"));
+        let g = Group::new(4, Rank(0), &ranks(&[1, 2]), Ok(())).unwrap();
+        assert!(matches!(g.member(), Err(GroupError::NotMember { .. })));
+    }
+
+    #[test]
+    fn registry_returns_the_same_object() {
+        let reg = GroupRegistry::new(4, Rank(2));
+        let mut created = 0;
+        let a = reg
+            .get_or_create(
+                &ranks(&[0, 2]),
+                |_| Ok(()),
+                |_| {
+                    created += 1;
+                    Ok(())
+                },
+            )
+            .unwrap();
+        let b = reg
+            .get_or_create(
+                &ranks(&[0, 2]),
+                |_| Ok(()),
+                |_| {
+                    created += 1;
+                    Ok(())
+                },
+            )
+            .unwrap();
+        assert!(a.same_object(&b));
+        assert_eq!(created, 1);
+    }
+}

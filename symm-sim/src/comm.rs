@@ -1,0 +1,710 @@
+//! [`SimComm`]: the CPU shared-memory backend.
+//!
+//! Every rank owns one segment (a memfd): control area, then heap. At start-up every rank maps
+//! the segments of all ranks on its host, receiving their file descriptors over an abstract
+//! Unix socket (no file-system name, nothing left behind). From then on a put is a `memcpy`
+//! into the peer's mapping, a signal is an atomic on it, and a wait watches the caller's own
+//! memory.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+use symm_core::env;
+use symm_core::{
+    AtRank, Backend, Bootstrap, BootstrapError, CmpOp, Error, Group, GroupError, GroupId, GroupRegistry, HeapError,
+    Rank, Result, SignalOp, SignalWidth, TimeoutError, WaitSite,
+};
+
+use crate::alloc;
+use crate::control::{Control, GroupSlot, Layout, GRANULE, MAGIC, MAX_GROUPS};
+use crate::sys::{self, Mapping};
+use crate::wait::{self, ring, SpinPolicy, WaitEnd};
+
+/// Settings of the CPU backend.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Heap bytes per rank (same on every rank).
+    pub heap_size: usize,
+    /// Default bound of every wait.
+    pub timeout: Duration,
+    /// Host identity override; ranks with different identities are treated as different
+    /// hosts (used to test the one-node rule on one machine). `None`: hostname + boot id.
+    pub host_id: Option<String>,
+}
+
+impl SimConfig {
+    /// From `SYMMETRIC_MEMORY_HEAP_SIZE`, `SYMMETRIC_MEMORY_TIMEOUT` and `SYMM_HOST_ID`.
+    pub fn from_env() -> std::result::Result<SimConfig, BootstrapError> {
+        let heap_size = env::heap_size_from_env().map_err(|e| BootstrapError::Env {
+            var: env::HEAP_SIZE_VAR,
+            value: std::env::var(env::HEAP_SIZE_VAR).ok(),
+            reason: e.to_string(),
+        })?;
+        let timeout = env::timeout_from_env().map_err(|reason| BootstrapError::Env {
+            var: env::TIMEOUT_VAR,
+            value: std::env::var(env::TIMEOUT_VAR).ok(),
+            reason,
+        })?;
+        Ok(SimConfig { heap_size, timeout, host_id: std::env::var("SYMM_HOST_ID").ok() })
+    }
+
+    /// A config with the given heap size and the environment's other settings (or defaults).
+    pub fn with_heap_size(heap_size: usize) -> SimConfig {
+        let mut c =
+            SimConfig::from_env().unwrap_or(SimConfig { heap_size, timeout: env::DEFAULT_TIMEOUT, host_id: None });
+        c.heap_size = heap_size;
+        c
+    }
+}
+
+/// Per-group state of this rank.
+#[derive(Debug)]
+struct GroupState {
+    group: Group,
+    /// Index of this rank's slot for the group.
+    my_slot: usize,
+    /// Slot index of each member (group order), found lazily by scanning its table.
+    peer_slots: Vec<OnceLock<usize>>,
+    /// Allocations done in the group so far.
+    alloc_seq: AtomicU64,
+}
+
+/// A rank of the CPU shared-memory backend.
+#[derive(Debug)]
+pub struct SimComm {
+    rank: Rank,
+    world_size: usize,
+    instance: u64,
+    config: SimConfig,
+    layout: Layout,
+    hosts: Vec<String>,
+    pids: Vec<u32>,
+    /// Mappings by global rank; `None` for ranks on other hosts. Never changes after start-up.
+    maps: Vec<Option<Mapping>>,
+    registry: GroupRegistry,
+    groups: RwLock<HashMap<GroupId, Arc<GroupState>>>,
+    /// Serialises this rank's changes to its own allocation bitmap and group table.
+    alloc_lock: Mutex<()>,
+    policy: SpinPolicy,
+    world: Group,
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_err() {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        b = (t.as_nanos() as u64 ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes();
+    }
+    u64::from_le_bytes(b)
+}
+
+fn host_identity() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
+    format!("{}/{}", read("/proc/sys/kernel/hostname"), read("/proc/sys/kernel/random/boot_id"))
+}
+
+fn socket_name(job: u64, rank: usize) -> String {
+    format!("symm-{job:016x}-{rank}")
+}
+
+impl SimComm {
+    /// Starts this rank: exchanges identities through `boot`, creates its segment and maps the
+    /// segments of every rank on its host. Collective over the world.
+    pub fn init(boot: &Bootstrap, config: SimConfig) -> Result<SimComm> {
+        let rank = boot.rank();
+        let n = boot.world_size();
+        let berr = |what: String, source: std::io::Error| Error::Bootstrap {
+            rank,
+            source: BootstrapError::Io { what, source },
+        };
+        let layout = Layout::new(config.heap_size);
+        let host = config.host_id.clone().unwrap_or_else(host_identity);
+        let pid = std::process::id();
+        let nonce = random_u64();
+        let hello = format!("{host}\n{pid}\n{nonce}\n{}", layout.heap_size);
+        let replies = boot.allgather("hello", hello.as_bytes()).at(rank)?;
+        let (mut hosts, mut pids, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
+        let mut job = 0;
+        for (r, bytes) in replies.iter().enumerate() {
+            let text = String::from_utf8_lossy(bytes);
+            let fields: Vec<&str> = text.split('\n').collect();
+            let parsed = (fields.len() == 4)
+                .then(|| {
+                    Some((
+                        fields[1].parse::<u32>().ok()?,
+                        fields[2].parse::<u64>().ok()?,
+                        fields[3].parse::<usize>().ok()?,
+                    ))
+                })
+                .flatten();
+            let Some((p, nc, size)) = parsed else {
+                return Err(BootstrapError::Protocol(format!("rank {r} sent an unreadable hello {text:?}"))).at(rank);
+            };
+            if r == 0 {
+                job = nc;
+            }
+            hosts.push(fields[0].to_string());
+            pids.push(p);
+            sizes.push((Rank(r as u32), size));
+        }
+        if sizes.iter().any(|&(_, s)| s != layout.heap_size) {
+            return Err(HeapError::HeapSizeMismatch { sizes }).at(rank);
+        }
+
+        let fd: OwnedFd = sys::memfd(&format!("symm-heap-r{}", rank.0), layout.total)
+            .map_err(|e| berr(format!("creating the {}-byte heap segment", layout.total), e))?;
+        let mine = Mapping::map(&fd, layout.total).map_err(|e| berr("mapping the heap segment".into(), e))?;
+        let h = Control::of(&mine, layout).header();
+        // Relaxed for the plain fields: published by the release store of `magic`.
+        h.rank.store(u64::from(rank.0), Ordering::Relaxed);
+        h.pid.store(u64::from(pid), Ordering::Relaxed);
+        h.heap_size.store(layout.heap_size as u64, Ordering::Relaxed);
+        h.magic.store(MAGIC, Ordering::Release);
+
+        let local: Vec<usize> = (0..n).filter(|&r| r != rank.index() && hosts[r] == host).collect();
+        let addr = SocketAddr::from_abstract_name(socket_name(job, rank.index()))
+            .map_err(|e| berr("naming the start-up socket".into(), e))?;
+        let listener = UnixListener::bind_addr(&addr).map_err(|e| berr("binding the start-up socket".into(), e))?;
+        boot.allgather("listening", b"").at(rank)?;
+
+        let deadline = Instant::now() + boot.timeout();
+        let server = {
+            let raw = fd.as_raw_fd();
+            let expected = local.len();
+            listener.set_nonblocking(true).map_err(|e| berr("configuring the start-up socket".into(), e))?;
+            std::thread::scope(|s| {
+                let server = s.spawn(|| serve_fd(&listener, raw, expected, deadline));
+                let mut maps: Vec<Option<Mapping>> = (0..n).map(|_| None).collect();
+                let mut result = Ok(());
+                for &p in &local {
+                    match fetch_peer(job, p, deadline, layout) {
+                        Ok(m) => maps[p] = Some(m),
+                        Err(e) => {
+                            result = Err(berr(format!("mapping the heap of rank {p}"), e));
+                            break;
+                        }
+                    }
+                }
+                let served = server.join().unwrap_or_else(|_| Err(std::io::Error::other("start-up server panicked")));
+                result.and(served.map_err(|e| berr("handing the heap segment to peers".into(), e))).map(|_| maps)
+            })
+        };
+        let mut maps = server?;
+        drop(listener);
+        drop(fd);
+        maps[rank.index()] = Some(mine);
+        boot.allgather("mapped", b"").at(rank)?;
+
+        let policy = SpinPolicy::for_host(local.len() + 1, sys::available_cores());
+        let registry = GroupRegistry::new(n, rank);
+        let placeholder = Group::new(n, rank, &[rank], Ok(())).at(rank)?;
+        let mut comm = SimComm {
+            rank,
+            world_size: n,
+            instance: random_u64(),
+            config,
+            layout,
+            hosts,
+            pids,
+            maps,
+            registry,
+            groups: RwLock::new(HashMap::new()),
+            alloc_lock: Mutex::new(()),
+            policy,
+            world: placeholder,
+        };
+        let all: Vec<Rank> = (0..n as u32).map(Rank).collect();
+        comm.world = comm.group_of(&all)?;
+        Ok(comm)
+    }
+
+    /// This rank's control area.
+    fn me(&self) -> Control<'_> {
+        self.ctrl(self.rank).expect("own segment is always mapped")
+    }
+
+    /// The control area of `r`, when `r` is on this host.
+    fn ctrl(&self, r: Rank) -> Option<Control<'_>> {
+        self.maps.get(r.index())?.as_ref().map(|m| Control::of(m, self.layout))
+    }
+
+    /// The host identity of every rank.
+    pub fn hosts(&self) -> &[String] {
+        &self.hosts
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &SimConfig {
+        &self.config
+    }
+
+    fn state(&self, group: &Group) -> Result<Arc<GroupState>> {
+        group.member().at(self.rank)?;
+        let found = self.groups.read().unwrap_or_else(|e| e.into_inner()).get(&group.id()).cloned();
+        found.ok_or_else(|| Error::Group {
+            rank: self.rank,
+            source: GroupError::NotMember { ranks: group.ranks().to_vec() },
+        })
+    }
+
+    fn locality(&self, ranks: &[Rank]) -> std::result::Result<(), GroupError> {
+        let mine = &self.hosts[self.rank.index()];
+        let remote: Vec<Rank> = ranks.iter().copied().filter(|r| &self.hosts[r.index()] != mine).collect();
+        if remote.is_empty() {
+            Ok(())
+        } else {
+            Err(GroupError::SpansHosts { ranks: ranks.to_vec(), remote, local_rank: self.rank, host: mine.clone() })
+        }
+    }
+
+    /// Takes a free slot in this rank's table for `group` and records the group's state.
+    fn register(&self, group: &Group) -> std::result::Result<(), GroupError> {
+        let me = self.me();
+        let _lock = self.alloc_lock.lock().unwrap_or_else(|e| e.into_inner());
+        // Relaxed: only this process writes its own keys, under `alloc_lock`.
+        let free = (0..MAX_GROUPS).find(|&i| me.slot(i).key.load(Ordering::Relaxed) == 0);
+        let slot = free.ok_or(GroupError::TooManyGroups { limit: MAX_GROUPS })?;
+        let s = me.slot(slot);
+        s.nranks.store(group.size() as u64, Ordering::Relaxed);
+        // Release: publishes `nranks` (and the zeroed counters) to peers that find the key.
+        s.key.store(group.id().0, Ordering::Release);
+        let state = GroupState {
+            group: group.clone(),
+            my_slot: slot,
+            peer_slots: (0..group.size()).map(|_| OnceLock::new()).collect(),
+            alloc_seq: AtomicU64::new(0),
+        };
+        let _ = state.peer_slots[group.my_rank().map_or(0, |g| g.index())].set(slot);
+        self.groups.write().unwrap_or_else(|e| e.into_inner()).insert(group.id(), Arc::new(state));
+        Ok(())
+    }
+
+    /// The slot of member `i` (group order) of `st`'s group, waiting (bounded) for the member
+    /// to create the group if it has not yet.
+    fn peer_slot(&self, st: &GroupState, i: usize, deadline: Instant) -> Result<&GroupSlot> {
+        let global = st.group.ranks()[i];
+        let ctrl = self.ctrl(global).ok_or_else(|| Error::Group {
+            rank: self.rank,
+            source: GroupError::SpansHosts {
+                ranks: st.group.ranks().to_vec(),
+                remote: vec![global],
+                local_rank: self.rank,
+                host: self.hosts[self.rank.index()].clone(),
+            },
+        })?;
+        if let Some(&k) = st.peer_slots[i].get() {
+            return Ok(ctrl.slot(k));
+        }
+        let (id, size) = (st.group.id().0, st.group.size() as u64);
+        let started = Instant::now();
+        let mut nap = Duration::from_micros(50);
+        loop {
+            // Acquire: pairs with the release store of `key` in `register`, making `nranks` and
+            // the slot's zeroed counters visible.
+            let found = (0..MAX_GROUPS).find(|&k| {
+                ctrl.slot(k).key.load(Ordering::Acquire) == id && ctrl.slot(k).nranks.load(Ordering::Relaxed) == size
+            });
+            if let Some(k) = found {
+                let _ = st.peer_slots[i].set(k);
+                return Ok(ctrl.slot(k));
+            }
+            if Instant::now() >= deadline {
+                return Err(self.timeout_error(
+                    &WaitSite {
+                        op: "group set-up".into(),
+                        group: Some(st.group.ranks().to_vec()),
+                        location: format!("the group table of rank {global}"),
+                    },
+                    format!("rank {global} to create the group"),
+                    "group not created".into(),
+                    vec![global],
+                    started.elapsed(),
+                ));
+            }
+            self.check_alive(&[global], "group set-up")?;
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    fn timeout_error(
+        &self,
+        site: &WaitSite,
+        condition: String,
+        last_observed: String,
+        pending: Vec<Rank>,
+        waited: Duration,
+    ) -> Error {
+        Error::Timeout(Box::new(TimeoutError {
+            rank: self.rank,
+            op: site.op.clone(),
+            group: site.group.clone(),
+            location: site.location.clone(),
+            condition,
+            last_observed,
+            pending,
+            waited,
+        }))
+    }
+
+    /// `PeerLost` if one of `ranks` (on this host) has ended.
+    fn check_alive(&self, ranks: &[Rank], op: &str) -> Result<()> {
+        for &r in ranks {
+            if r != self.rank && self.pids[r.index()] != std::process::id() && !sys::process_alive(self.pids[r.index()])
+            {
+                return Err(Error::PeerLost {
+                    rank: self.rank,
+                    peer: r,
+                    op: op.to_string(),
+                    detail: format!("process {} no longer exists", self.pids[r.index()]),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until every member's `counter(slot) >= target`; the slowest members are named on
+    /// timeout.
+    fn wait_members(
+        &self,
+        st: &GroupState,
+        op: &str,
+        what: &str,
+        counter: impl Fn(&GroupSlot) -> &AtomicU64,
+        target: u64,
+        timeout: Duration,
+    ) -> Result<()> {
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let mut slots = Vec::with_capacity(st.group.size());
+        for i in 0..st.group.size() {
+            slots.push(self.peer_slot(st, i, deadline)?);
+        }
+        // Acquire: pairs with the members' SeqCst increments, making what they did before
+        // arriving visible to this rank.
+        let behind = || -> Vec<Rank> {
+            slots
+                .iter()
+                .zip(st.group.ranks())
+                .filter(|(s, _)| counter(s).load(Ordering::Acquire) < target)
+                .map(|(_, &r)| r)
+                .collect()
+        };
+        let all_there = || slots.iter().all(|s| counter(s).load(Ordering::Acquire) >= target).then_some(());
+        let health = || self.check_alive(&behind(), op);
+        match wait::wait_until(self.me().header(), self.policy, deadline, all_there, health) {
+            Ok(()) => Ok(()),
+            Err(WaitEnd::Failed(e)) => Err(e),
+            Err(WaitEnd::TimedOut) => {
+                let pending = behind();
+                let seen: Vec<String> = slots.iter().map(|s| counter(s).load(Ordering::Acquire).to_string()).collect();
+                Err(self.timeout_error(
+                    &WaitSite {
+                        op: op.to_string(),
+                        group: Some(st.group.ranks().to_vec()),
+                        location: what.to_string(),
+                    },
+                    format!("every member to reach #{target}"),
+                    format!("[{}] per member", seen.join(", ")),
+                    pending,
+                    start.elapsed(),
+                ))
+            }
+        }
+    }
+
+    fn ring_members(&self, group: &Group) {
+        for &r in group.ranks() {
+            if r != self.rank {
+                if let Some(c) = self.ctrl(r) {
+                    ring(c.header());
+                }
+            }
+        }
+    }
+
+    fn peer_base(&self, peer: Rank) -> *mut u8 {
+        self.ctrl(peer).expect("validated: peers are on this host").heap()
+    }
+
+    /// The signal word at `offset` of `peer`'s heap.
+    fn signal_word(&self, peer: Rank, offset: usize, width: SignalWidth) -> SignalWord<'_> {
+        let p = self.peer_base(peer);
+        // SAFETY: `offset` is inside the heap and aligned to the width (validated by the core:
+        // signal buffers are int32/int64 allocations at granule-aligned offsets); the heap is
+        // shared memory that lives as long as `self`, accessed only atomically at this address.
+        unsafe {
+            match width {
+                SignalWidth::W32 => SignalWord::W32(&*p.add(offset).cast::<AtomicI32>()),
+                SignalWidth::W64 => SignalWord::W64(&*p.add(offset).cast::<AtomicI64>()),
+            }
+        }
+    }
+}
+
+/// A signal word in shared memory.
+enum SignalWord<'a> {
+    W32(&'a AtomicI32),
+    W64(&'a AtomicI64),
+}
+
+impl SignalWord<'_> {
+    fn load(&self) -> i64 {
+        // Acquire: a waiter that sees the value also sees the data put before it.
+        match self {
+            SignalWord::W32(a) => i64::from(a.load(Ordering::Acquire)),
+            SignalWord::W64(a) => a.load(Ordering::Acquire),
+        }
+    }
+
+    fn update(&self, op: SignalOp, value: i64) {
+        // SeqCst: release for the data written before (put_with_signal), and a total order
+        // with the doorbell bump that follows (lost-wake-up argument in `wait`). Values of
+        // 32-bit signals were checked to fit.
+        match (self, op) {
+            (SignalWord::W32(a), SignalOp::Set) => a.store(value as i32, Ordering::SeqCst),
+            (SignalWord::W32(a), SignalOp::Add) => {
+                a.fetch_add(value as i32, Ordering::SeqCst);
+            }
+            (SignalWord::W64(a), SignalOp::Set) => a.store(value, Ordering::SeqCst),
+            (SignalWord::W64(a), SignalOp::Add) => {
+                a.fetch_add(value, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+impl Backend for SimComm {
+    fn backend_name(&self) -> &'static str {
+        "sim"
+    }
+
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    fn instance_id(&self) -> u64 {
+        self.instance
+    }
+
+    fn default_timeout(&self) -> Duration {
+        self.config.timeout
+    }
+
+    fn world(&self) -> Group {
+        self.world.clone()
+    }
+
+    fn group_of(&self, ranks: &[Rank]) -> Result<Group> {
+        self.registry.get_or_create(ranks, |r| self.locality(r), |g| self.register(g)).at(self.rank)
+    }
+
+    fn heap_size(&self) -> usize {
+        self.layout.heap_size
+    }
+
+    fn heap_alloc(&self, group: &Group, bytes: usize, timeout: Duration) -> Result<usize> {
+        let st = self.state(group)?;
+        let me = self.me();
+        let _lock = self.alloc_lock.lock().unwrap_or_else(|e| e.into_inner());
+        // Relaxed: only this thread (under alloc_lock) advances the group's sequence.
+        let seq = st.alloc_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let my = me.slot(st.my_slot);
+        // Relaxed: published by the SeqCst store of `alloc_seq` just below.
+        my.alloc_bytes.store(bytes as u64, Ordering::Relaxed);
+        // SeqCst: publishes `alloc_bytes` and (being inside alloc_lock) a stable bitmap.
+        my.alloc_seq.0.store(seq, Ordering::SeqCst);
+        self.ring_members(group);
+        self.wait_members(&st, "alloc", "the members' allocation requests", |s| &s.alloc_seq.0, seq, timeout)?;
+
+        let deadline = Instant::now() + timeout;
+        let mut slots = Vec::with_capacity(group.size());
+        for i in 0..group.size() {
+            slots.push(self.peer_slot(&st, i, deadline)?);
+        }
+        // Relaxed: made visible by the acquire loads of `alloc_seq` in wait_members.
+        let sizes: Vec<(Rank, usize)> = slots
+            .iter()
+            .zip(group.ranks())
+            .map(|(s, &r)| (r, s.alloc_bytes.load(Ordering::Relaxed) as usize))
+            .collect();
+        let total = self.layout.heap_size / GRANULE;
+        let outcome = if sizes.iter().any(|&(_, b)| b != bytes) {
+            Err(Error::Heap {
+                rank: self.rank,
+                source: HeapError::SizeMismatch { group: group.ranks().to_vec(), sizes },
+            })
+        } else if bytes == 0 {
+            Ok(0)
+        } else {
+            let bitmaps: Vec<_> =
+                group.ranks().iter().map(|&r| self.ctrl(r).expect("member on this host").bitmap()).collect();
+            let need = alloc::granules(bytes);
+            alloc::find_common_free(&bitmaps, total, need).map(|g| g * GRANULE).map_err(|longest| Error::Heap {
+                rank: self.rank,
+                source: HeapError::Exhausted {
+                    requested: bytes,
+                    group: group.ranks().to_vec(),
+                    largest_common_free: longest * GRANULE,
+                    free: alloc::free_granules(me.bitmap(), total) * GRANULE,
+                    heap_size: self.layout.heap_size,
+                },
+            })
+        };
+        // Nobody changes its bitmap (or its request) until every member has read them.
+        self.barrier_group(group, timeout)?;
+        if let Ok(offset) = outcome {
+            if bytes > 0 {
+                alloc::mark(me.bitmap(), offset / GRANULE, alloc::granules(bytes), true);
+            }
+        }
+        outcome
+    }
+
+    fn heap_free(&self, group: &Group, offset: usize, bytes: usize, timeout: Duration) -> Result<()> {
+        self.barrier_group(group, timeout)?;
+        if bytes > 0 {
+            let _lock = self.alloc_lock.lock().unwrap_or_else(|e| e.into_inner());
+            alloc::mark(self.me().bitmap(), offset / GRANULE, alloc::granules(bytes), false);
+        }
+        Ok(())
+    }
+
+    fn local_heap_base(&self) -> *mut u8 {
+        self.me().heap()
+    }
+
+    fn peer_heap_base(&self, peer: Rank) -> Option<*mut u8> {
+        self.ctrl(peer).map(|c| c.heap())
+    }
+
+    unsafe fn put_bytes(&self, peer: Rank, dst_offset: usize, src: *const u8, bytes: usize) -> Result<()> {
+        let dst = self.peer_base(peer);
+        // SAFETY: the destination range lies inside the peer's heap (validated by the core);
+        // `src` is valid for `bytes` reads (caller's contract). `copy` tolerates overlap (a put
+        // to oneself from the same buffer).
+        unsafe { std::ptr::copy(src, dst.add(dst_offset), bytes) };
+        Ok(())
+    }
+
+    unsafe fn get_bytes(&self, peer: Rank, src_offset: usize, dst: *mut u8, bytes: usize) -> Result<()> {
+        let src = self.peer_base(peer);
+        // SAFETY: the source range lies inside the peer's heap (validated); `dst` is valid for
+        // `bytes` writes (caller's contract); `copy` tolerates overlap.
+        unsafe { std::ptr::copy(src.add(src_offset), dst, bytes) };
+        Ok(())
+    }
+
+    fn signal_at(&self, peer: Rank, offset: usize, width: SignalWidth, op: SignalOp, value: i64) -> Result<()> {
+        self.signal_word(peer, offset, width).update(op, value);
+        ring(self.ctrl(peer).expect("validated: peer on this host").header());
+        Ok(())
+    }
+
+    fn wait_signal_at(
+        &self,
+        offset: usize,
+        width: SignalWidth,
+        cmp: CmpOp,
+        value: i64,
+        timeout: Duration,
+        site: &WaitSite,
+    ) -> Result<i64> {
+        let word = self.signal_word(self.rank, offset, width);
+        let start = Instant::now();
+        let check = || {
+            let v = word.load();
+            cmp.holds(v, value).then_some(v)
+        };
+        let watched: Vec<Rank> = site.group.clone().unwrap_or_default();
+        let health = || self.check_alive(&watched, &site.op);
+        match wait::wait_until(self.me().header(), self.policy, start + timeout, check, health) {
+            Ok(v) => Ok(v),
+            Err(WaitEnd::Failed(e)) => Err(e),
+            Err(WaitEnd::TimedOut) => Err(self.timeout_error(
+                site,
+                format!("signal {} {value}", cmp.symbol()),
+                word.load().to_string(),
+                Vec::new(),
+                start.elapsed(),
+            )),
+        }
+    }
+
+    fn fence(&self) {
+        // SeqCst fence: puts are plain stores, signals SeqCst atomics; the fence orders the
+        // former before anything issued after it.
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    fn quiet(&self) -> Result<()> {
+        // Every call completes before it returns; only the store ordering remains to enforce.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn barrier_group(&self, group: &Group, timeout: Duration) -> Result<()> {
+        let st = self.state(group)?;
+        let my = self.me().slot(st.my_slot);
+        // SeqCst: release for everything this rank did before the barrier, and ordered before
+        // the doorbell bumps.
+        let epoch = my.barrier.0.fetch_add(1, Ordering::SeqCst) + 1;
+        self.ring_members(group);
+        self.wait_members(&st, "barrier", "the members' barrier counters", |s| &s.barrier.0, epoch, timeout)
+    }
+}
+
+fn serve_fd(listener: &UnixListener, fd: i32, mut expected: usize, deadline: Instant) -> std::io::Result<()> {
+    while expected > 0 {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                stream.set_nonblocking(false)?;
+                sys::send_fd(&stream, fd)?;
+                expected -= 1;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("{expected} peer(s) never came for the heap segment"),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn fetch_peer(job: u64, peer: usize, deadline: Instant, layout: Layout) -> std::io::Result<Mapping> {
+    let addr = SocketAddr::from_abstract_name(socket_name(job, peer))?;
+    let stream = loop {
+        match UnixStream::connect_addr(&addr) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    };
+    stream.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;
+    let fd = sys::recv_fd(&stream)?;
+    let map = Mapping::map(&fd, layout.total)?;
+    let ctrl = Control::of(&map, layout);
+    // Acquire: pairs with the owner's release store of the magic after initialising its header.
+    let ok = ctrl.header().magic.load(Ordering::Acquire) == MAGIC
+        && ctrl.header().rank.load(Ordering::Relaxed) == peer as u64;
+    if !ok {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "segment header does not match the rank"));
+    }
+    Ok(map)
+}

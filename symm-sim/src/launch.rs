@@ -1,0 +1,152 @@
+//! Starting ranks: from the environment (one process per rank), as threads of one process, and
+//! a small launcher that spawns a program once per rank.
+
+use std::process::{Child, Command, ExitStatus};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use symm_core::{AtRank, Bootstrap, BootstrapError, Error, Rank, Result, Store};
+
+use crate::comm::{SimComm, SimConfig};
+use crate::store::{MemoryStore, TcpStore, TcpStoreServer};
+
+/// Rank of this process.
+pub const RANK_VAR: &str = "SYMM_RANK";
+/// Number of ranks.
+pub const WORLD_SIZE_VAR: &str = "SYMM_WORLD_SIZE";
+/// `host:port` where rank 0 serves the start-up store.
+pub const RENDEZVOUS_VAR: &str = "SYMM_RENDEZVOUS";
+
+fn env_number(var: &'static str) -> std::result::Result<usize, BootstrapError> {
+    let value = std::env::var(var).ok();
+    value.as_deref().and_then(|v| v.trim().parse::<usize>().ok()).ok_or_else(|| BootstrapError::Env {
+        var,
+        value: value.clone(),
+        reason: "expected a non-negative integer (set by the launcher)".into(),
+    })
+}
+
+impl SimComm {
+    /// Starts this process as the rank named by `SYMM_RANK` of `SYMM_WORLD_SIZE`, meeting the
+    /// others at `SYMM_RENDEZVOUS` (rank 0 serves there). Collective over the world.
+    pub fn from_env() -> Result<SimComm> {
+        let unknown = Rank(u32::MAX);
+        let rank = env_number(RANK_VAR).at(unknown)?;
+        let rank_id = Rank(rank as u32);
+        let n = env_number(WORLD_SIZE_VAR).at(rank_id)?;
+        if n == 0 || rank >= n {
+            return Err(BootstrapError::Env {
+                var: RANK_VAR,
+                value: Some(rank.to_string()),
+                reason: format!("must be below {WORLD_SIZE_VAR} = {n}"),
+            })
+            .at(rank_id);
+        }
+        let addr = std::env::var(RENDEZVOUS_VAR).map_err(|_| BootstrapError::Env {
+            var: RENDEZVOUS_VAR,
+            value: None,
+            reason: "expected host:port of rank 0's start-up store".into(),
+        });
+        let addr = addr.at(rank_id)?;
+        let config = SimConfig::from_env().at(rank_id)?;
+        let server = if rank == 0 {
+            Some(TcpStoreServer::bind(&addr).map_err(|e| Error::Bootstrap {
+                rank: rank_id,
+                source: BootstrapError::Io { what: format!("serving the rendezvous at {addr}"), source: e },
+            })?)
+        } else {
+            None
+        };
+        let store: Arc<dyn Store> = Arc::new(TcpStore::connect(&addr, config.timeout).at(rank_id)?);
+        let boot = Bootstrap::new(rank_id, n, store.clone(), "symm", config.timeout);
+        let comm = SimComm::init(&boot, config)?;
+        // Rank 0's server must outlive every rank's last read: wait until all are done.
+        boot.allgather("done", b"").at(rank_id)?;
+        drop(server);
+        Ok(comm)
+    }
+}
+
+/// Runs `f` on `n` ranks that are threads of this process (in-process mode); returns each
+/// rank's result in rank order. Uses the same code paths as separate processes.
+pub fn run_in_process<R: Send>(n: usize, config: SimConfig, f: impl Fn(SimComm) -> R + Sync) -> Vec<Result<R>> {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|r| {
+                let (store, config, f) = (store.clone(), config.clone(), &f);
+                std::thread::Builder::new()
+                    .name(format!("symm-rank-{r}"))
+                    .spawn_scoped(s, move || {
+                        let boot = Bootstrap::new(Rank(r as u32), n, store, "symm", config.timeout);
+                        SimComm::init(&boot, config).map(f)
+                    })
+                    .expect("spawning a rank thread")
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    })
+}
+
+/// A free TCP port on the loopback interface (for the rendezvous).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Runs `program args` once per rank with the `SYMM_*` variables set (and `env` added), waits
+/// for all, and returns their exit statuses in rank order. If a rank fails, the others get
+/// `grace` to finish before they are killed, so a crash never leaves a job hanging.
+pub fn spawn_ranks(
+    n: usize,
+    program: &std::path::Path,
+    args: &[String],
+    env: &[(String, String)],
+    grace: Duration,
+) -> std::io::Result<Vec<ExitStatus>> {
+    let port = free_port()?;
+    let mut children: Vec<Child> = Vec::with_capacity(n);
+    for r in 0..n {
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .env(RANK_VAR, r.to_string())
+            .env(WORLD_SIZE_VAR, n.to_string())
+            .env(RENDEZVOUS_VAR, format!("127.0.0.1:{port}"));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        match cmd.spawn() {
+            Ok(c) => children.push(c),
+            Err(e) => {
+                for c in &mut children {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return Err(e);
+            }
+        }
+    }
+    let mut statuses: Vec<Option<ExitStatus>> = vec![None; n];
+    let mut failed_at: Option<Instant> = None;
+    while statuses.iter().any(Option::is_none) {
+        for (r, c) in children.iter_mut().enumerate() {
+            if statuses[r].is_none() {
+                if let Some(st) = c.try_wait()? {
+                    if !st.success() && failed_at.is_none() {
+                        failed_at = Some(Instant::now());
+                    }
+                    statuses[r] = Some(st);
+                }
+            }
+        }
+        if failed_at.is_some_and(|t| t.elapsed() > grace) {
+            for (r, c) in children.iter_mut().enumerate() {
+                if statuses[r].is_none() {
+                    let _ = c.kill();
+                    statuses[r] = Some(c.wait()?);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(statuses.into_iter().map(|s| s.expect("all ranks finished")).collect())
+}

@@ -1,0 +1,110 @@
+//! Waiting: spin while the rank has a core, then sleep on the rank's doorbell (a futex).
+//!
+//! A flag written by a peer is seen by a spinning waiter in ~0.05 us here, but a futex wake-up
+//! costs ~24 us, so spinning pays while every rank has a core; with more ranks than cores a
+//! spinning waiter steals the core its peer needs, so the spin budget shrinks to almost nothing.
+//!
+//! Lost wake-ups are impossible: a waiter announces itself in `sleepers` (SeqCst), reads the
+//! doorbell, re-checks its condition and only then sleeps while the doorbell still has the
+//! value it read. A writer makes its change, bumps the doorbell (SeqCst) and wakes if it sees a
+//! sleeper. Either the writer sees the sleeper, or the waiter sees the change.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::control::Header;
+use crate::sys;
+
+/// How long a waiter spins before sleeping.
+#[derive(Clone, Copy, Debug)]
+pub struct SpinPolicy {
+    /// Busy-wait budget.
+    pub spin: Duration,
+}
+
+impl SpinPolicy {
+    /// The budget for `ranks_on_host` ranks sharing `cores` cores, unless `SYMM_SPIN_US` sets it.
+    pub fn for_host(ranks_on_host: usize, cores: usize) -> SpinPolicy {
+        if let Some(us) = std::env::var("SYMM_SPIN_US").ok().and_then(|v| v.trim().parse::<u64>().ok()) {
+            return SpinPolicy { spin: Duration::from_micros(us) };
+        }
+        let spin = if ranks_on_host <= cores { Duration::from_millis(2) } else { Duration::from_micros(2) };
+        SpinPolicy { spin }
+    }
+}
+
+/// Rings `owner`'s doorbell: call after changing anything the owner may wait for.
+pub fn ring(owner: &Header) {
+    // SeqCst: orders this bump after the caller's change and before the read of `sleepers`
+    // (the writer half of the lost-wake-up argument above).
+    owner.doorbell.0.fetch_add(1, Ordering::SeqCst);
+    // SeqCst: see above.
+    if owner.sleepers.0.load(Ordering::SeqCst) > 0 {
+        sys::futex_wake_all(&owner.doorbell.0);
+    }
+}
+
+/// Why a wait ended without its condition.
+#[derive(Debug)]
+pub enum WaitEnd<E> {
+    /// The deadline passed.
+    TimedOut,
+    /// The periodic health check failed.
+    Failed(E),
+}
+
+/// Waits on `me` (the caller's own header) until `check` returns `Some`, the deadline passes,
+/// or `health` (called about every 100 ms while asleep) fails.
+pub fn wait_until<T, E>(
+    me: &Header,
+    policy: SpinPolicy,
+    deadline: Instant,
+    mut check: impl FnMut() -> Option<T>,
+    mut health: impl FnMut() -> Result<(), E>,
+) -> Result<T, WaitEnd<E>> {
+    if let Some(v) = check() {
+        return Ok(v);
+    }
+    let start = Instant::now();
+    let mut spins = 0u32;
+    while start.elapsed() < policy.spin {
+        for _ in 0..64 {
+            std::hint::spin_loop();
+        }
+        if let Some(v) = check() {
+            return Ok(v);
+        }
+        spins += 1;
+        if spins % 16 == 0 {
+            // Let a peer sharing this core run now and then even while spinning.
+            std::thread::yield_now();
+        }
+    }
+    let mut next_health = Instant::now();
+    loop {
+        // SeqCst: announce the sleeper before reading the doorbell and re-checking (the waiter
+        // half of the lost-wake-up argument).
+        me.sleepers.0.fetch_add(1, Ordering::SeqCst);
+        // SeqCst: read after announcing; a later bump makes the futex return at once.
+        let bell = me.doorbell.0.load(Ordering::SeqCst);
+        let ready = check();
+        let now = Instant::now();
+        if ready.is_none() && now < deadline {
+            let nap = (deadline - now).min(Duration::from_millis(100));
+            sys::futex_wait(&me.doorbell.0, bell, nap);
+        }
+        // SeqCst: pairs with the increment above.
+        me.sleepers.0.fetch_sub(1, Ordering::SeqCst);
+        if let Some(v) = ready.or_else(&mut check) {
+            return Ok(v);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(WaitEnd::TimedOut);
+        }
+        if now >= next_health {
+            health().map_err(WaitEnd::Failed)?;
+            next_health = now + Duration::from_millis(100);
+        }
+    }
+}

@@ -1,0 +1,459 @@
+//! The cases. Each is collective: every rank of the world calls it with its own communicator.
+
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use symm_core::{
+    CmpOp, Communicator, DType, Error, GroupError, GroupRank, HeapError, LocalMut, LocalRef, Rank, ReduceOp, SignalOp,
+    SymmBuffer,
+};
+
+use crate::gen::{draw, seed};
+
+/// Every case, by name (the multi-process binary takes one of these).
+pub const CASES: &[&str] = &["primitives", "signals", "ordering", "groups", "bad_input", "heap"];
+
+/// Runs case `name` on this rank.
+pub fn run_case<C: Communicator>(name: &str, comm: &C) {
+    match name {
+        "primitives" => primitives(comm, cases_per_run(64)),
+        "signals" => signals(comm, cases_per_run(24)),
+        "ordering" => ordering(comm, if comm.world_size() > 4 { 300 } else { 2000 }),
+        "groups" => groups(comm),
+        "bad_input" => bad_input(comm),
+        "heap" => heap(comm),
+        other => panic!("unknown conformance case {other:?}; known: {CASES:?}"),
+    }
+}
+
+fn cases_per_run(default: usize) -> usize {
+    std::env::var("SYMM_TEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Byte `i` of the data rank `r` sends in case `case` (bool data stays 0/1).
+fn pattern(r: usize, case: usize, i: usize, dtype: DType) -> u8 {
+    let b = (r.wrapping_mul(131) ^ case.wrapping_mul(31) ^ i.wrapping_mul(7)).wrapping_add(i >> 8) as u8;
+    if dtype == DType::Bool {
+        b & 1
+    } else {
+        b
+    }
+}
+
+const SENTINEL: u8 = 0xEE;
+
+fn my_bytes<C: Communicator>(comm: &C, buf: &SymmBuffer) -> Vec<u8> {
+    let p = comm.local_ptr(buf).expect("local_ptr");
+    // SAFETY: the caller's copy of `buf` is `buf.bytes()` long and no peer writes it while the
+    // cases read it (they read between barriers).
+    unsafe { std::slice::from_raw_parts(p, buf.bytes()).to_vec() }
+}
+
+fn fill_mine<C: Communicator>(comm: &C, buf: &SymmBuffer, byte: u8) {
+    let p = comm.local_ptr(buf).expect("local_ptr");
+    // SAFETY: as in `my_bytes`; filled before the barrier that lets peers write.
+    unsafe { std::ptr::write_bytes(p, byte, buf.bytes()) };
+}
+
+#[derive(Clone, Debug)]
+struct TransferCase {
+    dtype: DType,
+    len: usize,
+    target_offset: usize,
+    src_len: usize,
+    src_offset: usize,
+    count: usize,
+    shift: usize,
+}
+
+fn transfer_case(n: usize) -> impl Strategy<Value = TransferCase> {
+    (0..DType::ALL.len(), 0usize..300, any::<u32>(), any::<u32>(), any::<u32>(), 0..n).prop_map(
+        move |(d, len, a, b, c, shift)| {
+            let count = match c % 5 {
+                0 => 0,
+                1 => len.min(1),
+                2 => len,
+                _ => (c as usize / 5) % (len + 1),
+            };
+            let target_offset = a as usize % (len - count + 1);
+            let src_len = count + (b as usize % 7);
+            let src_offset = (b as usize / 7) % (src_len - count + 1);
+            TransferCase { dtype: DType::ALL[d], len, target_offset, src_len, src_offset, count, shift }
+        },
+    )
+}
+
+/// put and get over random dtypes, lengths, offsets (0, 1, unaligned) and peers.
+pub fn primitives<C: Communicator>(comm: &C, cases: usize) {
+    let (me, n) = (comm.rank().index(), comm.world_size());
+    let world = comm.world();
+    for (k, case) in draw(transfer_case(n), cases, seed("primitives")).into_iter().enumerate() {
+        let size = case.dtype.size();
+        let buf = comm.alloc(&world, case.len, case.dtype).expect("alloc");
+        fill_mine(comm, &buf, SENTINEL);
+        comm.barrier(&world).expect("barrier");
+        let src: Vec<u8> = (0..case.src_len * size).map(|i| pattern(me, k, i, case.dtype)).collect();
+        // SAFETY: `src` holds `src_len` elements of `dtype` and outlives the call.
+        let src_ref = unsafe { LocalRef::from_raw(src.as_ptr(), case.src_len, case.dtype) };
+        let target = (me + case.shift) % n;
+        comm.put(&world, &buf, case.target_offset, src_ref, case.src_offset, case.count, target).expect("put");
+        comm.barrier(&world).expect("barrier");
+
+        let from = (me + n - case.shift) % n;
+        let got = my_bytes(comm, &buf);
+        let lo = case.target_offset * size;
+        let hi = lo + case.count * size;
+        for (i, &b) in got.iter().enumerate() {
+            let want = if (lo..hi).contains(&i) {
+                pattern(from, k, case.src_offset * size + i - lo, case.dtype)
+            } else {
+                SENTINEL
+            };
+            assert_eq!(b, want, "rank {me}: case {k} {case:?}: byte {i} of my buffer after put from rank {from}");
+        }
+
+        // get back what this rank put into its target, into a guarded local buffer.
+        let guard = 3;
+        let mut dst = vec![SENTINEL; (case.count + 2 * guard) * size];
+        // SAFETY: `dst` holds `count + 2 * guard` elements and is borrowed exclusively.
+        let dst_ref = unsafe { LocalMut::from_raw(dst.as_mut_ptr(), case.count + 2 * guard, case.dtype) };
+        comm.get(&world, dst_ref, guard, &buf, case.target_offset, case.count, target).expect("get");
+        for (i, &b) in dst.iter().enumerate() {
+            let inside = (guard * size..(guard + case.count) * size).contains(&i);
+            let want =
+                if inside { pattern(me, k, case.src_offset * size + i - guard * size, case.dtype) } else { SENTINEL };
+            assert_eq!(b, want, "rank {me}: case {k} {case:?}: byte {i} of get from rank {target}");
+        }
+        comm.barrier(&world).expect("barrier");
+        comm.free(buf).expect("free");
+    }
+}
+
+/// signal_op (set, add; int32, int64), wait_until with every comparison, and put_with_signal.
+pub fn signals<C: Communicator>(comm: &C, cases: usize) {
+    let (me, n) = (comm.rank().index(), comm.world_size());
+    let world = comm.world();
+    let strategy = (prop::bool::ANY, 1usize..17, any::<u32>(), -1000i64..1000, 0usize..300, 0..n);
+    for (k, (wide, len, o, base, data_len, shift)) in draw(strategy, cases, seed("signals")).into_iter().enumerate() {
+        let dtype = if wide { DType::I64 } else { DType::I32 };
+        let offset = o as usize % len;
+        let sig = comm.alloc(&world, len, dtype).expect("alloc signal");
+        fill_mine(comm, &sig, 0);
+        comm.barrier(&world).expect("barrier");
+        // Every rank adds base + r to every rank's word: the sum is the same everywhere.
+        for t in 0..n {
+            comm.signal_op(&world, &sig, offset, base + me as i64, SignalOp::Add, t).expect("signal add");
+        }
+        let sum: i64 = (0..n as i64).map(|r| base + r).sum();
+        let seen = comm.wait_until(&sig, offset, CmpOp::Eq, sum, None).expect("wait for the sum");
+        assert_eq!(seen, sum, "rank {me}: case {k}");
+        for cmp in CmpOp::ALL {
+            let holds = cmp.holds(sum, base);
+            let r =
+                comm.wait_until(&sig, offset, *cmp, base, Some(Duration::from_millis(if holds { 5000 } else { 20 })));
+            match (holds, r) {
+                (true, Ok(v)) => assert_eq!(v, sum),
+                (false, Err(Error::Timeout(t))) => {
+                    let text = t.to_string();
+                    assert!(text.contains(&format!("signal {} {base}", cmp.symbol())), "{text}");
+                    assert!(text.contains(&format!("rank {me}")) && text.contains(&sum.to_string()), "{text}");
+                }
+                (holds, r) => panic!("rank {me}: case {k}: {cmp} {base} on {sum}: holds={holds}, got {r:?}"),
+            }
+        }
+        comm.barrier(&world).expect("barrier");
+        // Set: the rank before me writes its own rank + 1 into my word.
+        let target = (me + shift) % n;
+        comm.signal_op(&world, &sig, offset, me as i64 + 1, SignalOp::Set, target).expect("signal set");
+        let from = (me + n - shift) % n;
+        comm.wait_until(&sig, offset, CmpOp::Eq, from as i64 + 1, None).expect("wait for set");
+        comm.barrier(&world).expect("barrier");
+
+        // put_with_signal: data first, then the signal.
+        let data = comm.alloc(&world, data_len, DType::I16).expect("alloc data");
+        fill_mine(comm, &sig, 0);
+        comm.barrier(&world).expect("barrier");
+        let src: Vec<i16> = (0..data_len).map(|i| (me * 1000 + i + k) as i16).collect();
+        comm.put_with_signal(
+            &world,
+            &data,
+            0,
+            LocalRef::from(&src),
+            0,
+            data_len,
+            &sig,
+            offset,
+            7,
+            SignalOp::Add,
+            target,
+        )
+        .expect("put_with_signal");
+        comm.wait_until(&sig, offset, CmpOp::Ge, 7, None).expect("wait for put_with_signal");
+        let got: Vec<i16> = comm.read_local(&data).expect("read");
+        let want: Vec<i16> = (0..data_len).map(|i| (from * 1000 + i + k) as i16).collect();
+        assert_eq!(got, want, "rank {me}: case {k}: data seen with the signal");
+        comm.barrier(&world).expect("barrier");
+        comm.free(data).expect("free");
+        comm.free(sig).expect("free");
+    }
+}
+
+/// Many rounds of put_with_signal around the ring; the receiver checks the data every time it
+/// sees the signal, then acknowledges so the sender may overwrite it.
+pub fn ordering<C: Communicator>(comm: &C, rounds: i64) {
+    let (me, n) = (comm.rank().index(), comm.world_size());
+    let world = comm.world();
+    const K: usize = 2048;
+    let data = comm.alloc(&world, K, DType::I64).expect("alloc");
+    let flags = comm.alloc(&world, 2, DType::I64).expect("alloc flags"); // [0]: data ready, [1]: ack
+    fill_mine(comm, &flags, 0);
+    comm.barrier(&world).expect("barrier");
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    let mut src = vec![0i64; K];
+    for round in 1..=rounds {
+        // The receiver has checked round - 1: the buffer may be overwritten.
+        comm.wait_until(&flags, 1, CmpOp::Ge, round - 1, None).expect("wait for ack");
+        for (i, v) in src.iter_mut().enumerate() {
+            *v = round * 1_000_000 + (me * 10_000 + i) as i64;
+        }
+        comm.put_with_signal(&world, &data, 0, LocalRef::from(&src), 0, K, &flags, 0, round, SignalOp::Set, next)
+            .expect("put_with_signal");
+        comm.wait_until(&flags, 0, CmpOp::Ge, round, None).expect("wait for data");
+        let got: Vec<i64> = comm.read_local(&data).expect("read");
+        for (i, &v) in got.iter().enumerate() {
+            assert_eq!(v, round * 1_000_000 + (prev * 10_000 + i) as i64, "rank {me}: round {round}: element {i}");
+        }
+        comm.signal_op(&world, &flags, 1, round, SignalOp::Set, prev).expect("ack");
+    }
+    comm.barrier(&world).expect("barrier");
+    comm.free(flags).expect("free");
+    comm.free(data).expect("free");
+}
+
+/// Overlapping and disjoint sub-groups with arbitrary orders, used in the same job.
+pub fn groups<C: Communicator>(comm: &C) {
+    let (me, n) = (comm.rank().index(), comm.world_size());
+    let world = comm.world();
+    // A rank-private allocation of a rank-dependent size first: world allocations must still
+    // land at one offset on every member.
+    let solo = comm.new_group(&world, &[me]).expect("solo group");
+    let private = comm.alloc(&solo, (me + 1) * 1000, DType::U8).expect("private alloc");
+
+    let mut lists: Vec<Vec<usize>> =
+        vec![(0..n).rev().collect(), (0..n).step_by(2).collect(), (1..n).step_by(2).collect()];
+    lists.push((0..n.div_ceil(2)).collect());
+    if n >= 4 {
+        lists.push(vec![3, 1]);
+        lists.push(vec![0, 2, 3]);
+    }
+    lists.retain(|l| !l.is_empty());
+    let groups: Vec<_> = lists.iter().map(|l| comm.new_group(&world, l).expect("new_group")).collect();
+    for (l, g) in lists.iter().zip(&groups) {
+        let again = comm.new_group(&world, l).expect("new_group again");
+        assert!(again.same_object(g), "rank {me}: the group {l:?} was not cached");
+        for (i, &r) in l.iter().enumerate() {
+            assert_eq!(g.to_global(GroupRank(i as u32)), Some(Rank(r as u32)), "rank {me}: {l:?}");
+            assert_eq!(g.to_local(Rank(r as u32)), Some(GroupRank(i as u32)), "rank {me}: {l:?}");
+        }
+        assert_eq!(g.my_rank().is_some(), l.contains(&me));
+    }
+    for (l, g) in lists.iter().zip(&groups) {
+        let Some(mine) = g.my_rank() else {
+            let e = comm.barrier(g).unwrap_err();
+            assert!(matches!(e, Error::Group { source: GroupError::NotMember { .. }, .. }), "rank {me}: {e}");
+            assert!(comm.alloc(g, 4, DType::I32).is_err());
+            continue;
+        };
+        let size = l.len();
+        let buf = comm.alloc(g, size, DType::I32).expect("group alloc");
+        fill_mine(comm, &buf, 0xFF);
+        comm.barrier(g).expect("group barrier");
+        let value = [me as i32];
+        for t in 0..size {
+            comm.put(g, &buf, mine.index(), LocalRef::from(&value[..]), 0, 1, t).expect("group put");
+        }
+        comm.barrier(g).expect("group barrier");
+        let got: Vec<i32> = comm.read_local(&buf).expect("read");
+        let want: Vec<i32> = l.iter().map(|&r| r as i32).collect();
+        assert_eq!(got, want, "rank {me}: group {l:?}: slot i must hold the global rank of member i");
+        // A sub-group of this group, by ranks relative to it, in another order.
+        if size >= 2 {
+            let sub = comm.new_group(g, &[1, 0]).expect("sub-group");
+            assert_eq!(sub.ranks(), &[Rank(l[1] as u32), Rank(l[0] as u32)]);
+        }
+        comm.barrier(g).expect("group barrier");
+        comm.free(buf).expect("free");
+    }
+    comm.barrier(&world).expect("barrier");
+    comm.free(private).expect("free private");
+}
+
+fn expect_arg_error(r: symm_core::Result<()>, me: usize, what: &str, needles: &[&str]) {
+    let e = r.expect_err(what);
+    let text = e.to_string();
+    assert!(text.contains(&format!("rank {me}")), "{what}: the error must name the rank: {text}");
+    for n in needles {
+        assert!(text.contains(n), "{what}: the error must mention {n:?}: {text}");
+    }
+}
+
+/// Bad arguments: each gives its own clear error on the calling rank, no hang anywhere, and no
+/// byte written anywhere.
+pub fn bad_input<C: Communicator>(comm: &C) {
+    let (me, n) = (comm.rank().index(), comm.world_size());
+    let world = comm.world();
+    let buf = comm.alloc(&world, 16, DType::F32).expect("alloc");
+    let sig = comm.alloc(&world, 4, DType::I32).expect("alloc");
+    fill_mine(comm, &buf, SENTINEL);
+    fill_mine(comm, &sig, 0);
+    comm.barrier(&world).expect("barrier");
+    let src = [1.0f32; 8];
+    let s = || LocalRef::from(&src[..]);
+    let peer = (me + 1) % n;
+
+    expect_arg_error(
+        comm.put(&world, &buf, 10, s(), 0, 7, peer),
+        me,
+        "target out of bounds",
+        &["target_offset/count", "10", "7", "16"],
+    );
+    expect_arg_error(comm.put(&world, &buf, 0, s(), 2, 7, peer), me, "src out of bounds", &["src_offset/count", "8"]);
+    expect_arg_error(
+        comm.put(&world, &buf, 1, s(), 0, usize::MAX, peer),
+        me,
+        "count overflow",
+        &["target_offset/count"],
+    );
+    expect_arg_error(comm.put(&world, &buf, 0, s(), 0, 1, n), me, "rank outside", &["target_rank", &n.to_string()]);
+    let ints = [1i32; 4];
+    expect_arg_error(
+        comm.put(&world, &buf, 0, LocalRef::from(&ints[..]), 0, 1, peer),
+        me,
+        "dtype",
+        &["int32", "float32"],
+    );
+    let mut dst = [0f32; 4];
+    expect_arg_error(
+        comm.get(&world, LocalMut::from(&mut dst[..]), 2, &buf, 0, 3, peer),
+        me,
+        "get dst",
+        &["dst_offset/count"],
+    );
+    expect_arg_error(
+        comm.get(&world, LocalMut::from(&mut dst[..]), 0, &buf, 15, 2, peer),
+        me,
+        "get src",
+        &["source_offset/count"],
+    );
+    expect_arg_error(
+        comm.get(&world, LocalMut::from(&mut dst[..]), 0, &buf, 0, 1, n + 3),
+        me,
+        "get rank",
+        &["source_rank"],
+    );
+    expect_arg_error(
+        comm.signal_op(&world, &buf, 0, 1, SignalOp::Add, peer),
+        me,
+        "signal dtype",
+        &["signal", "int32 or int64"],
+    );
+    expect_arg_error(comm.signal_op(&world, &sig, 4, 1, SignalOp::Add, peer), me, "signal offset", &["signal_offset"]);
+    expect_arg_error(
+        comm.signal_op(&world, &sig, 0, 1 << 40, SignalOp::Set, peer),
+        me,
+        "signal value",
+        &["signal_value"],
+    );
+    expect_arg_error(comm.wait_until(&sig, 9, CmpOp::Eq, 0, None).map(|_| ()), me, "wait offset", &["signal_offset"]);
+    expect_arg_error(
+        comm.put_with_signal(&world, &buf, 0, s(), 0, 1, &sig, 0, 1, SignalOp::Set, n),
+        me,
+        "pws rank",
+        &["target_rank"],
+    );
+    if n >= 2 {
+        // A group without the caller.
+        let others: Vec<usize> = (0..n).filter(|&r| r != me).collect();
+        let g = comm.new_group(&world, &others).expect("group of the others");
+        expect_arg_error(comm.put(&g, &buf, 0, s(), 0, 1, 0), me, "non-member put", &["not a member"]);
+        expect_arg_error(comm.barrier(&g), me, "non-member barrier", &["not a member"]);
+        // A buffer of a group that does not hold the target.
+        let solo = comm.new_group(&world, &[me]).expect("solo");
+        let mine_only = comm.alloc(&solo, 4, DType::F32).expect("solo alloc");
+        expect_arg_error(
+            comm.put(&world, &mine_only, 0, s(), 0, 1, peer),
+            me,
+            "buffer not on target",
+            &["does not contain"],
+        );
+        comm.free(mine_only).expect("free");
+    }
+    expect_arg_error(comm.new_group(&world, &[0, 0]).map(|_| ()), me, "duplicate ranks", &["twice"]);
+    expect_arg_error(comm.new_group(&world, &[n]).map(|_| ()), me, "rank outside world", &["ranks", &n.to_string()]);
+    for (code, what) in
+        [(SignalOp::from_code(2).map(|_| ()), "signal op"), (CmpOp::from_code(6).map(|_| ()), "compare op")]
+    {
+        assert!(code.unwrap_err().to_string().contains(what));
+    }
+    assert!(ReduceOp::from_code(-3).unwrap_err().to_string().contains("reduce op"));
+    assert!(DType::from_code(12).is_err());
+
+    // Nothing was written anywhere: every rank's buffer still holds the sentinel.
+    comm.barrier(&world).expect("barrier");
+    assert!(my_bytes(comm, &buf).iter().all(|&b| b == SENTINEL), "rank {me}: a failed call wrote data");
+    assert!(my_bytes(comm, &sig).iter().all(|&b| b == 0), "rank {me}: a failed call changed a signal");
+    comm.barrier(&world).expect("barrier");
+    comm.free(sig).expect("free");
+    comm.free(buf).expect("free");
+}
+
+/// Collective allocation: size mismatches and exhaustion are errors on every member, without a
+/// hang, and leave the heap usable; freed space is reused.
+pub fn heap<C: Communicator>(comm: &C) {
+    let (me, n) = (comm.rank().index(), comm.world_size());
+    let world = comm.world();
+    let heap = comm.heap_size();
+
+    if n >= 2 {
+        let len = if me == 0 { 100 } else { 200 };
+        let start = Instant::now();
+        match comm.alloc(&world, len, DType::F32) {
+            Err(Error::Heap { source: HeapError::SizeMismatch { sizes, .. }, rank }) => {
+                assert_eq!(rank.index(), me);
+                assert_eq!(sizes.len(), n);
+                assert_eq!(sizes[0], (Rank(0), 400));
+                assert_eq!(sizes[1], (Rank(1), 800));
+            }
+            other => panic!("rank {me}: a size mismatch must be an error on every rank, got {other:?}"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "rank {me}: the mismatch took {:?}", start.elapsed());
+        // And a zero-size request against a non-zero one is a mismatch too.
+        let r = comm.alloc(&world, if me == 0 { 0 } else { 1 }, DType::U8);
+        assert!(matches!(r, Err(Error::Heap { source: HeapError::SizeMismatch { .. }, .. })), "rank {me}: {r:?}");
+    }
+    // Too large for any heap: refused locally, naming the variable.
+    let e = comm.alloc(&world, heap + 1, DType::U8).unwrap_err().to_string();
+    assert!(e.contains("SYMMETRIC_MEMORY_HEAP_SIZE") && e.contains(&format!("rank {me}")), "{e}");
+    // Exhaustion found collectively: two halves do not fit.
+    let half = heap / 2 + 4096;
+    let a = comm.alloc(&world, half, DType::U8).expect("first half");
+    match comm.alloc(&world, half, DType::U8) {
+        Err(e @ Error::Heap { source: HeapError::Exhausted { .. }, .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("SYMMETRIC_MEMORY_HEAP_SIZE") && text.contains(&half.to_string()), "{text}");
+            assert_eq!(e.code(), "SYMM_E_HEAP_EXHAUSTED");
+        }
+        other => panic!("rank {me}: expected exhaustion, got {other:?}"),
+    }
+    let offset = a.heap_offset();
+    comm.free(a).expect("free");
+    let b = comm.alloc(&world, half, DType::U8).expect("reuse after free");
+    assert_eq!(b.heap_offset(), offset, "rank {me}: freed space is reused first-fit");
+    // Zero-length buffers work and take no space.
+    let z = comm.alloc(&world, 0, DType::F64).expect("empty alloc");
+    assert!(z.is_empty());
+    comm.put(&world, &z, 0, LocalRef::from(&[0f64; 0][..]), 0, 0, (me + 1) % n).expect("empty put");
+    comm.free(z).expect("free");
+    comm.free(b).expect("free");
+    comm.barrier(&world).expect("barrier");
+}
