@@ -169,6 +169,12 @@ pub enum Error {
     /// A peer process ended while this rank depended on it.
     #[error("rank {rank}: peer rank {peer} was lost during {op}: {detail}")]
     PeerLost { rank: Rank, peer: Rank, op: String, detail: String },
+    /// Members of a group called a collective with arguments that do not agree.
+    #[error("rank {rank}: {op}: arguments differ between ranks: global rank {peer} called it with {theirs}, this rank with {mine}")]
+    Mismatch { rank: Rank, op: String, peer: Rank, mine: String, theirs: String },
+    /// A peer rejected its own arguments for a collective this rank joined.
+    #[error("rank {rank}: {op}: global rank {peer} rejected its arguments (see the error on that rank); nothing was exchanged")]
+    PeerRejected { rank: Rank, op: String, peer: Rank },
     /// Start-up failed.
     #[error("rank {rank}: bootstrap failed: {source}")]
     Bootstrap {
@@ -199,6 +205,8 @@ impl Error {
             Error::Heap { .. } => "SYMM_E_HEAP",
             Error::Timeout(_) => "SYMM_E_TIMEOUT",
             Error::PeerLost { .. } => "SYMM_E_PEER_LOST",
+            Error::Mismatch { .. } => "SYMM_E_MISMATCH",
+            Error::PeerRejected { .. } => "SYMM_E_PEER_REJECTED",
             Error::Bootstrap { .. } => "SYMM_E_BOOTSTRAP",
             Error::Unsupported { .. } => "SYMM_E_UNSUPPORTED",
             Error::System { .. } => "SYMM_E_SYSTEM",
@@ -212,6 +220,8 @@ impl Error {
             | Error::Group { rank, .. }
             | Error::Heap { rank, .. }
             | Error::PeerLost { rank, .. }
+            | Error::Mismatch { rank, .. }
+            | Error::PeerRejected { rank, .. }
             | Error::Bootstrap { rank, .. }
             | Error::Unsupported { rank, .. }
             | Error::System { rank, .. } => *rank,

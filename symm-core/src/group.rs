@@ -4,6 +4,7 @@
 //! [`GroupId`] on every rank (computed from the list, so no communication is needed to agree on
 //! it) and, through [`GroupRegistry`], the same state object inside one process.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -43,6 +44,9 @@ struct GroupInner {
     me: Option<GroupRank>,
     /// Whether the group may be used from this rank: Err when it spans hosts.
     usable: Result<(), GroupError>,
+    /// State that layers above the backend keep per group (the collectives' workspace and
+    /// sequence numbers), created on first use.
+    extension: Mutex<Option<Arc<dyn Any + Send + Sync>>>,
 }
 
 impl Group {
@@ -69,7 +73,14 @@ impl Group {
             *slot = i as u32;
         }
         let me = local_of.get(caller.index()).copied().filter(|&l| l != u32::MAX).map(GroupRank);
-        Ok(Group(Arc::new(GroupInner { id: GroupId::of(ranks), ranks: ranks.into(), local_of, me, usable })))
+        Ok(Group(Arc::new(GroupInner {
+            id: GroupId::of(ranks),
+            ranks: ranks.into(),
+            local_of,
+            me,
+            usable,
+            extension: Mutex::new(None),
+        })))
     }
 
     /// The group's identity.
@@ -114,6 +125,19 @@ impl Group {
         usize::try_from(local).ok().and_then(|l| self.0.ranks.get(l).map(|&g| (GroupRank(l as u32), g))).ok_or_else(
             || GroupError::RankOutOfRange { arg, value: local, size: self.size(), ranks: self.ranks().to_vec() },
         )
+    }
+
+    /// The per-group state of type `T`, created by `init` on first use (under a lock, so
+    /// concurrent first uses create it once). A failed `init` leaves nothing behind.
+    pub fn extension<T: Any + Send + Sync, E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<Arc<T>, E> {
+        // A poisoned lock means a thread panicked in `init`; the slot is still None or valid.
+        let mut slot = self.0.extension.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = slot.as_ref().and_then(|e| e.clone().downcast::<T>().ok()) {
+            return Ok(existing);
+        }
+        let created = Arc::new(init()?);
+        *slot = Some(created.clone());
+        Ok(created)
     }
 
     /// Whether two handles are the same cached group object.

@@ -44,6 +44,7 @@
 pub mod backend;
 pub mod bootstrap;
 pub mod buffer;
+pub mod coll;
 pub mod comm;
 pub mod dtype;
 pub mod env;
@@ -55,6 +56,7 @@ pub mod rank;
 pub use backend::{Backend, SignalWidth, WaitSite};
 pub use bootstrap::{Bootstrap, Store};
 pub use buffer::{LocalMut, LocalRef, SymmBuffer};
+pub use coll::{CollOptions, Collectives};
 pub use comm::{Communicator, SymmetricHeap};
 pub use dtype::{bf16, f16, DType, Element, F8E4M3, F8E5M2};
 pub use error::{ArgError, AtRank, BootstrapError, Error, GroupError, HeapError, Result, TimeoutError};

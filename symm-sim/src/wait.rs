@@ -6,8 +6,9 @@
 //!
 //! Lost wake-ups are impossible: a waiter announces itself in `sleepers` (SeqCst), reads the
 //! doorbell, re-checks its condition and only then sleeps while the doorbell still has the
-//! value it read. A writer makes its change, bumps the doorbell (SeqCst) and wakes if it sees a
-//! sleeper. Either the writer sees the sleeper, or the waiter sees the change.
+//! value it read. A writer makes its change (SeqCst), then reads `sleepers` (SeqCst) and, if it
+//! sees a sleeper, bumps the doorbell and wakes. Either the writer sees the sleeper, or the
+//! waiter sees the change.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -33,13 +34,17 @@ impl SpinPolicy {
     }
 }
 
-/// Rings `owner`'s doorbell: call after changing anything the owner may wait for.
+/// Rings `owner`'s doorbell: call after a SeqCst change to anything the owner may wait for.
+///
+/// When nobody sleeps the doorbell is left alone (no contended read-modify-write on the hot
+/// path): the change itself was SeqCst and so is the read of `sleepers`, so a waiter that
+/// announced itself after this read is guaranteed to see the change when it re-checks.
 pub fn ring(owner: &Header) {
-    // SeqCst: orders this bump after the caller's change and before the read of `sleepers`
-    // (the writer half of the lost-wake-up argument above).
-    owner.doorbell.0.fetch_add(1, Ordering::SeqCst);
-    // SeqCst: see above.
+    // SeqCst: the writer half of the lost-wake-up argument (change, then read `sleepers`).
     if owner.sleepers.0.load(Ordering::SeqCst) > 0 {
+        // SeqCst: a sleeper's futex_wait compares against the value it read after announcing
+        // itself; bumping makes that comparison fail, so it cannot sleep through this wake.
+        owner.doorbell.0.fetch_add(1, Ordering::SeqCst);
         sys::futex_wake_all(&owner.doorbell.0);
     }
 }

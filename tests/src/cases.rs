@@ -13,8 +13,12 @@ use crate::gen::{draw, seed};
 /// Every case, by name (the multi-process binary takes one of these).
 pub const CASES: &[&str] = &["primitives", "signals", "ordering", "groups", "bad_input", "heap"];
 
-/// Runs case `name` on this rank.
-pub fn run_case<C: Communicator>(name: &str, comm: &C) {
+/// Runs case `name` (a primitive case or one of [`COLL_CASES`](crate::COLL_CASES)) on this
+/// rank.
+pub fn run_case<C: symm_core::Collectives>(name: &str, comm: &C) {
+    if crate::coll_cases::run_coll_case(name, comm).is_some() {
+        return;
+    }
     match name {
         "primitives" => primitives(comm, cases_per_run(64)),
         "signals" => signals(comm, cases_per_run(24)),
@@ -22,7 +26,7 @@ pub fn run_case<C: Communicator>(name: &str, comm: &C) {
         "groups" => groups(comm),
         "bad_input" => bad_input(comm),
         "heap" => heap(comm),
-        other => panic!("unknown conformance case {other:?}; known: {CASES:?}"),
+        other => panic!("unknown conformance case {other:?}; known: {CASES:?} and {:?}", crate::COLL_CASES),
     }
 }
 

@@ -8,6 +8,8 @@
 //! A case panics (with the rank in the message) when the backend breaks the contract.
 
 pub mod cases;
+pub mod coll_cases;
 pub mod gen;
 
 pub use cases::{run_case, CASES};
+pub use coll_cases::{run_coll_case, COLL_CASES};

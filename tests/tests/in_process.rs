@@ -1,9 +1,20 @@
 //! The conformance suite with ranks as threads of this process.
 
+use std::sync::Once;
+
 use symm_sim::{run_in_process, SimConfig};
 
+static ENV: Once = Once::new();
+
 fn run(case: &str, n: usize) {
-    let mut config = SimConfig::with_heap_size(16 << 20);
+    ENV.call_once(|| {
+        // A small workspace makes the collectives chunk and pipeline even for modest sizes.
+        // Set once, before any rank exists (every test passes through here first).
+        std::env::set_var("SYMM_COLL_WORKSPACE", "256K");
+        std::env::set_var("SYMM_ALLREDUCE_ONESHOT_MAX", "16K");
+        std::env::set_var("SYMM_P2P_CHUNK", "8K");
+    });
+    let mut config = SimConfig::with_heap_size(64 << 20);
     config.timeout = std::time::Duration::from_secs(60);
     for (r, res) in run_in_process(n, config, |comm| symm_tests::run_case(case, &comm)).into_iter().enumerate() {
         res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
@@ -27,3 +38,11 @@ case!(ordering);
 case!(groups);
 case!(bad_input);
 case!(heap);
+case!(allreduce);
+case!(reduce_scatter);
+case!(allgather);
+case!(broadcast);
+case!(alltoall);
+case!(sendrecv);
+case!(coll_errors);
+case!(coll_groups);

@@ -8,6 +8,9 @@ fn run(cases: &[&str], n: usize) {
     let env = vec![
         ("SYMMETRIC_MEMORY_HEAP_SIZE".to_string(), "32M".to_string()),
         ("SYMMETRIC_MEMORY_TIMEOUT".to_string(), "60".to_string()),
+        ("SYMM_COLL_WORKSPACE".to_string(), "1M".to_string()),
+        ("SYMM_ALLREDUCE_ONESHOT_MAX".to_string(), "32K".to_string()),
+        ("SYMM_TEST_CASES".to_string(), "8".to_string()),
     ];
     let statuses = symm_sim::spawn_ranks(n, exe, &args, &env, Duration::from_secs(5)).expect("spawn ranks");
     for (r, st) in statuses.iter().enumerate() {
@@ -17,7 +20,8 @@ fn run(cases: &[&str], n: usize) {
 
 #[test]
 fn every_case_on_2_3_4_and_8_processes() {
+    let all: Vec<&str> = symm_tests::CASES.iter().chain(symm_tests::COLL_CASES).copied().collect();
     for n in [2, 3, 4, 8] {
-        run(symm_tests::CASES, n);
+        run(&all, n);
     }
 }

@@ -1,0 +1,637 @@
+//! The collective algorithms, written once on the round protocol of [`state`](super::state).
+//!
+//! Data moves by *reading* peers' memory (pull): direct loads where the backend maps peers'
+//! heaps, `get` otherwise. Members publish where their data is each round, so one member may
+//! pass a heap buffer (zero-copy) while another passes ordinary memory (staged).
+//! Chunk sizes and algorithm choices depend only on arguments every member agrees on (counts,
+//! dtype, format, group size, workspace size), never on where a member's data lives, so every
+//! member runs the same rounds.
+
+use super::kernels;
+use super::lowp::{self, SubRun, SCALE_BLOCK};
+use super::state::{Ctx, Progress, DONE, LEN, MAX, READY, RED, REDUCED, SIG, SRC};
+use crate::backend::Backend;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::op::ReduceOp;
+
+/// Which collective a round belongs to (part of the signature members compare).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    AllReduce = 1,
+    ReduceScatter = 2,
+    AllGather = 3,
+    Broadcast = 4,
+    AllToAll = 5,
+}
+
+/// What a member was asked to do, as members compare it.
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    pub kind: Kind,
+    pub dtype: DType,
+    pub op: Option<ReduceOp>,
+    pub lp: Option<DType>,
+    pub root: usize,
+    pub count: usize,
+}
+
+impl Call {
+    fn sig(&self) -> i64 {
+        (self.kind as i64)
+            | (i64::from(self.dtype.code()) << 8)
+            | (self.op.map_or(0xff, |o| i64::from(o.code())) << 16)
+            | (self.lp.map_or(0xff, |d| i64::from(d.code())) << 24)
+            | ((self.root as i64 & 0xffff) << 32)
+    }
+
+    fn describe(sig: i64, len: i64) -> String {
+        let dtype = DType::from_code((sig >> 8) & 0xff).map_or_else(|_| "?".into(), |d| d.to_string());
+        let op = match (sig >> 16) & 0xff {
+            0xff => String::new(),
+            c => format!(", op={}", ReduceOp::from_code(c).map_or_else(|_| "?".into(), |o| o.to_string())),
+        };
+        let lp = match (sig >> 24) & 0xff {
+            0xff => String::new(),
+            c => format!(", low_precision={}", DType::from_code(c).map_or_else(|_| "?".into(), |d| d.to_string())),
+        };
+        let kind = match sig & 0xff {
+            1 => "allreduce",
+            2 => "reduce_scatter",
+            3 => "allgather",
+            4 => "broadcast",
+            5 => "alltoall",
+            _ => "?",
+        };
+        let root = if sig & 0xff == 4 { format!(", root={}", (sig >> 32) & 0xffff) } else { String::new() };
+        format!("{kind}(count={len}, dtype={dtype}{op}{lp}{root})")
+    }
+}
+
+/// A round number, taken from the group's progress.
+fn next_round(p: &mut Progress) -> u64 {
+    p.seq += 1;
+    p.seq
+}
+
+/// Waits for every peer's READY and checks that everyone was asked the same thing. On
+/// disagreement every member sees the same facts, so all of them fail the same way; they
+/// still finish the round (DONE) so the group stays usable.
+fn agree<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, seq: u64, call: &Call, compare_len: bool) -> Result<()> {
+    ctx.wait_all(READY, seq, "ready")?;
+    let (mine_sig, mine_len) = (call.sig(), call.count as i64);
+    for j in (0..ctx.n).filter(|&j| j != ctx.me) {
+        let (sig, len) = (ctx.read_fact(j, seq, SIG), ctx.read_fact(j, seq, LEN));
+        let peer = ctx.group.ranks()[j];
+        let err = if sig == -1 {
+            Some(Error::PeerRejected { rank: ctx.b.rank(), op: ctx.op.into(), peer })
+        } else if sig != mine_sig || (compare_len && len != mine_len) {
+            Some(Error::Mismatch {
+                rank: ctx.b.rank(),
+                op: ctx.op.into(),
+                peer,
+                mine: Call::describe(mine_sig, mine_len),
+                theirs: Call::describe(sig, len),
+            })
+        } else {
+            None
+        };
+        if let Some(e) = err {
+            ctx.signal_all(DONE, seq)?;
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Joins a round only to tell the peers that this member rejected its arguments; they fail
+/// with `PeerRejected` instead of waiting for it.
+pub fn reject<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress) -> Result<()> {
+    let seq = next_round(p);
+    ctx.publish(seq, [0, 0, -1, 0, 0])?;
+    ctx.signal_all(DONE, seq)
+}
+
+/// Largest chunk (elements) whose staged form fits in `bytes` of workspace.
+fn stage_capacity(bytes: usize, dtype: DType, lp: Option<DType>) -> usize {
+    match lp {
+        // Exponents cost 4 bytes per SCALE_BLOCK elements; keep whole blocks.
+        Some(l) => (bytes * SCALE_BLOCK / (SCALE_BLOCK * l.size() + 4) / SCALE_BLOCK).saturating_sub(1) * SCALE_BLOCK,
+        None => bytes / dtype.size(),
+    }
+    .max(1)
+}
+
+/// Copies `bytes` from `src` to `dst` unless they are the same memory.
+///
+/// # Safety
+/// Both ranges are valid; they are either identical or disjoint.
+unsafe fn copy(src: *const u8, dst: *mut u8, bytes: usize) {
+    if bytes > 0 && !std::ptr::eq(src, dst) {
+        // SAFETY: forwarded; identical ranges were excluded.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
+    }
+}
+
+/// The part of a chunk of `c` elements that member `k` of `n` reduces (two-shot).
+fn part(c: usize, n: usize, k: usize) -> (usize, usize) {
+    let p = c.div_ceil(n).div_ceil(SCALE_BLOCK) * SCALE_BLOCK;
+    let lo = (k * p).min(c);
+    (lo, (lo + p).min(c))
+}
+
+/// allreduce from `inp` into `out` (which may be the same memory), `count` elements.
+///
+/// # Safety
+/// `inp` is valid for reads and `out` for writes of `count` elements of `call.dtype`; they are
+/// identical or disjoint.
+pub unsafe fn allreduce<B: Backend + ?Sized>(
+    ctx: &Ctx<'_, B>,
+    p: &mut Progress,
+    call: Call,
+    inp: *const u8,
+    out: *mut u8,
+) -> Result<()> {
+    let size = call.dtype.size();
+    let bytes = call.count * size;
+    let tun = &ctx.st.tun;
+    let oneshot_max = tun.oneshot_max.min(tun.stage_bytes / 2);
+    let oneshot_cap = stage_capacity(tun.stage_bytes / 2, call.dtype, call.lp);
+    if bytes <= oneshot_max && call.count <= oneshot_cap {
+        // SAFETY: forwarded.
+        return unsafe { one_shot(ctx, p, call, inp, out) };
+    }
+    // Chunk so that a staged chunk fits the whole workspace, in whole parts.
+    let cap = stage_capacity(tun.stage_bytes, call.dtype, call.lp);
+    let chunk = if cap >= call.count { call.count } else { (cap / (ctx.n * SCALE_BLOCK)).max(1) * ctx.n * SCALE_BLOCK };
+    let mut c0 = 0;
+    while c0 < call.count {
+        let c = chunk.min(call.count - c0);
+        // SAFETY: the chunk lies inside both buffers.
+        unsafe { two_shot(ctx, p, call, c, inp.add(c0 * size), out.add(c0 * size))? };
+        c0 += c;
+    }
+    Ok(())
+}
+
+/// Every member stages its input, then reduces all members' copies itself.
+///
+/// # Safety
+/// As [`allreduce`].
+unsafe fn one_shot<B: Backend + ?Sized>(
+    ctx: &Ctx<'_, B>,
+    p: &mut Progress,
+    call: Call,
+    inp: *const u8,
+    out: *mut u8,
+) -> Result<()> {
+    let seq = next_round(p);
+    let half = (seq % 2) as usize;
+    let half_bytes = ctx.st.tun.stage_bytes / 2;
+    if p.stage_round[half] > 0 {
+        ctx.wait_all(DONE, p.stage_round[half], "done")?;
+    }
+    let stage = ctx.my_stage().wrapping_add(half * half_bytes);
+    let src_off = ctx.st.stage.heap_offset() + half * half_bytes;
+    let count = call.count;
+    match call.lp {
+        Some(lp) => {
+            let run = lowp::sub_run(stage, lp, count, 0, count);
+            // SAFETY: the run fits the half (one-shot limit); `inp` holds `count` elements.
+            unsafe { lowp::encode(call.dtype, lp, inp, count, run.exps.cast_mut(), run.payload.cast_mut()) };
+        }
+        // SAFETY: the half holds at least `bytes` (one-shot limit); the stage and the user's
+        // buffer are disjoint (a user buffer cannot be inside the workspace).
+        None => unsafe { copy(inp, stage, count * call.dtype.size()) },
+    }
+    p.stage_round[half] = seq;
+    ctx.publish(seq, [src_off as i64, 0, call.sig(), count as i64, 0])?;
+    agree(ctx, seq, &call, true)?;
+    let bytes = match call.lp {
+        Some(lp) => lowp::encoded_bytes(lp, count),
+        None => count * call.dtype.size(),
+    };
+    let mut tmps: Vec<Vec<u8>> = vec![Vec::new(); ctx.n];
+    let mut srcs = Vec::with_capacity(ctx.n);
+    for (j, tmp) in tmps.iter_mut().enumerate() {
+        let off = if j == ctx.me { src_off } else { ctx.read_fact(j, seq, SRC) as usize };
+        srcs.push(ctx.fetch(j, off, bytes, tmp)?);
+    }
+    match call.lp {
+        Some(lp) => {
+            let runs: Vec<SubRun> = srcs.iter().map(|&s| lowp::sub_run(s, lp, count, 0, count)).collect();
+            let op = call.op.expect("allreduce has an op");
+            // SAFETY: every run holds `count` encoded elements; `out` holds `count` elements
+            // and is not inside any staging area.
+            unsafe { lowp::reduce_encoded(call.dtype, lp, op, &runs, count, out) };
+        }
+        // SAFETY: every source holds `count` elements (published for this round), `out` too;
+        // `out` is the user's buffer, disjoint from every staging area.
+        None => unsafe { kernels::reduce(call.dtype, call.op.expect("allreduce has an op"), &srcs, out, count) },
+    }
+    ctx.signal_all(DONE, seq)
+}
+
+/// Reduce-scatter then allgather over one chunk of `c` elements: member k reduces part k of
+/// every member's data, then everyone copies every part.
+///
+/// # Safety
+/// As [`allreduce`] for `c` elements.
+unsafe fn two_shot<B: Backend + ?Sized>(
+    ctx: &Ctx<'_, B>,
+    p: &mut Progress,
+    call: Call,
+    c: usize,
+    inp: *const u8,
+    out: *mut u8,
+) -> Result<()> {
+    let size = call.dtype.size();
+    let seq = next_round(p);
+    for r in p.stage_round {
+        if r > 0 {
+            ctx.wait_all(DONE, r, "done")?;
+        }
+    }
+    p.stage_round = [0, 0];
+    let stage = ctx.my_stage();
+    let stage_off = ctx.st.stage.heap_offset();
+    let zc_in = if call.lp.is_none() { ctx.heap_offset_of(inp, c * size) } else { None };
+    let zc_out = if call.lp.is_none() { ctx.heap_offset_of(out, c * size) } else { None };
+    let src_off = match (zc_in, call.lp) {
+        (Some(off), _) => off,
+        (None, Some(lp)) => {
+            let run = lowp::sub_run(stage, lp, c, 0, c);
+            // SAFETY: the encoded chunk fits the workspace (chunking); `inp` holds `c`.
+            unsafe { lowp::encode(call.dtype, lp, inp, c, run.exps.cast_mut(), run.payload.cast_mut()) };
+            stage_off
+        }
+        (None, None) => {
+            // SAFETY: the chunk fits the workspace; user memory is disjoint from it.
+            unsafe { copy(inp, stage, c * size) };
+            stage_off
+        }
+    };
+    let red_off = zc_out.unwrap_or(stage_off);
+    ctx.publish(seq, [src_off as i64, red_off as i64, call.sig(), call.count as i64, 0])?;
+    agree(ctx, seq, &call, true)?;
+    let op = call.op.expect("allreduce has an op");
+
+    // Reduce my part of every member's data.
+    let (lo, hi) = part(c, ctx.n, ctx.me);
+    let len = hi - lo;
+    let mut tmps: Vec<Vec<u8>> = vec![Vec::new(); 2 * ctx.n];
+    if len > 0 {
+        match call.lp {
+            Some(lp) => {
+                let ((e_off, e_len), (p_off, p_len)) = lowp::part_layout(lp, c, lo, len);
+                let mut parts = Vec::with_capacity(ctx.n);
+                for (j, pair) in tmps.chunks_mut(2).enumerate() {
+                    let base = if j == ctx.me { src_off } else { ctx.read_fact(j, seq, SRC) as usize };
+                    let (a, b) = pair.split_at_mut(1);
+                    let exps = ctx.fetch(j, base + e_off, e_len, &mut a[0])?;
+                    let payload = ctx.fetch(j, base + p_off, p_len, &mut b[0])?;
+                    parts.push(SubRun { exps: exps.cast(), payload });
+                }
+                let mut result = vec![0u8; len * size];
+                // SAFETY: every part holds `len` encoded elements; `result` holds `len`.
+                unsafe { lowp::reduce_encoded(call.dtype, lp, op, &parts, len, result.as_mut_ptr()) };
+                // My part of my staged run is read by me only: overwrite it with the result,
+                // encoded, and decode that encoding into my output like every peer will.
+                let mine = lowp::sub_run(stage, lp, c, lo, len);
+                // SAFETY: `mine` is my own part of the staged run (len elements).
+                unsafe {
+                    lowp::encode(call.dtype, lp, result.as_ptr(), len, mine.exps.cast_mut(), mine.payload.cast_mut());
+                    lowp::decode(call.dtype, lp, mine, len, out.add(lo * size));
+                }
+            }
+            None => {
+                let mut srcs = Vec::with_capacity(ctx.n);
+                for (j, tmp) in tmps.iter_mut().take(ctx.n).enumerate() {
+                    let base = if j == ctx.me { src_off } else { ctx.read_fact(j, seq, SRC) as usize };
+                    srcs.push(ctx.fetch(j, base + lo * size, len * size, tmp)?);
+                }
+                let dst = ctx.b.local_heap_base().wrapping_add(red_off + lo * size);
+                // SAFETY: sources hold `len` elements each; `dst` is my result part (my
+                // output if it is in the heap, else my workspace), identical to my own source
+                // part or disjoint from every source.
+                unsafe { kernels::reduce(call.dtype, op, &srcs, dst, len) };
+                if zc_out.is_none() {
+                    // SAFETY: `out` holds the chunk; the workspace part is disjoint from it.
+                    unsafe { copy(dst, out.add(lo * size), len * size) };
+                }
+            }
+        }
+    }
+    ctx.signal_all(REDUCED, seq)?;
+    ctx.wait_all(REDUCED, seq, "reduced")?;
+
+    // Gather every other member's part.
+    for k in (0..ctx.n).filter(|&k| k != ctx.me) {
+        let (lo, hi) = part(c, ctx.n, k);
+        if hi == lo {
+            continue;
+        }
+        let len = hi - lo;
+        let base = ctx.read_fact(k, seq, RED) as usize;
+        match call.lp {
+            Some(lp) => {
+                let ((e_off, e_len), (p_off, p_len)) = lowp::part_layout(lp, c, lo, len);
+                let (a, b) = tmps.split_at_mut(1);
+                let exps = ctx.fetch(k, base + e_off, e_len, &mut a[0])?;
+                let payload = ctx.fetch(k, base + p_off, p_len, &mut b[0])?;
+                // SAFETY: the part holds `len` encoded elements; `out` holds the chunk.
+                unsafe { lowp::decode(call.dtype, lp, SubRun { exps: exps.cast(), payload }, len, out.add(lo * size)) };
+            }
+            None => {
+                let src = ctx.fetch(k, base + lo * size, len * size, &mut tmps[0])?;
+                // SAFETY: `src` holds `len` elements of member k's result; `out` holds the
+                // chunk and is disjoint from member k's memory.
+                unsafe { copy(src, out.add(lo * size), len * size) };
+            }
+        }
+    }
+    ctx.signal_all(DONE, seq)?;
+    // Peers read my input and my result part: wait until they are done before the caller may
+    // touch either again.
+    ctx.wait_all(DONE, seq, "done")
+}
+
+/// Lets the staging area go once peers are done with it, or waits now when peers read user
+/// memory directly (zero-copy) that the caller may change after return.
+fn finish_round<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, seq: u64, zero_copy: bool) -> Result<()> {
+    ctx.signal_all(DONE, seq)?;
+    if zero_copy {
+        ctx.wait_all(DONE, seq, "done")
+    } else {
+        p.stage_round = [seq, seq];
+        Ok(())
+    }
+}
+
+/// Waits until peers no longer read the workspace.
+fn free_stage<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress) -> Result<()> {
+    for r in p.stage_round {
+        if r > 0 {
+            ctx.wait_all(DONE, r, "done")?;
+        }
+    }
+    p.stage_round = [0, 0];
+    Ok(())
+}
+
+/// reduce_scatter: `inp` holds `n * m` elements, `out` gets `m`, the reduction of part `me`.
+///
+/// # Safety
+/// `inp` valid for `n * m` reads, `out` for `m` writes; `out` is part `me` of `inp` or
+/// disjoint from it.
+pub unsafe fn reduce_scatter<B: Backend + ?Sized>(
+    ctx: &Ctx<'_, B>,
+    p: &mut Progress,
+    call: Call,
+    inp: *const u8,
+    out: *mut u8,
+) -> Result<()> {
+    let (n, m, size) = (ctx.n, call.count, call.dtype.size());
+    let per_part = match call.lp {
+        Some(lp) => stage_capacity(ctx.st.tun.stage_bytes / n, call.dtype, Some(lp)),
+        None => ctx.st.tun.stage_bytes / n / size,
+    }
+    .max(1);
+    let zc = if call.lp.is_none() { ctx.heap_offset_of(inp, n * m * size) } else { None };
+    let op = call.op.expect("reduce_scatter has an op");
+    let mut c0 = 0;
+    loop {
+        let cm = per_part.min(m - c0);
+        let seq = next_round(p);
+        let (src_off, stride) = match (zc, call.lp) {
+            (Some(off), _) => (off + c0 * size, m * size),
+            (None, lp) => {
+                free_stage(ctx, p)?;
+                let stage = ctx.my_stage();
+                let stride = lp.map_or(cm * size, |l| lowp::encoded_bytes(l, cm));
+                for k in 0..n {
+                    // SAFETY: part k's chunk is inside `inp`; slot k of the workspace holds
+                    // `stride` bytes (chunking); user memory is disjoint from the workspace.
+                    unsafe {
+                        let src = inp.add((k * m + c0) * size);
+                        let dst = stage.add(k * stride);
+                        match lp {
+                            Some(l) => {
+                                let run = lowp::sub_run(dst, l, cm, 0, cm);
+                                lowp::encode(call.dtype, l, src, cm, run.exps.cast_mut(), run.payload.cast_mut());
+                            }
+                            None => copy(src, dst, cm * size),
+                        }
+                    }
+                }
+                (ctx.st.stage.heap_offset(), stride)
+            }
+        };
+        ctx.publish(seq, [src_off as i64, 0, call.sig(), m as i64, stride as i64])?;
+        agree(ctx, seq, &call, true)?;
+        let bytes = call.lp.map_or(cm * size, |l| lowp::encoded_bytes(l, cm));
+        let mut tmps: Vec<Vec<u8>> = vec![Vec::new(); n];
+        let mut srcs = Vec::with_capacity(n);
+        for (j, tmp) in tmps.iter_mut().enumerate() {
+            let (base, stride) = if j == ctx.me {
+                (src_off, stride)
+            } else {
+                (ctx.read_fact(j, seq, SRC) as usize, ctx.read_fact(j, seq, MAX) as usize)
+            };
+            srcs.push(ctx.fetch(j, base + ctx.me * stride, bytes, tmp)?);
+        }
+        // SAFETY: every source holds this chunk of part `me`; `out` holds `m` elements and is
+        // either exactly my own zero-copy source part or disjoint from all sources.
+        unsafe {
+            let dst = out.add(c0 * size);
+            match call.lp {
+                Some(l) => {
+                    let runs: Vec<SubRun> = srcs.iter().map(|&s| lowp::sub_run(s, l, cm, 0, cm)).collect();
+                    lowp::reduce_encoded(call.dtype, l, op, &runs, cm, dst);
+                }
+                None => kernels::reduce(call.dtype, op, &srcs, dst, cm),
+            }
+        }
+        finish_round(ctx, p, seq, zc.is_some())?;
+        c0 += cm;
+        if c0 >= m {
+            return Ok(());
+        }
+    }
+}
+
+/// allgather: `inp` holds `m` elements, `out` gets `n * m` in member order.
+///
+/// # Safety
+/// `inp` valid for `m` reads, `out` for `n * m` writes; `inp` is part `me` of `out` or
+/// disjoint from it.
+pub unsafe fn allgather<B: Backend + ?Sized>(
+    ctx: &Ctx<'_, B>,
+    p: &mut Progress,
+    call: Call,
+    inp: *const u8,
+    out: *mut u8,
+) -> Result<()> {
+    let (n, m, size) = (ctx.n, call.count, call.dtype.size());
+    let chunk = (ctx.st.tun.stage_bytes / size).max(1);
+    let zc = ctx.heap_offset_of(inp, m * size);
+    let mut c0 = 0;
+    loop {
+        let cm = chunk.min(m - c0);
+        let seq = next_round(p);
+        // SAFETY: the chunk lies inside `inp`.
+        let src = unsafe { inp.add(c0 * size) };
+        let src_off = match zc {
+            Some(off) => off + c0 * size,
+            None => {
+                free_stage(ctx, p)?;
+                // SAFETY: the chunk fits the workspace; user memory is disjoint from it.
+                unsafe { copy(src, ctx.my_stage(), cm * size) };
+                ctx.st.stage.heap_offset()
+            }
+        };
+        ctx.publish(seq, [src_off as i64, 0, call.sig(), m as i64, 0])?;
+        agree(ctx, seq, &call, true)?;
+        let mut tmp = Vec::new();
+        for j in 0..n {
+            // SAFETY: slot j's chunk lies inside `out`.
+            let dst = unsafe { out.add((j * m + c0) * size) };
+            let from =
+                if j == ctx.me { src } else { ctx.fetch(j, ctx.read_fact(j, seq, SRC) as usize, cm * size, &mut tmp)? };
+            // SAFETY: `from` holds the chunk; `dst` is in `out`; my own slot may be exactly my
+            // input (in-place), which `copy` skips.
+            unsafe { copy(from, dst, cm * size) };
+        }
+        finish_round(ctx, p, seq, zc.is_some())?;
+        c0 += cm;
+        if c0 >= m {
+            return Ok(());
+        }
+    }
+}
+
+/// broadcast of `count` elements from member `root` into every member's `buf`.
+///
+/// # Safety
+/// `buf` valid for `count` reads (root) or writes (others).
+pub unsafe fn broadcast<B: Backend + ?Sized>(
+    ctx: &Ctx<'_, B>,
+    p: &mut Progress,
+    call: Call,
+    buf: *mut u8,
+) -> Result<()> {
+    let (count, size) = (call.count, call.dtype.size());
+    let chunk = (ctx.st.tun.stage_bytes / size).max(1);
+    let is_root = ctx.me == call.root;
+    let zc = if is_root { ctx.heap_offset_of(buf, count * size) } else { None };
+    let mut c0 = 0;
+    loop {
+        let c = chunk.min(count - c0);
+        let seq = next_round(p);
+        // SAFETY: the chunk lies inside `buf`.
+        let here = unsafe { buf.add(c0 * size) };
+        let src_off = match (is_root, zc) {
+            (true, Some(off)) => off + c0 * size,
+            (true, None) => {
+                free_stage(ctx, p)?;
+                // SAFETY: the chunk fits the workspace; user memory is disjoint from it.
+                unsafe { copy(here, ctx.my_stage(), c * size) };
+                ctx.st.stage.heap_offset()
+            }
+            (false, _) => 0,
+        };
+        ctx.publish(seq, [src_off as i64, 0, call.sig(), count as i64, 0])?;
+        agree(ctx, seq, &call, true)?;
+        if !is_root {
+            let mut tmp = Vec::new();
+            let from = ctx.fetch(call.root, ctx.read_fact(call.root, seq, SRC) as usize, c * size, &mut tmp)?;
+            // SAFETY: `from` holds the chunk; `here` is inside my buffer, disjoint from root's.
+            unsafe { copy(from, here, c * size) };
+        }
+        finish_round(ctx, p, seq, zc.is_some())?;
+        c0 += c;
+        if c0 >= count {
+            return Ok(());
+        }
+    }
+}
+
+/// alltoall: `send[d]` (pointer, count) goes to member d; what member j sends lands at
+/// `recv + displ[j]` and must be `recv_counts[j]` elements.
+///
+/// # Safety
+/// Every send pointer is valid for its count; `recv` for `sum(recv_counts)` writes at the
+/// displacements; none of them overlaps another.
+pub unsafe fn alltoall<B: Backend + ?Sized>(
+    ctx: &Ctx<'_, B>,
+    p: &mut Progress,
+    call: Call,
+    send: &[(*const u8, usize)],
+    recv: *mut u8,
+    recv_counts: &[usize],
+) -> Result<()> {
+    let (n, size) = (ctx.n, call.dtype.size());
+    let window = (ctx.st.tun.stage_bytes / n / size).max(1);
+    let my_max = send.iter().map(|s| s.1).max().unwrap_or(0);
+    let displ: Vec<usize> = recv_counts.iter().scan(0, |acc, &c| Some(std::mem::replace(acc, *acc + c))).collect();
+    let mut rounds = 1usize;
+    let mut mismatch: Option<Error> = None;
+    let mut r = 0;
+    while r < rounds {
+        let seq = next_round(p);
+        free_stage(ctx, p)?;
+        let stage = ctx.my_stage();
+        for (d, &(ptr, len)) in send.iter().enumerate() {
+            let lo = (r * window).min(len);
+            let piece = (len - lo).min(window);
+            // SAFETY: the piece lies inside send[d]; slot d of the workspace holds `window`.
+            unsafe { copy(ptr.add(lo * size), stage.add(d * window * size), piece * size) };
+        }
+        let stage_off = ctx.st.stage.heap_offset() as i64;
+        for j in (0..n).filter(|&j| j != ctx.me) {
+            // Each peer learns what I send to it (to check against its recv_counts).
+            let facts = [stage_off, 0, call.sig(), send[j].1 as i64, my_max as i64];
+            ctx.publish_to(j, seq, facts)?;
+        }
+        agree(ctx, seq, &call, false)?;
+        if r == 0 {
+            let global_max =
+                (0..n).map(|j| if j == ctx.me { my_max } else { ctx.read_fact(j, seq, MAX) as usize }).max();
+            rounds = global_max.unwrap_or(0).div_ceil(window).max(1);
+            for j in 0..n {
+                let sends = if j == ctx.me { send[j].1 } else { ctx.read_fact(j, seq, LEN) as usize };
+                if sends != recv_counts[j] && mismatch.is_none() {
+                    mismatch = Some(Error::Mismatch {
+                        rank: ctx.b.rank(),
+                        op: ctx.op.into(),
+                        peer: ctx.group.ranks()[j],
+                        mine: format!("recv_counts[{j}] = {}", recv_counts[j]),
+                        theirs: format!("{sends} elements sent to group rank {}", ctx.me),
+                    });
+                }
+            }
+        }
+        if mismatch.is_none() {
+            let mut tmp = Vec::new();
+            for j in 0..n {
+                let lo = (r * window).min(recv_counts[j]);
+                let piece = (recv_counts[j] - lo).min(window);
+                if piece == 0 {
+                    continue;
+                }
+                let from = ctx.fetch(
+                    j,
+                    ctx.read_fact_or(j, seq, SRC, stage_off) as usize + ctx.me * window * size,
+                    piece * size,
+                    &mut tmp,
+                )?;
+                // SAFETY: the piece fits j's segment of `recv`; `from` holds it.
+                unsafe { copy(from, recv.add((displ[j] + lo) * size), piece * size) };
+            }
+        }
+        finish_round(ctx, p, seq, false)?;
+        r += 1;
+    }
+    mismatch.map_or(Ok(()), Err)
+}

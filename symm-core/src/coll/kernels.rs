@@ -1,0 +1,264 @@
+//! Reduction kernels: `dst[i] = op(src_0[i], src_1[i], ..., src_{n-1}[i])`, always in source
+//! order, accumulating in a wider type where the element is narrow.
+//!
+//! The order is fixed and the accumulator type depends only on the dtype, so every rank that
+//! reduces the same sources gets the same bits, whichever algorithm split the work.
+//! Work proceeds in blocks of [`BLOCK`] elements through an accumulator array on the stack, so
+//! each inner loop is a simple vectorisable pass over one source.
+
+use crate::dtype::{bf16, f16, DType, F8E4M3, F8E5M2};
+use crate::op::ReduceOp;
+
+/// Elements per accumulation block (fits L1 with room for the sources).
+pub const BLOCK: usize = 1024;
+
+/// An element type that can be reduced.
+pub trait Reduce: Copy + 'static {
+    /// The accumulator type.
+    type Acc: Copy + Default;
+    /// Widens an element.
+    fn widen(self) -> Self::Acc;
+    /// Narrows an accumulator (rounding once).
+    fn narrow(a: Self::Acc) -> Self;
+    /// Sum of two accumulators (wrapping for integers, logical or for bool).
+    fn add(a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    /// Maximum (floats: NaN wins).
+    fn max(a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    /// Minimum (floats: NaN wins).
+    fn min(a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    /// `a / n`, for `avg` (floats only; never called for other types).
+    fn div(a: Self::Acc, n: usize) -> Self::Acc;
+}
+
+macro_rules! float_reduce {
+    ($t:ty, $acc:ty, $widen:expr, $narrow:expr) => {
+        impl Reduce for $t {
+            type Acc = $acc;
+            #[inline(always)]
+            fn widen(self) -> $acc {
+                $widen(self)
+            }
+            #[inline(always)]
+            fn narrow(a: $acc) -> Self {
+                $narrow(a)
+            }
+            #[inline(always)]
+            fn add(a: $acc, b: $acc) -> $acc {
+                a + b
+            }
+            #[inline(always)]
+            fn max(a: $acc, b: $acc) -> $acc {
+                if a > b || a.is_nan() {
+                    a
+                } else {
+                    b
+                }
+            }
+            #[inline(always)]
+            fn min(a: $acc, b: $acc) -> $acc {
+                if a < b || a.is_nan() {
+                    a
+                } else {
+                    b
+                }
+            }
+            #[inline(always)]
+            fn div(a: $acc, n: usize) -> $acc {
+                a / n as $acc
+            }
+        }
+    };
+}
+
+float_reduce!(f32, f32, |x| x, |a| a);
+float_reduce!(f64, f64, |x| x, |a| a);
+float_reduce!(f16, f32, f16::to_f32, f16::from_f32);
+float_reduce!(bf16, f32, bf16::to_f32, bf16::from_f32);
+float_reduce!(F8E4M3, f32, |x: F8E4M3| x.to_f32(), F8E4M3::from_f32);
+float_reduce!(F8E5M2, f32, |x: F8E5M2| x.to_f32(), F8E5M2::from_f32);
+
+macro_rules! int_reduce {
+    ($($t:ty),*) => {$(
+        impl Reduce for $t {
+            type Acc = $t;
+            #[inline(always)]
+            fn widen(self) -> $t { self }
+            #[inline(always)]
+            fn narrow(a: $t) -> Self { a }
+            #[inline(always)]
+            fn add(a: $t, b: $t) -> $t { a.wrapping_add(b) }
+            #[inline(always)]
+            fn max(a: $t, b: $t) -> $t { a.max(b) }
+            #[inline(always)]
+            fn min(a: $t, b: $t) -> $t { a.min(b) }
+            #[inline(always)]
+            fn div(a: $t, _n: usize) -> $t { a }
+        }
+    )*};
+}
+
+int_reduce!(i8, i16, i32, i64, u8);
+
+/// Booleans travel as bytes 0/1: sum and max are "any", min is "all".
+#[derive(Clone, Copy, Debug)]
+#[repr(transparent)]
+pub struct BoolByte(pub u8);
+
+impl Reduce for BoolByte {
+    type Acc = u8;
+    #[inline(always)]
+    fn widen(self) -> u8 {
+        self.0
+    }
+    #[inline(always)]
+    fn narrow(a: u8) -> Self {
+        BoolByte(u8::from(a != 0))
+    }
+    #[inline(always)]
+    fn add(a: u8, b: u8) -> u8 {
+        a | b
+    }
+    #[inline(always)]
+    fn max(a: u8, b: u8) -> u8 {
+        a | b
+    }
+    #[inline(always)]
+    fn min(a: u8, b: u8) -> u8 {
+        a & b
+    }
+    #[inline(always)]
+    fn div(a: u8, _n: usize) -> u8 {
+        a
+    }
+}
+
+#[inline(always)]
+fn combine<T: Reduce>(op: ReduceOp, acc: &mut [T::Acc], src: *const T) {
+    // The match is outside the loops so that each loop is a plain vectorisable pass.
+    macro_rules! pass {
+        ($f:path) => {
+            for (i, a) in acc.iter_mut().enumerate() {
+                // SAFETY: `src` holds `acc.len()` elements (caller's contract of `reduce_typed`).
+                *a = $f(*a, unsafe { src.add(i).read_unaligned() }.widen());
+            }
+        };
+    }
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => pass!(T::add),
+        ReduceOp::Max => pass!(T::max),
+        ReduceOp::Min => pass!(T::min),
+    }
+}
+
+/// Typed n-ary reduction.
+///
+/// # Safety
+/// Every `srcs[j]` is valid for reads of `count` elements, `dst` for writes of `count`
+/// elements; `dst` may be one of the sources (each block is read completely before it is
+/// written) but must not partially overlap any source; nobody writes the sources meanwhile.
+pub unsafe fn reduce_typed<T: Reduce>(op: ReduceOp, srcs: &[*const T], dst: *mut T, count: usize) {
+    let n = srcs.len();
+    let mut acc = [T::Acc::default(); BLOCK];
+    let mut start = 0;
+    while start < count {
+        let len = BLOCK.min(count - start);
+        let acc = &mut acc[..len];
+        for (i, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `start + i < count`, within the first source (caller's contract).
+            *a = unsafe { srcs[0].add(start + i).read_unaligned() }.widen();
+        }
+        for src in &srcs[1..] {
+            // SAFETY: `start + len <= count`, within this source.
+            combine::<T>(op, acc, unsafe { src.add(start) });
+        }
+        if op == ReduceOp::Avg {
+            for a in acc.iter_mut() {
+                *a = T::div(*a, n);
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            // SAFETY: `start + i < count`, within `dst` (caller's contract).
+            unsafe { dst.add(start + i).write_unaligned(T::narrow(*a)) };
+        }
+        start += len;
+    }
+}
+
+/// Dispatches [`reduce_typed`] on `dtype`. `avg` must only reach floating dtypes (validated by
+/// the caller).
+///
+/// # Safety
+/// As [`reduce_typed`], with counts in elements of `dtype`.
+pub unsafe fn reduce(dtype: DType, op: ReduceOp, srcs: &[*const u8], dst: *mut u8, count: usize) {
+    macro_rules! go {
+        ($t:ty) => {{
+            let typed: Vec<*const $t> = srcs.iter().map(|p| p.cast::<$t>()).collect();
+            // SAFETY: forwarded from this function's contract.
+            unsafe { reduce_typed::<$t>(op, &typed, dst.cast::<$t>(), count) }
+        }};
+    }
+    match dtype {
+        DType::F32 => go!(f32),
+        DType::F64 => go!(f64),
+        DType::F16 => go!(f16),
+        DType::BF16 => go!(bf16),
+        DType::F8E4M3 => go!(F8E4M3),
+        DType::F8E5M2 => go!(F8E5M2),
+        DType::I8 => go!(i8),
+        DType::I16 => go!(i16),
+        DType::I32 => go!(i32),
+        DType::I64 => go!(i64),
+        DType::U8 => go!(u8),
+        DType::Bool => go!(BoolByte),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run<T: Reduce>(op: ReduceOp, srcs: &[Vec<T>]) -> Vec<T> {
+        let count = srcs[0].len();
+        let ptrs: Vec<*const T> = srcs.iter().map(|s| s.as_ptr()).collect();
+        let mut out = srcs[0].clone();
+        // SAFETY: every source and `out` hold `count` elements.
+        unsafe { reduce_typed(op, &ptrs, out.as_mut_ptr(), count) };
+        out
+    }
+
+    #[test]
+    fn sums_in_rank_order_with_wide_accumulation() {
+        // In f16, 2048 + 1 + 1 rounds to 2048 step by step, but to 2050 in f32 then once to f16.
+        let a = vec![f16::from_f32(2048.0); 3];
+        let b = vec![f16::from_f32(1.0); 3];
+        let out = run(ReduceOp::Sum, &[a, b.clone(), b]);
+        assert_eq!(out[0].to_f32(), 2050.0);
+    }
+
+    #[test]
+    fn ops_on_floats_ints_and_bools() {
+        let out = run(ReduceOp::Max, &[vec![1.0f32, f32::NAN, -3.0], vec![2.0, 0.0, f32::NAN]]);
+        assert_eq!(out[0], 2.0);
+        assert!(out[1].is_nan() && out[2].is_nan());
+        assert_eq!(run(ReduceOp::Min, &[vec![5i32, -7], vec![3, 9]]), vec![3, -7]);
+        assert_eq!(run(ReduceOp::Sum, &[vec![i8::MAX], vec![1i8]]), vec![i8::MIN]);
+        assert_eq!(run(ReduceOp::Avg, &[vec![1.0f64, 2.0], vec![2.0, 4.0]]), vec![1.5, 3.0]);
+        let bools = |v: &[u8]| v.iter().map(|&b| BoolByte(b)).collect::<Vec<_>>();
+        let s = run(ReduceOp::Sum, &[bools(&[0, 1, 0]), bools(&[0, 0, 1])]);
+        assert_eq!(s.iter().map(|b| b.0).collect::<Vec<_>>(), [0, 1, 1]);
+        let m = run(ReduceOp::Min, &[bools(&[1, 1, 0]), bools(&[1, 0, 1])]);
+        assert_eq!(m.iter().map(|b| b.0).collect::<Vec<_>>(), [1, 0, 0]);
+    }
+
+    #[test]
+    fn in_place_and_longer_than_a_block() {
+        let n = BLOCK * 2 + 17;
+        let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let b: Vec<f32> = (0..n).map(|i| (2 * i) as f32).collect();
+        let mut inout = a.clone();
+        let ptrs = [inout.as_ptr(), b.as_ptr()];
+        // SAFETY: all buffers hold `n` elements; dst is exactly the first source.
+        unsafe { reduce_typed(ReduceOp::Sum, &ptrs, inout.as_mut_ptr(), n) };
+        assert!(inout.iter().enumerate().all(|(i, &v)| v == (3 * i) as f32));
+    }
+}

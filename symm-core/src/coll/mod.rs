@@ -1,0 +1,422 @@
+//! Collectives on symmetric memory, written once for every backend.
+//!
+//! [`Collectives`] is implemented for every [`Communicator`] (blanket impl): allreduce,
+//! reduce_scatter, allgather, alltoall (list and single-buffer forms), broadcast, send and recv,
+//! all group-aware. Arguments are validated on the calling rank; arguments that must agree
+//! across ranks (counts, dtypes, ops, roots, low-precision formats) are compared in the first
+//! round of every call, so a disagreement is an error on every rank instead of a hang or
+//! corrupted data. Any memory is accepted: buffers inside the symmetric heap are read by peers
+//! in place (zero-copy), others are staged through a per-group workspace.
+//!
+//! Results of allreduce are bit-identical on every rank: each element is reduced in group-rank
+//! order in an accumulator type fixed by the dtype (f32 for 16- and 8-bit floats), whichever
+//! algorithm (one-shot for small messages, reduce-scatter + allgather for large) ran.
+//!
+//! Concurrency: calls on one group from several threads are serialised; collectives in
+//! different groups never interfere (each group has its own workspace, flags and round
+//! numbers).
+
+mod algo;
+pub mod kernels;
+pub mod lowp;
+mod p2p;
+mod state;
+
+use std::time::Duration;
+
+use crate::buffer::{LocalMut, LocalRef};
+use crate::comm::Communicator;
+use crate::dtype::DType;
+use crate::error::{ArgError, AtRank, Error, Result};
+use crate::group::Group;
+use crate::op::ReduceOp;
+pub use algo::Kind;
+use algo::{Call, Kind as K};
+pub use state::Tunables;
+use state::{CollState, Ctx};
+
+/// Options of a collective call.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CollOptions {
+    /// Transport format for allreduce / reduce_scatter (fp16, bf16, fp8 e4m3, fp8 e5m2).
+    /// `None`: the default from `SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE` (unset: full precision).
+    pub low_precision: Option<DType>,
+    /// Bound of every wait in the call (`None`: the communicator's default).
+    pub timeout: Option<Duration>,
+}
+
+impl CollOptions {
+    /// Options with a transport format.
+    pub fn low_precision(lp: DType) -> Self {
+        CollOptions { low_precision: Some(lp), ..Self::default() }
+    }
+}
+
+fn ranges_partially_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usize) -> bool {
+    let (a, b) = (a as usize, b as usize);
+    let disjoint = a + a_len <= b || b + b_len <= a;
+    !(disjoint || (a == b && a_len == b_len) || a_len == 0 || b_len == 0)
+}
+
+/// Collective communication over a group. Every member calls the same collectives in the same
+/// order; each call returns when the caller's part is complete and its buffers may be reused.
+pub trait Collectives: Communicator {
+    /// In place: every member's `buf` becomes the reduction of all members' `buf`.
+    fn allreduce(&self, group: &Group, mut buf: LocalMut<'_>, op: ReduceOp, opts: &CollOptions) -> Result<()> {
+        let (len, dtype) = (buf.len(), buf.dtype());
+        let p = buf.as_mut_ptr();
+        // SAFETY: `buf` is valid for reads and writes of `len` elements (LocalMut contract).
+        unsafe { run_allreduce(self, group, p, p, len, dtype, op, opts) }
+    }
+
+    /// Out of place: `output` becomes the reduction of every member's `input` (same length and
+    /// dtype; the buffers are identical or disjoint).
+    fn allreduce_into(
+        &self,
+        group: &Group,
+        input: LocalRef<'_>,
+        mut output: LocalMut<'_>,
+        op: ReduceOp,
+        opts: &CollOptions,
+    ) -> Result<()> {
+        let bad = if output.dtype() != input.dtype() {
+            Some(ArgError::DTypeMismatch {
+                arg: "output",
+                expected: input.dtype().to_string(),
+                actual: output.dtype().to_string(),
+            })
+        } else if output.len() != input.len() {
+            Some(ArgError::invalid(
+                "output",
+                format!("{} elements", output.len()),
+                format!("must hold the input's {} elements", input.len()),
+            ))
+        } else {
+            None
+        };
+        if let Some(e) = bad {
+            return reject(self, group, e);
+        }
+        let bytes = input.len() * input.dtype().size();
+        if ranges_partially_overlap(input.as_ptr(), bytes, output.as_mut_ptr(), bytes) {
+            return reject(
+                self,
+                group,
+                ArgError::invalid("output", "a partial overlap", "must be the input itself or disjoint from it"),
+            );
+        }
+        // SAFETY: both are valid for `len` elements (LocalRef/LocalMut contracts).
+        unsafe { run_allreduce(self, group, input.as_ptr(), output.as_mut_ptr(), input.len(), input.dtype(), op, opts) }
+    }
+
+    /// `input` holds `group.size()` equal parts; member r's `output` becomes the reduction of
+    /// part r over all members.
+    fn reduce_scatter(
+        &self,
+        group: &Group,
+        mut output: LocalMut<'_>,
+        input: LocalRef<'_>,
+        op: ReduceOp,
+        opts: &CollOptions,
+    ) -> Result<()> {
+        let n = group.size();
+        let lp = match check_reduction(self, input.dtype(), op, opts) {
+            Ok(lp) => lp,
+            Err(e) => return reject(self, group, e),
+        };
+        let size = input.dtype().size();
+        let bad = if output.dtype() != input.dtype() {
+            Some(ArgError::DTypeMismatch {
+                arg: "output",
+                expected: input.dtype().to_string(),
+                actual: output.dtype().to_string(),
+            })
+        } else if input.len() != n * output.len() {
+            Some(ArgError::invalid(
+                "input",
+                format!("{} elements", input.len()),
+                format!("must hold group size {n} x output's {} elements = {}", output.len(), n * output.len()),
+            ))
+        } else {
+            None
+        };
+        if let Some(e) = bad {
+            return reject(self, group, e);
+        }
+        let me = group.member().at(self.rank())?.index();
+        let own = input.as_ptr().wrapping_add(me * output.len() * size);
+        let in_place = std::ptr::eq(own, output.as_mut_ptr());
+        if !in_place
+            && ranges_partially_overlap(input.as_ptr(), input.len() * size, output.as_mut_ptr(), output.len() * size)
+        {
+            return reject(
+                self,
+                group,
+                ArgError::invalid(
+                    "output",
+                    "overlapping the input",
+                    "must be the caller's part of the input or disjoint from it",
+                ),
+            );
+        }
+        let call =
+            Call { kind: K::ReduceScatter, dtype: input.dtype(), op: Some(op), lp, root: 0, count: output.len() };
+        with_ctx(self, group, opts, "reduce_scatter", |ctx, p| {
+            // SAFETY: sizes and overlap validated above; contracts of LocalRef/LocalMut.
+            unsafe { algo::reduce_scatter(ctx, p, call, input.as_ptr(), output.as_mut_ptr()) }
+        })
+    }
+
+    /// Member r's `input` lands in part r of every member's `output` (`group.size()` parts).
+    fn allgather(
+        &self,
+        group: &Group,
+        mut output: LocalMut<'_>,
+        input: LocalRef<'_>,
+        opts: &CollOptions,
+    ) -> Result<()> {
+        let n = group.size();
+        let size = input.dtype().size();
+        let bad = if output.dtype() != input.dtype() {
+            Some(ArgError::DTypeMismatch {
+                arg: "output",
+                expected: input.dtype().to_string(),
+                actual: output.dtype().to_string(),
+            })
+        } else if output.len() != n * input.len() {
+            Some(ArgError::invalid(
+                "output",
+                format!("{} elements", output.len()),
+                format!("must hold group size {n} x input's {} elements = {}", input.len(), n * input.len()),
+            ))
+        } else {
+            None
+        };
+        if let Some(e) = bad {
+            return reject(self, group, e);
+        }
+        let me = group.member().at(self.rank())?.index();
+        let own = output.as_mut_ptr().wrapping_add(me * input.len() * size);
+        if !std::ptr::eq(own, input.as_ptr())
+            && ranges_partially_overlap(input.as_ptr(), input.len() * size, output.as_mut_ptr(), output.len() * size)
+        {
+            return reject(
+                self,
+                group,
+                ArgError::invalid(
+                    "input",
+                    "overlapping the output",
+                    "must be the caller's part of the output or disjoint from it",
+                ),
+            );
+        }
+        let call = Call { kind: K::AllGather, dtype: input.dtype(), op: None, lp: None, root: 0, count: input.len() };
+        with_ctx(self, group, opts, "allgather", |ctx, p| {
+            // SAFETY: validated sizes; LocalRef/LocalMut contracts.
+            unsafe { algo::allgather(ctx, p, call, input.as_ptr(), output.as_mut_ptr()) }
+        })
+    }
+
+    /// The RFC's alltoall: `send[i]` goes to group rank i; what rank i sends lands in `recv`
+    /// at the sum of `recv_counts[..i]`, and must be exactly `recv_counts[i]` elements.
+    fn alltoall(
+        &self,
+        group: &Group,
+        send: &[LocalRef<'_>],
+        mut recv: LocalMut<'_>,
+        recv_counts: &[usize],
+        opts: &CollOptions,
+    ) -> Result<()> {
+        let n = group.size();
+        let dtype = recv.dtype();
+        let total: Option<usize> = recv_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
+        let bad = if send.len() != n {
+            Some(ArgError::invalid(
+                "send_tensor_list",
+                format!("{} tensors", send.len()),
+                format!("needs one per group rank ({n})"),
+            ))
+        } else if recv_counts.len() != n {
+            Some(ArgError::invalid(
+                "receive_list",
+                format!("{} counts", recv_counts.len()),
+                format!("needs one per group rank ({n})"),
+            ))
+        } else if let Some((i, s)) = send.iter().enumerate().find(|(_, s)| s.dtype() != dtype) {
+            Some(ArgError::DTypeMismatch {
+                arg: "send_tensor_list",
+                expected: dtype.to_string(),
+                actual: format!("{} (entry {i})", s.dtype()),
+            })
+        } else if total.is_none_or(|t| t > recv.len()) {
+            Some(ArgError::invalid(
+                "receive_list",
+                format!("{recv_counts:?}"),
+                format!("sums to more than the receive buffer's {} elements", recv.len()),
+            ))
+        } else {
+            None
+        };
+        if let Some(e) = bad {
+            return reject(self, group, e);
+        }
+        let sends: Vec<(*const u8, usize)> = send.iter().map(|s| (s.as_ptr(), s.len())).collect();
+        let call = Call { kind: K::AllToAll, dtype, op: None, lp: None, root: 0, count: 0 };
+        with_ctx(self, group, opts, "alltoall", |ctx, p| {
+            // SAFETY: validated counts; LocalRef/LocalMut contracts.
+            unsafe { algo::alltoall(ctx, p, call, &sends, recv.as_mut_ptr(), recv_counts) }
+        })
+    }
+
+    /// Single-buffer alltoall with split sizes: `send` holds `send_counts[i]` elements for rank
+    /// i, back to back; `recv` receives `recv_counts[i]` from rank i, back to back.
+    fn alltoall_single(
+        &self,
+        group: &Group,
+        send: LocalRef<'_>,
+        send_counts: &[usize],
+        recv: LocalMut<'_>,
+        recv_counts: &[usize],
+        opts: &CollOptions,
+    ) -> Result<()> {
+        let n = group.size();
+        let total: Option<usize> = send_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
+        if send_counts.len() != n || total.is_none_or(|t| t > send.len()) {
+            let e = ArgError::invalid(
+                "send_counts",
+                format!("{send_counts:?}"),
+                format!("needs {n} counts summing to at most the send buffer's {} elements", send.len()),
+            );
+            return reject(self, group, e);
+        }
+        let size = send.dtype().size();
+        let mut at = 0;
+        let parts: Vec<LocalRef<'_>> = send_counts
+            .iter()
+            .map(|&c| {
+                // SAFETY: the prefix sums stay within `send` (checked above).
+                let part = unsafe { LocalRef::from_raw(send.as_ptr().add(at * size), c, send.dtype()) };
+                at += c;
+                part
+            })
+            .collect();
+        self.alltoall(group, &parts, recv, recv_counts, opts)
+    }
+
+    /// Every member's `buf` becomes group rank `root`'s `buf`.
+    fn broadcast(&self, group: &Group, mut buf: LocalMut<'_>, root: usize, opts: &CollOptions) -> Result<()> {
+        let n = group.size();
+        if root >= n {
+            return reject(
+                self,
+                group,
+                ArgError::invalid("root", root, format!("must be a rank of the group (0..{n})")),
+            );
+        }
+        let call = Call { kind: K::Broadcast, dtype: buf.dtype(), op: None, lp: None, root, count: buf.len() };
+        with_ctx(self, group, opts, "broadcast", |ctx, p| {
+            // SAFETY: LocalMut contract.
+            unsafe { algo::broadcast(ctx, p, call, buf.as_mut_ptr()) }
+        })
+    }
+
+    /// Sends `buf` to group rank `dst`. Returns once the data is out of `buf` (buffered at the
+    /// receiver for small messages; streamed for large ones as the receiver consumes it).
+    fn send(&self, group: &Group, buf: LocalRef<'_>, dst: usize, opts: &CollOptions) -> Result<()> {
+        let rank = self.rank();
+        group.member().at(rank)?;
+        group.resolve("dst_rank", i64::try_from(dst).unwrap_or(i64::MAX)).at(rank)?;
+        with_ctx(self, group, opts, "send", |ctx, p| {
+            // SAFETY: LocalRef contract.
+            unsafe { p2p::send(ctx, p, buf.as_ptr(), buf.len() * buf.dtype().size(), buf.dtype(), dst) }
+        })
+    }
+
+    /// Receives into `buf` the next message from group rank `src`; it must have `buf`'s length
+    /// and dtype (otherwise the message is consumed and an error names both).
+    fn recv(&self, group: &Group, mut buf: LocalMut<'_>, src: usize, opts: &CollOptions) -> Result<()> {
+        let rank = self.rank();
+        group.member().at(rank)?;
+        group.resolve("src_rank", i64::try_from(src).unwrap_or(i64::MAX)).at(rank)?;
+        let (bytes, dtype) = (buf.len() * buf.dtype().size(), buf.dtype());
+        with_ctx(self, group, opts, "recv", |ctx, p| {
+            // SAFETY: LocalMut contract.
+            unsafe { p2p::recv(ctx, p, buf.as_mut_ptr(), bytes, dtype, src) }
+        })
+    }
+}
+
+impl<C: Communicator + ?Sized> Collectives for C {}
+
+/// Checks op/dtype/format of a reduction; returns the transport format in effect.
+fn check_reduction<C: Communicator + ?Sized>(
+    c: &C,
+    dtype: DType,
+    op: ReduceOp,
+    opts: &CollOptions,
+) -> std::result::Result<Option<DType>, ArgError> {
+    let _ = c;
+    if op == ReduceOp::Avg && !dtype.is_float() {
+        return Err(ArgError::invalid("op", "avg", format!("needs a floating-point dtype, not {dtype}")));
+    }
+    let lp = match opts.low_precision {
+        Some(lp) => Some(lp),
+        None => lowp::format_from_env()?,
+    };
+    if let Some(lp) = lp {
+        lowp::check_format(lp, dtype)?;
+    }
+    Ok(lp)
+}
+
+/// Runs `f` with the group's collective state locked.
+fn with_ctx<C: Communicator + ?Sized, T>(
+    c: &C,
+    group: &Group,
+    opts: &CollOptions,
+    op: &'static str,
+    f: impl FnOnce(&Ctx<'_, C>, &mut state::Progress) -> Result<T>,
+) -> Result<T> {
+    group.member().at(c.rank())?;
+    let st = CollState::of(c, group)?;
+    let ctx = Ctx::new(c, group, &st, opts.timeout.unwrap_or(c.default_timeout()), op)?;
+    // A poisoned lock means a panic mid-call; the round numbers may be off, so refuse.
+    let mut progress = st.progress.lock().map_err(|_| Error::InvalidArgument {
+        rank: c.rank(),
+        source: ArgError::invalid("group", format!("{group:?}"), "a previous collective panicked in this group"),
+    })?;
+    f(&ctx, &mut progress)
+}
+
+/// Fails a call with a local argument error, first telling the peers (so they fail fast with
+/// `PeerRejected` instead of waiting).
+fn reject<C: Communicator + ?Sized>(c: &C, group: &Group, e: ArgError) -> Result<()> {
+    let rank = c.rank();
+    group.member().at(rank)?;
+    with_ctx(c, group, &CollOptions::default(), "collective", |ctx, p| algo::reject(ctx, p))?;
+    Err(e).at(rank)
+}
+
+/// Validates and runs an allreduce.
+///
+/// # Safety
+/// `inp` valid for `len` reads and `out` for `len` writes of `dtype`; identical or disjoint.
+#[allow(clippy::too_many_arguments)] // the pieces of both allreduce forms
+unsafe fn run_allreduce<C: Communicator + ?Sized>(
+    c: &C,
+    group: &Group,
+    inp: *const u8,
+    out: *mut u8,
+    len: usize,
+    dtype: DType,
+    op: ReduceOp,
+    opts: &CollOptions,
+) -> Result<()> {
+    let lp = match check_reduction(c, dtype, op, opts) {
+        Ok(lp) => lp,
+        Err(e) => return reject(c, group, e),
+    };
+    let call = Call { kind: K::AllReduce, dtype, op: Some(op), lp, root: 0, count: len };
+    // SAFETY: forwarded.
+    with_ctx(c, group, opts, "allreduce", |ctx, p| unsafe { algo::allreduce(ctx, p, call, inp, out) })
+}

@@ -1,0 +1,321 @@
+//! Per-group collective state and the round protocol every collective is built from.
+//!
+//! # Workspace (allocated collectively in the group on its first collective)
+//! - `flags`: one record of [`RECORD_WORDS`] `i64` words per member. Member `j` writes record
+//!   `j` of the other members' copies; each record is written by one writer only, and sits on
+//!   its own 128-byte line pair. Words: [`READY`], [`DONE`], [`REDUCED`] (monotonic round
+//!   numbers), two sets (even and odd rounds) of facts [`SRC`], [`RED`], [`SIG`], [`LEN`],
+//!   [`MAX`] (about the writer's round, written before `READY`), [`SENT`], [`ACK`]
+//!   (point-to-point counters).
+//! - `stage`: staging area for inputs that are not in the heap, encoded low-precision data,
+//!   and results other members read.
+//! - `mail`: one point-to-point mailbox per sender, [`MAIL_SLOTS`] chunks deep.
+//!
+//! # A round
+//! Every collective call takes one or more rounds, numbered by `seq`, identical on every
+//! member because members call the same collectives in the same order. In a round a member
+//! publishes where its data is and what it was asked to do (`SRC`, `SIG`, ...) followed by
+//! `READY = seq` (one put-with-signal per peer: the facts are visible before the flag), waits
+//! for every peer's `READY >= seq`, checks that all were asked the same thing, moves data by
+//! reading peers' memory (direct loads when the backend maps peers' heaps, `get` otherwise),
+//! and signals `DONE = seq` when it no longer reads peers' memory. A member overwrites memory
+//! that peers read only after their `DONE` for the round that used it.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::backend::{Backend, SignalWidth, WaitSite};
+use crate::buffer::SymmBuffer;
+use crate::comm::SymmetricHeap;
+use crate::dtype::DType;
+use crate::env::parse_size;
+use crate::error::{ArgError, AtRank, Error, Result};
+use crate::group::Group;
+use crate::op::{CmpOp, SignalOp};
+
+/// Words per member record (16 words: 128 bytes, one line pair).
+pub const RECORD_WORDS: usize = 16;
+/// Round number of the writer's published data.
+pub const READY: usize = 0;
+/// Round number up to which the writer has finished reading the reader's memory.
+pub const DONE: usize = 1;
+/// Round number of the writer's reduced part (two-shot allreduce).
+pub const REDUCED: usize = 2;
+/// Facts of even rounds start here, facts of odd rounds [`FACT_WORDS`] further: a writer may
+/// be one round ahead of a reader (it only waits for the reader's DONE of the round before),
+/// so it must not overwrite the facts of the round the reader is still in.
+const FACTS: usize = 3;
+/// Heap offset of the writer's source data for the round (index into the facts).
+pub const SRC: usize = 0;
+/// Heap offset of the writer's result data for the round.
+pub const RED: usize = 1;
+/// The writer's call signature (kind, dtype, op, format, root); -1: the writer rejected its
+/// arguments.
+pub const SIG: usize = 2;
+/// An element count of the writer's call (what a peer must agree with).
+pub const LEN: usize = 3;
+/// A second count (alltoall: the writer's largest segment; reduce_scatter: part stride).
+pub const MAX: usize = 4;
+/// Number of published fact words (SRC..=MAX), sent with READY in one put.
+pub const FACT_WORDS: usize = 5;
+/// Chunks the writer has sent to the reader (point-to-point).
+pub const SENT: usize = FACTS + 2 * FACT_WORDS;
+/// Chunks of the reader's the writer has consumed (point-to-point).
+pub const ACK: usize = SENT + 1;
+
+/// Chunks in flight per point-to-point pair.
+pub const MAIL_SLOTS: usize = 4;
+/// Bytes of a mailbox chunk header: total message bytes, dtype code.
+pub const MAIL_HEADER: usize = 16;
+
+/// Settings read once per group from the environment.
+#[derive(Clone, Debug)]
+pub struct Tunables {
+    /// Bytes of the staging area (`SYMM_COLL_WORKSPACE`, default 16 MiB).
+    pub stage_bytes: usize,
+    /// Largest allreduce (bytes) done one-shot (`SYMM_ALLREDUCE_ONESHOT_MAX`, default 256 KiB).
+    pub oneshot_max: usize,
+    /// Bytes of one mailbox chunk (`SYMM_P2P_CHUNK`, default 64 KiB).
+    pub mail_chunk: usize,
+    /// Read peers with `get` even when their heaps are mapped (`SYMM_COLL_ACCESS=get`), to
+    /// exercise the path device backends without load/store access take.
+    pub force_get: bool,
+}
+
+impl Tunables {
+    /// From the environment (bad values are errors naming the variable).
+    pub fn from_env() -> std::result::Result<Tunables, ArgError> {
+        let size = |var: &'static str, default: usize| -> std::result::Result<usize, ArgError> {
+            match std::env::var(var) {
+                Ok(v) => parse_size(&v).map_err(|e| ArgError::invalid(var, v, e.to_string())),
+                Err(_) => Ok(default),
+            }
+        };
+        let force_get = match std::env::var("SYMM_COLL_ACCESS").as_deref() {
+            Ok("get") => true,
+            Ok("auto") | Ok("") | Err(_) => false,
+            Ok(other) => return Err(ArgError::invalid("SYMM_COLL_ACCESS", other, "accepted: auto, get")),
+        };
+        Ok(Tunables {
+            stage_bytes: size("SYMM_COLL_WORKSPACE", 16 << 20)?.max(64 << 10),
+            oneshot_max: size("SYMM_ALLREDUCE_ONESHOT_MAX", 256 << 10)?,
+            mail_chunk: size("SYMM_P2P_CHUNK", 64 << 10)?.max(MAIL_HEADER + 64),
+            force_get,
+        })
+    }
+}
+
+/// Mutable per-group progress, behind the state's lock (which also serialises threads that
+/// drive the same group).
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// The last round number used.
+    pub seq: u64,
+    /// Rounds whose readers must be done before each half of `stage` may be overwritten
+    /// (one-shot rounds alternate halves; other rounds use the whole area and set both).
+    pub stage_round: [u64; 2],
+    /// Chunks sent to each member (point-to-point), by group rank.
+    pub sent: Vec<u64>,
+    /// Chunks received from each member.
+    pub received: Vec<u64>,
+}
+
+/// The collectives' state for one group on one rank.
+#[derive(Debug)]
+pub struct CollState {
+    pub flags: SymmBuffer,
+    pub stage: SymmBuffer,
+    pub mail: SymmBuffer,
+    pub tun: Tunables,
+    pub progress: Mutex<Progress>,
+}
+
+impl CollState {
+    /// The state of `group`, allocating the workspace collectively on first use.
+    pub fn of<B: Backend + ?Sized>(b: &B, group: &Group) -> Result<std::sync::Arc<CollState>> {
+        group.extension(|| {
+            let rank = b.rank();
+            let tun = Tunables::from_env().at(rank)?;
+            let n = group.size();
+            let flags = b.alloc(group, n * RECORD_WORDS, DType::I64)?;
+            // Fresh allocations may reuse memory: flags start at zero (round 0 = nothing yet).
+            // SAFETY: the caller's copy of `flags` is `bytes()` long; nobody else writes it
+            // until this rank has published something (the barrier below orders that).
+            unsafe { std::ptr::write_bytes(b.local_heap_base().add(flags.heap_offset()), 0, flags.bytes()) };
+            let stage = b.alloc(group, tun.stage_bytes, DType::U8)?;
+            let mail = b.alloc(group, n * MAIL_SLOTS * tun.mail_chunk, DType::U8)?;
+            b.barrier_group(group, b.default_timeout())?;
+            Ok::<_, Error>(CollState {
+                flags,
+                stage,
+                mail,
+                progress: Mutex::new(Progress { sent: vec![0; n], received: vec![0; n], ..Progress::default() }),
+                tun,
+            })
+        })
+    }
+}
+
+/// One collective call's view of the group: who, where, how long to wait.
+pub struct Ctx<'a, B: Backend + ?Sized> {
+    pub b: &'a B,
+    pub group: &'a Group,
+    pub st: &'a CollState,
+    pub me: usize,
+    pub n: usize,
+    pub timeout: Duration,
+    pub op: &'static str,
+    /// Heap bases of the members, when every member's heap is mapped and loads are allowed.
+    pub mapped: Option<Vec<*mut u8>>,
+}
+
+impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
+    /// A context for `op` in `group`.
+    pub fn new(b: &'a B, group: &'a Group, st: &'a CollState, timeout: Duration, op: &'static str) -> Result<Self> {
+        let me = group.member().at(b.rank())?.index();
+        let mapped = if st.tun.force_get {
+            None
+        } else {
+            group.ranks().iter().map(|&r| b.peer_heap_base(r)).collect::<Option<Vec<_>>>()
+        };
+        Ok(Ctx { b, group, st, me, n: group.size(), timeout, op, mapped })
+    }
+
+    /// Heap offset of word `word` of member `writer`'s record (the same in every copy).
+    pub fn word_offset(&self, writer: usize, word: usize) -> usize {
+        self.st.flags.heap_offset() + (writer * RECORD_WORDS + word) * 8
+    }
+
+    /// Reads fact `fact` of round `seq` from `writer`'s record in the caller's own copy.
+    pub fn read_fact(&self, writer: usize, seq: u64, fact: usize) -> i64 {
+        self.read_word(writer, FACTS + (seq % 2) as usize * FACT_WORDS + fact)
+    }
+
+    /// Reads word `word` of `writer`'s record in the caller's own copy.
+    pub fn read_word(&self, writer: usize, word: usize) -> i64 {
+        let p = self.b.local_heap_base().wrapping_add(self.word_offset(writer, word));
+        // SAFETY: the word lies inside the flags buffer of the caller's heap, 8-aligned (the
+        // buffer is granule-aligned); peers write it atomically, so read it atomically.
+        let a = unsafe { &*p.cast::<std::sync::atomic::AtomicI64>() };
+        // Acquire: facts are read after the READY they came with (also acquire).
+        a.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Publishes this member's facts for round `seq` and `READY = seq` to every peer.
+    pub fn publish(&self, seq: u64, facts: [i64; FACT_WORDS]) -> Result<()> {
+        for j in (0..self.n).filter(|&j| j != self.me) {
+            self.publish_to(j, seq, facts)?;
+        }
+        Ok(())
+    }
+
+    /// Publishes facts and `READY = seq` to member `j` only (one put-with-signal: the facts
+    /// are visible before the flag). First waits until `j` is done with round `seq - 2`, the
+    /// last round that used the same set of fact words.
+    pub fn publish_to(&self, j: usize, seq: u64, facts: [i64; FACT_WORDS]) -> Result<()> {
+        if seq > 2 {
+            self.wait_word(j, DONE, seq - 2, "done")?;
+        }
+        let mut bytes = [0u8; FACT_WORDS * 8];
+        for (dst, w) in bytes.chunks_exact_mut(8).zip(facts) {
+            dst.copy_from_slice(&w.to_le_bytes());
+        }
+        // SAFETY: `bytes` lives across the call; the destination words are inside member j's
+        // flags buffer (record `me`, words SRC..=MAX).
+        unsafe {
+            self.b.put_signal_bytes(
+                self.group.ranks()[j],
+                self.word_offset(self.me, FACTS + (seq % 2) as usize * FACT_WORDS),
+                bytes.as_ptr(),
+                bytes.len(),
+                self.word_offset(self.me, READY),
+                SignalWidth::W64,
+                SignalOp::Set,
+                seq as i64,
+            )
+        }
+    }
+
+    /// `read_fact(j, seq, fact)` for a peer, `mine` for the caller itself (its own facts are
+    /// not in its own copy).
+    pub fn read_fact_or(&self, j: usize, seq: u64, fact: usize, mine: i64) -> i64 {
+        if j == self.me {
+            mine
+        } else {
+            self.read_fact(j, seq, fact)
+        }
+    }
+
+    /// Sets word `word` of this member's record to `value` on member `j`.
+    pub fn signal(&self, j: usize, word: usize, value: u64) -> Result<()> {
+        self.b.signal_at(
+            self.group.ranks()[j],
+            self.word_offset(self.me, word),
+            SignalWidth::W64,
+            SignalOp::Set,
+            value as i64,
+        )
+    }
+
+    /// Sets word `word` of this member's record to `value` on every peer.
+    pub fn signal_all(&self, word: usize, value: u64) -> Result<()> {
+        for j in (0..self.n).filter(|&j| j != self.me) {
+            self.signal(j, word, value)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until `writer`'s word `word` in the caller's copy is at least `value`.
+    pub fn wait_word(&self, writer: usize, word: usize, value: u64, what: &str) -> Result<()> {
+        let site = WaitSite {
+            op: format!("{} (round {value})", self.op),
+            group: Some(self.group.ranks().to_vec()),
+            location: format!("the {what} flag of group rank {writer} (global rank {})", self.group.ranks()[writer]),
+        };
+        self.b.wait_signal_at(
+            self.word_offset(writer, word),
+            SignalWidth::W64,
+            CmpOp::Ge,
+            value as i64,
+            self.timeout,
+            &site,
+        )?;
+        Ok(())
+    }
+
+    /// Waits for every peer's word `word` to reach `value`.
+    pub fn wait_all(&self, word: usize, value: u64, what: &str) -> Result<()> {
+        for j in (0..self.n).filter(|&j| j != self.me) {
+            self.wait_word(j, word, value, what)?;
+        }
+        Ok(())
+    }
+
+    /// Address of the caller's staging area.
+    pub fn my_stage(&self) -> *mut u8 {
+        self.b.local_heap_base().wrapping_add(self.st.stage.heap_offset())
+    }
+
+    /// The heap offset of `[ptr, ptr + bytes)` when it lies inside the caller's heap.
+    pub fn heap_offset_of(&self, ptr: *const u8, bytes: usize) -> Option<usize> {
+        let base = self.b.local_heap_base() as usize;
+        let p = ptr as usize;
+        (p >= base && p.checked_add(bytes)? <= base + self.b.heap_size()).then(|| p - base)
+    }
+
+    /// Member `j`'s bytes `[offset, offset + bytes)` of its heap, readable here: a direct
+    /// pointer when mapped, else fetched with `get` into `tmp`.
+    pub fn fetch(&self, j: usize, offset: usize, bytes: usize, tmp: &mut Vec<u8>) -> Result<*const u8> {
+        if j == self.me {
+            return Ok(self.b.local_heap_base().wrapping_add(offset));
+        }
+        if let Some(bases) = &self.mapped {
+            return Ok(bases[j].wrapping_add(offset));
+        }
+        tmp.resize(bytes, 0);
+        // SAFETY: `tmp` holds `bytes` writable bytes; the source range is inside member j's
+        // heap (published by j for this round).
+        unsafe { self.b.get_bytes(self.group.ranks()[j], offset, tmp.as_mut_ptr(), bytes)? };
+        Ok(tmp.as_ptr())
+    }
+}

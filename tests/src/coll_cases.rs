@@ -1,0 +1,607 @@
+//! Conformance cases for the collectives, checked against a host reference computed by every
+//! rank from the same deterministic data.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use symm_core::coll::lowp::FORMATS;
+use symm_core::{
+    bf16, f16, CollOptions, Collectives, Communicator, DType, Error, Group, LocalMut, LocalRef, ReduceOp, SymmBuffer,
+    F8E4M3, F8E5M2,
+};
+
+use crate::gen::{draw, seed};
+
+/// Collective cases, by name.
+pub const COLL_CASES: &[&str] =
+    &["allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall", "sendrecv", "coll_errors", "coll_groups"];
+
+/// Runs collective case `name` on this rank; `None` if the name is not a collective case.
+pub fn run_coll_case<C: Collectives>(name: &str, comm: &C) -> Option<()> {
+    let cases = |d| std::env::var("SYMM_TEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    match name {
+        "allreduce" => allreduce(comm, cases(40)),
+        "reduce_scatter" => reduce_scatter(comm, cases(24)),
+        "allgather" => allgather(comm, cases(24)),
+        "broadcast" => broadcast(comm, cases(16)),
+        "alltoall" => alltoall(comm, cases(16)),
+        "sendrecv" => sendrecv(comm, cases(16)),
+        "coll_errors" => errors(comm),
+        "coll_groups" => groups(comm),
+        _ => return None,
+    }
+    Some(())
+}
+
+/// Element `i` of rank `r`'s data in case `k`, as f64: mixed signs, zeros, and magnitudes
+/// spread over many binades (and exact small integers for integer dtypes).
+pub fn value(dtype: DType, r: usize, k: usize, i: usize) -> f64 {
+    let h = (r as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ (k as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9)
+        ^ (i as u64).wrapping_mul(0x94d0_49bb_1331_11eb);
+    let h = h ^ (h >> 29);
+    let small = ((h % 201) as f64) - 100.0;
+    match dtype {
+        DType::Bool => (h & 1) as f64,
+        DType::U8 => (h % 256) as f64,
+        d if !d.is_float() => small,
+        DType::F8E4M3 | DType::F8E5M2 => small / 8.0,
+        // fp16 overflows at 65504: keep sums of 8 ranks finite.
+        DType::F16 => small * 2f64.powi(((h >> 8) % 16) as i32 - 12) / 3.0,
+        _ => {
+            if h % 17 == 0 {
+                0.0
+            } else {
+                small * 2f64.powi(((h >> 8) % 24) as i32 - 12) / 3.0
+            }
+        }
+    }
+}
+
+/// `values` as bytes of `dtype` (rounding to the dtype).
+pub fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * dtype.size());
+    for &v in values {
+        match dtype {
+            DType::F32 => out.extend((v as f32).to_le_bytes()),
+            DType::F64 => out.extend(v.to_le_bytes()),
+            DType::F16 => out.extend(f16::from_f64(v).to_le_bytes()),
+            DType::BF16 => out.extend(bf16::from_f64(v).to_le_bytes()),
+            DType::F8E4M3 => out.push(F8E4M3::from_f64(v).to_bits()),
+            DType::F8E5M2 => out.push(F8E5M2::from_f64(v).to_bits()),
+            DType::I8 => out.push(v as i8 as u8),
+            DType::I16 => out.extend((v as i16).to_le_bytes()),
+            DType::I32 => out.extend((v as i32).to_le_bytes()),
+            DType::I64 => out.extend((v as i64).to_le_bytes()),
+            DType::U8 => out.push(v as u8),
+            DType::Bool => out.push(u8::from(v != 0.0)),
+        }
+    }
+    out
+}
+
+/// Bytes of `dtype` as f64.
+pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
+    bytes
+        .chunks_exact(dtype.size())
+        .map(|b| match dtype {
+            DType::F32 => f64::from(f32::from_le_bytes(b.try_into().unwrap())),
+            DType::F64 => f64::from_le_bytes(b.try_into().unwrap()),
+            DType::F16 => f16::from_le_bytes(b.try_into().unwrap()).to_f64(),
+            DType::BF16 => bf16::from_le_bytes(b.try_into().unwrap()).to_f64(),
+            DType::F8E4M3 => F8E4M3::from_bits(b[0]).to_f64(),
+            DType::F8E5M2 => F8E5M2::from_bits(b[0]).to_f64(),
+            DType::I8 => f64::from(b[0] as i8),
+            DType::I16 => f64::from(i16::from_le_bytes(b.try_into().unwrap())),
+            DType::I32 => f64::from(i32::from_le_bytes(b.try_into().unwrap())),
+            DType::I64 => i64::from_le_bytes(b.try_into().unwrap()) as f64,
+            DType::U8 => f64::from(b[0]),
+            DType::Bool => f64::from(b[0]),
+        })
+        .collect()
+}
+
+/// Unit roundoff of a dtype.
+fn eps(d: DType) -> f64 {
+    match d {
+        DType::F64 => 2f64.powi(-53),
+        DType::F32 => 2f64.powi(-24),
+        DType::F16 => 2f64.powi(-11),
+        DType::BF16 => 2f64.powi(-8),
+        DType::F8E4M3 => 2f64.powi(-4),
+        DType::F8E5M2 => 2f64.powi(-3),
+        _ => 0.0,
+    }
+}
+
+/// Error of a transport format relative to its block's largest magnitude (see
+/// docs/accuracy.md).
+pub fn format_bound(lp: DType) -> f64 {
+    match lp {
+        DType::F8E4M3 => 2f64.powi(-3),
+        DType::F8E5M2 => 2f64.powi(-2),
+        DType::F16 => 2f64.powi(-10),
+        _ => 2f64.powi(-7),
+    }
+}
+
+/// The reference reduction of `inputs` (one vector per rank, already rounded to the dtype)
+/// and the allowed absolute error per element (docs/accuracy.md).
+pub fn reference(dtype: DType, op: ReduceOp, inputs: &[Vec<f64>], lp: Option<DType>) -> (Vec<f64>, Vec<f64>) {
+    let n = inputs.len();
+    let count = inputs[0].len();
+    let wrap = |v: f64| -> f64 {
+        match dtype {
+            DType::I8 => v as i64 as i8 as f64,
+            DType::I16 => v as i64 as i16 as f64,
+            DType::I32 => v as i64 as i32 as f64,
+            DType::U8 => v as i64 as u8 as f64,
+            DType::Bool => f64::from(v != 0.0),
+            _ => v,
+        }
+    };
+    let amax: Vec<f64> = inputs.iter().map(|x| x.iter().fold(0f64, |m, v| m.max(v.abs()))).collect();
+    let mut out = Vec::with_capacity(count);
+    let mut tol = Vec::with_capacity(count);
+    for i in 0..count {
+        let col: Vec<f64> = inputs.iter().map(|x| x[i]).collect();
+        let abs_sum: f64 = col.iter().map(|v| v.abs()).sum();
+        let r = match op {
+            ReduceOp::Sum => wrap(col.iter().sum()),
+            ReduceOp::Avg => col.iter().sum::<f64>() / n as f64,
+            ReduceOp::Max => col.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+            ReduceOp::Min => col.iter().cloned().fold(f64::INFINITY, f64::min),
+        };
+        let acc_eps = if dtype == DType::F64 { eps(DType::F64) } else { eps(DType::F32) };
+        let mut t = if dtype.is_float() && matches!(op, ReduceOp::Sum | ReduceOp::Avg) {
+            n as f64 * acc_eps * abs_sum + eps(dtype) * r.abs() * 2.0
+        } else {
+            0.0
+        };
+        if let Some(lp) = lp {
+            let blocks: f64 = amax.iter().sum();
+            t += format_bound(lp) * (blocks + amax.iter().cloned().fold(0.0, f64::max) * n as f64)
+                + eps(dtype) * r.abs() * 2.0;
+        }
+        out.push(r);
+        tol.push(t);
+    }
+    (out, tol)
+}
+
+fn check(name: &str, me: usize, got: &[f64], want: &[f64], tol: &[f64]) {
+    for (i, ((&g, &w), &t)) in got.iter().zip(want).zip(tol).enumerate() {
+        let ok = if w.is_nan() { g.is_nan() } else { (g - w).abs() <= t || g == w };
+        assert!(ok, "rank {me}: {name}: element {i}: got {g}, want {w} (tolerance {t})");
+    }
+}
+
+/// Where a test keeps a buffer: plain memory, or the symmetric heap (zero-copy).
+struct Mem<'c, C: Communicator> {
+    comm: &'c C,
+    /// The collective allocation, when any rank uses the heap (freed collectively).
+    alloc: Option<SymmBuffer>,
+    /// Plain memory, for ranks that do not use the heap.
+    host: Option<Vec<u8>>,
+}
+
+impl<'c, C: Communicator> Mem<'c, C> {
+    /// A buffer of `len` elements. `mask` says which ranks keep it in the heap (bit r for
+    /// rank r): the allocation is collective, so every rank allocates when any bit is set,
+    /// and ranks whose bit is clear use plain memory (mixing zero-copy and staged members).
+    fn new(comm: &'c C, group: &Group, mask: u8, dtype: DType, len: usize) -> Self {
+        let alloc = (mask != 0).then(|| comm.alloc(group, len, dtype).expect("alloc"));
+        let use_heap = mask & (1 << (comm.rank().index() % 8)) != 0;
+        let host = (!use_heap).then(|| vec![0u8; len * dtype.size()]);
+        Mem { comm, alloc, host }
+    }
+
+    fn ptr(&mut self) -> *mut u8 {
+        match (&mut self.host, &self.alloc) {
+            (Some(v), _) => v.as_mut_ptr(),
+            (None, Some(b)) => self.comm.local_ptr(b).expect("local_ptr"),
+            (None, None) => unreachable!("a Mem has host memory or an allocation"),
+        }
+    }
+
+    fn bytes(&mut self, len: usize) -> Vec<u8> {
+        let p = self.ptr();
+        // SAFETY: the buffer holds `len` bytes; read between collectives.
+        unsafe { std::slice::from_raw_parts(p, len).to_vec() }
+    }
+
+    fn fill(&mut self, data: &[u8]) {
+        let p = self.ptr();
+        // SAFETY: the buffer holds at least `data.len()` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+    }
+
+    fn local_ref(&mut self, dtype: DType, len: usize) -> LocalRef<'static> {
+        // SAFETY: the memory outlives the collective call it is used in (tests keep the Mem
+        // alive across the call).
+        unsafe { LocalRef::from_raw(self.ptr(), len, dtype) }
+    }
+
+    fn local_mut(&mut self, dtype: DType, len: usize) -> LocalMut<'static> {
+        // SAFETY: as above; exclusive for the call.
+        unsafe { LocalMut::from_raw(self.ptr(), len, dtype) }
+    }
+
+    fn release(self) {
+        if let Some(b) = self.alloc {
+            self.comm.free(b).expect("free");
+        }
+    }
+}
+
+fn counts() -> impl Strategy<Value = usize> {
+    prop_oneof![Just(0usize), Just(1), Just(2), Just(7), Just(1021), 0usize..5000, 5000usize..200_000]
+}
+
+fn any_dtype() -> impl Strategy<Value = DType> {
+    (0..DType::ALL.len()).prop_map(|i| DType::ALL[i])
+}
+
+fn any_op() -> impl Strategy<Value = ReduceOp> {
+    (0..4usize).prop_map(|i| ReduceOp::ALL[i])
+}
+
+fn bit_identical<C: Collectives>(comm: &C, group: &Group, bytes: &[u8], what: &str) {
+    let h =
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)) as i64;
+    let mine = [h];
+    let mut all = vec![0i64; group.size()];
+    comm.allgather(group, LocalMut::from(&mut all), LocalRef::from(&mine[..]), &CollOptions::default())
+        .expect("allgather of hashes");
+    assert!(all.iter().all(|&x| x == h), "rank {}: {what}: results differ between ranks: {all:?}", comm.rank());
+}
+
+/// allreduce over random dtypes, ops, sizes, formats, in and out of place, heap and host.
+pub fn allreduce<C: Collectives>(comm: &C, cases: usize) {
+    let me = comm.rank().index();
+    let world = comm.world();
+    let strategy = (any_dtype(), any_op(), counts(), any::<bool>(), any::<u8>(), 0usize..6);
+    for (k, (dtype, op, count, in_place, heap, lp_sel)) in
+        draw(strategy, cases, seed("allreduce")).into_iter().enumerate()
+    {
+        let op = if op == ReduceOp::Avg && !dtype.is_float() { ReduceOp::Sum } else { op };
+        let lp = (lp_sel < 4 && matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16))
+            .then(|| FORMATS[lp_sel]);
+        let n = world.size();
+        let inputs: Vec<Vec<f64>> = (0..n)
+            .map(|r| decode(dtype, &encode(dtype, &(0..count).map(|i| value(dtype, r, k, i)).collect::<Vec<_>>())))
+            .collect();
+        let (want, tol) = reference(dtype, op, &inputs, lp);
+        let opts = CollOptions { low_precision: lp, timeout: Some(Duration::from_secs(60)) };
+        let mut a = Mem::new(comm, &world, heap, dtype, count);
+        a.fill(&encode(dtype, &inputs[me]));
+        let got = if in_place {
+            comm.allreduce(&world, a.local_mut(dtype, count), op, &opts).expect("allreduce");
+            a.bytes(count * dtype.size())
+        } else {
+            let mut b = Mem::new(comm, &world, !heap, dtype, count);
+            comm.allreduce_into(&world, a.local_ref(dtype, count), b.local_mut(dtype, count), op, &opts)
+                .expect("allreduce_into");
+            let got = b.bytes(count * dtype.size());
+            b.release();
+            got
+        };
+        let what = format!("case {k}: allreduce {dtype} {op} count {count} in_place {in_place} heap {heap} lp {lp:?}");
+        check(&what, me, &decode(dtype, &got), &want, &tol);
+        bit_identical(comm, &world, &got, &what);
+        a.release();
+    }
+}
+
+/// reduce_scatter over random dtypes, ops, sizes and formats.
+pub fn reduce_scatter<C: Collectives>(comm: &C, cases: usize) {
+    let me = comm.rank().index();
+    let world = comm.world();
+    let n = world.size();
+    let strategy = (any_dtype(), any_op(), counts(), any::<bool>(), any::<u8>(), 0usize..6);
+    for (k, (dtype, op, m, in_place, heap, lp_sel)) in
+        draw(strategy, cases, seed("reduce_scatter")).into_iter().enumerate()
+    {
+        let m = m / n.max(1);
+        let op = if op == ReduceOp::Avg && !dtype.is_float() { ReduceOp::Max } else { op };
+        let lp = (lp_sel < 4 && matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16))
+            .then(|| FORMATS[lp_sel]);
+        let inputs: Vec<Vec<f64>> = (0..n)
+            .map(|r| decode(dtype, &encode(dtype, &(0..n * m).map(|i| value(dtype, r, k, i)).collect::<Vec<_>>())))
+            .collect();
+        let mine: Vec<Vec<f64>> = inputs.iter().map(|x| x[me * m..(me + 1) * m].to_vec()).collect();
+        let (want, tol) = reference(dtype, op, &mine, lp);
+        let opts = CollOptions { low_precision: lp, timeout: Some(Duration::from_secs(60)) };
+        let mut a = Mem::new(comm, &world, heap, dtype, n * m);
+        a.fill(&encode(dtype, &inputs[me]));
+        let got = if in_place {
+            let out = a.ptr().wrapping_add(me * m * dtype.size());
+            // SAFETY: part `me` of `a` holds `m` elements.
+            let out_ref = unsafe { LocalMut::from_raw(out, m, dtype) };
+            comm.reduce_scatter(&world, out_ref, a.local_ref(dtype, n * m), op, &opts).expect("reduce_scatter");
+            a.bytes(n * m * dtype.size())[me * m * dtype.size()..(me + 1) * m * dtype.size()].to_vec()
+        } else {
+            let mut b = Mem::new(comm, &world, !heap, dtype, m);
+            comm.reduce_scatter(&world, b.local_mut(dtype, m), a.local_ref(dtype, n * m), op, &opts)
+                .expect("reduce_scatter");
+            let got = b.bytes(m * dtype.size());
+            b.release();
+            got
+        };
+        check(&format!("case {k}: reduce_scatter {dtype} {op} m {m} lp {lp:?}"), me, &decode(dtype, &got), &want, &tol);
+        a.release();
+    }
+}
+
+/// allgather over random dtypes and sizes, in place (input = own part of output) or not.
+pub fn allgather<C: Collectives>(comm: &C, cases: usize) {
+    let me = comm.rank().index();
+    let world = comm.world();
+    let n = world.size();
+    for (k, (dtype, m, in_place, heap)) in
+        draw((any_dtype(), counts(), any::<bool>(), any::<u8>()), cases, seed("allgather")).into_iter().enumerate()
+    {
+        let size = dtype.size();
+        let data: Vec<Vec<u8>> =
+            (0..n).map(|r| encode(dtype, &(0..m).map(|i| value(dtype, r, k, i)).collect::<Vec<_>>())).collect();
+        let mut out = Mem::new(comm, &world, heap, dtype, n * m);
+        if in_place {
+            let own = out.ptr().wrapping_add(me * m * size);
+            // SAFETY: part `me` of `out` holds m elements.
+            unsafe { std::ptr::copy_nonoverlapping(data[me].as_ptr(), own, m * size) };
+            // SAFETY: as above.
+            let input = unsafe { LocalRef::from_raw(own, m, dtype) };
+            comm.allgather(&world, out.local_mut(dtype, n * m), input, &CollOptions::default()).expect("allgather");
+        } else {
+            let mut inp = Mem::new(comm, &world, !heap, dtype, m);
+            inp.fill(&data[me]);
+            comm.allgather(&world, out.local_mut(dtype, n * m), inp.local_ref(dtype, m), &CollOptions::default())
+                .expect("allgather");
+            inp.release();
+        }
+        assert_eq!(
+            out.bytes(n * m * size),
+            data.concat(),
+            "rank {me}: case {k}: allgather {dtype} m {m} in_place {in_place}"
+        );
+        out.release();
+    }
+}
+
+/// broadcast from random roots.
+pub fn broadcast<C: Collectives>(comm: &C, cases: usize) {
+    let me = comm.rank().index();
+    let world = comm.world();
+    let n = world.size();
+    for (k, (dtype, count, root, heap)) in
+        draw((any_dtype(), counts(), 0..n, any::<u8>()), cases, seed("broadcast")).into_iter().enumerate()
+    {
+        let data = encode(dtype, &(0..count).map(|i| value(dtype, root, k, i)).collect::<Vec<_>>());
+        let mut buf = Mem::new(comm, &world, heap, dtype, count);
+        if me == root {
+            buf.fill(&data);
+        }
+        comm.broadcast(&world, buf.local_mut(dtype, count), root, &CollOptions::default()).expect("broadcast");
+        assert_eq!(buf.bytes(count * dtype.size()), data, "rank {me}: case {k}: broadcast {dtype} from {root}");
+        buf.release();
+    }
+}
+
+/// alltoall with random per-pair counts, list and single-buffer forms.
+pub fn alltoall<C: Collectives>(comm: &C, cases: usize) {
+    let me = comm.rank().index();
+    let world = comm.world();
+    let n = world.size();
+    for (k, (dtype, scale, single)) in draw(
+        (any_dtype(), prop_oneof![Just(0usize), Just(1), Just(300), Just(70_000)], any::<bool>()),
+        cases,
+        seed("alltoall"),
+    )
+    .into_iter()
+    .enumerate()
+    {
+        let size = dtype.size();
+        // count[s][d]: what s sends to d (deterministic, known to every rank).
+        let count = |s: usize, d: usize| if scale == 0 { 0 } else { (s * 7 + d * 13 + k) % (scale + 1) };
+        let seg = |s: usize, d: usize| {
+            encode(dtype, &(0..count(s, d)).map(|i| value(dtype, s, k * 31 + d, i)).collect::<Vec<_>>())
+        };
+        let sends: Vec<Vec<u8>> = (0..n).map(|d| seg(me, d)).collect();
+        let recv_counts: Vec<usize> = (0..n).map(|s| count(s, me)).collect();
+        let total: usize = recv_counts.iter().sum();
+        let mut recv = vec![0u8; total * size];
+        // SAFETY: `recv` holds `total` elements.
+        let recv_ref = unsafe { LocalMut::from_raw(recv.as_mut_ptr(), total, dtype) };
+        if single {
+            let flat = sends.concat();
+            let send_counts: Vec<usize> = (0..n).map(|d| count(me, d)).collect();
+            // SAFETY: `flat` holds the sum of send_counts elements.
+            let send_ref = unsafe { LocalRef::from_raw(flat.as_ptr(), flat.len() / size, dtype) };
+            comm.alltoall_single(&world, send_ref, &send_counts, recv_ref, &recv_counts, &CollOptions::default())
+                .expect("alltoall_single");
+        } else {
+            // SAFETY: each segment holds its count elements.
+            let refs: Vec<LocalRef<'_>> =
+                sends.iter().map(|s| unsafe { LocalRef::from_raw(s.as_ptr(), s.len() / size, dtype) }).collect();
+            comm.alltoall(&world, &refs, recv_ref, &recv_counts, &CollOptions::default()).expect("alltoall");
+        }
+        let want: Vec<u8> = (0..n).flat_map(|s| seg(s, me)).collect();
+        assert_eq!(recv, want, "rank {me}: case {k}: alltoall {dtype} scale {scale} single {single}");
+    }
+}
+
+/// send/recv around the ring: several messages in flight before the receiver is in recv,
+/// messages larger than the mailbox, and empty ones.
+pub fn sendrecv<C: Collectives>(comm: &C, cases: usize) {
+    let me = comm.rank().index();
+    let world = comm.world();
+    let n = world.size();
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    let opts = CollOptions { timeout: Some(Duration::from_secs(60)), ..CollOptions::default() };
+    for (k, sizes) in draw(
+        prop::collection::vec(prop_oneof![Just(0usize), 1usize..100, 100usize..300_000], 1..4),
+        cases,
+        seed("sendrecv"),
+    )
+    .into_iter()
+    .enumerate()
+    {
+        // Small messages first so they fit the mailbox while nobody receives yet; a large one
+        // streams through flow control.
+        let msg = |r: usize, j: usize, len: usize| {
+            (0..len).map(|i| (r * 1_000_003 + k * 7919 + j * 104_729 + i) as i32).collect::<Vec<i32>>()
+        };
+        let small: Vec<usize> = sizes.iter().copied().filter(|&s| s < 100).collect();
+        let large: Vec<usize> = sizes.iter().copied().filter(|&s| s >= 100).collect();
+        for (j, &len) in small.iter().enumerate() {
+            comm.send(&world, LocalRef::from(&msg(me, j, len)), next, &opts).expect("send small");
+        }
+        for (j, &len) in small.iter().enumerate() {
+            let mut got = vec![0i32; len];
+            comm.recv(&world, LocalMut::from(&mut got), prev, &opts).expect("recv small");
+            assert_eq!(got, msg(prev, j, len), "rank {me}: case {k}: small message {j}");
+        }
+        // Large messages: even ranks send first, odd ranks receive first (no deadlock with
+        // flow control even for rings of odd length, since rank 0 sends and rank n-1 ... ).
+        for (j, &len) in large.iter().enumerate() {
+            let data = msg(me, 100 + j, len);
+            let mut got = vec![0i32; len];
+            if n == 1 {
+                // A large self-message would need the receiver inside recv: skip.
+                continue;
+            }
+            if me % 2 == 0 {
+                comm.send(&world, LocalRef::from(&data), next, &opts).expect("send large");
+                comm.recv(&world, LocalMut::from(&mut got), prev, &opts).expect("recv large");
+            } else {
+                comm.recv(&world, LocalMut::from(&mut got), prev, &opts).expect("recv large");
+                comm.send(&world, LocalRef::from(&data), next, &opts).expect("send large");
+            }
+            assert_eq!(got, msg(prev, 100 + j, len), "rank {me}: case {k}: large message {j}");
+        }
+    }
+}
+
+/// Bad input: errors on the calling rank, an error (not a hang) on the others, and the group
+/// stays usable.
+pub fn errors<C: Collectives>(comm: &C) {
+    let me = comm.rank().index();
+    let world = comm.world();
+    let n = world.size();
+    let opts = CollOptions { timeout: Some(Duration::from_secs(20)), ..CollOptions::default() };
+    let assert_rank = |e: &Error, what: &str| {
+        assert_eq!(e.rank().index(), me, "{what}: {e}");
+        assert!(e.to_string().contains(&format!("rank {me}")), "{what}: {e}");
+    };
+    // Counts that differ between ranks: every rank gets Mismatch.
+    if n >= 2 {
+        let mut buf = vec![1.0f32; if me == 0 { 10 } else { 11 }];
+        let e = comm.allreduce(&world, LocalMut::from(&mut buf), ReduceOp::Sum, &opts).unwrap_err();
+        assert!(matches!(e, Error::Mismatch { .. }), "rank {me}: {e}");
+        assert_rank(&e, "count mismatch");
+        assert!(e.to_string().contains("count=10") && e.to_string().contains("count=11"), "{e}");
+        // Different ops.
+        let mut buf = vec![1i32; 4];
+        let op = if me == 0 { ReduceOp::Max } else { ReduceOp::Min };
+        let e = comm.allreduce(&world, LocalMut::from(&mut buf), op, &opts).unwrap_err();
+        assert!(e.to_string().contains("op=max") && e.to_string().contains("op=min"), "{e}");
+    }
+    // avg on integers: rejected locally on every rank (all pass the same arguments).
+    let mut ints = vec![1i64; 3];
+    let e = comm.allreduce(&world, LocalMut::from(&mut ints), ReduceOp::Avg, &opts).unwrap_err();
+    assert!(e.to_string().contains("avg") && e.to_string().contains("int64"), "{e}");
+    // One rank passes an output that is too small: it fails locally, the others hear of it.
+    if n >= 2 {
+        let input = vec![1.0f64; n * 4];
+        let mut out = vec![0.0f64; if me == 1 { 3 } else { 4 }];
+        let e = comm
+            .reduce_scatter(&world, LocalMut::from(&mut out), LocalRef::from(&input), ReduceOp::Sum, &opts)
+            .unwrap_err();
+        if me == 1 {
+            assert!(matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("input"), "{e}");
+        } else {
+            assert!(
+                matches!(e, Error::PeerRejected { .. }) && e.to_string().contains("global rank 1"),
+                "rank {me}: {e}"
+            );
+        }
+        assert_rank(&e, "rejected");
+    }
+    // Wrong dtype pairing.
+    let input = vec![1.0f32; 4];
+    let mut out = vec![0i32; 4 * n];
+    let e = comm.allgather(&world, LocalMut::from(&mut out), LocalRef::from(&input), &opts).unwrap_err();
+    assert!(e.to_string().contains("int32") && e.to_string().contains("float32"), "{e}");
+    // Invalid root and peer.
+    let mut b = vec![0u8; 4];
+    let e = comm.broadcast(&world, LocalMut::from(&mut b), n + 1, &opts).unwrap_err();
+    assert!(e.to_string().contains("root"), "{e}");
+    let e = comm.send(&world, LocalRef::from(&b), n, &opts).unwrap_err();
+    assert!(e.to_string().contains("dst_rank"), "{e}");
+    // A recv whose size differs from the message: error naming both, pair still usable.
+    if n >= 2 {
+        let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+        comm.send(&world, LocalRef::from(&[7i16; 5][..]), next, &opts).expect("send");
+        let mut got = vec![0i16; 6];
+        let e = comm.recv(&world, LocalMut::from(&mut got), prev, &opts).unwrap_err();
+        assert!(e.to_string().contains("6 elements") && e.to_string().contains("10 bytes"), "{e}");
+        comm.send(&world, LocalRef::from(&[9i16; 2][..]), next, &opts).expect("send");
+        let mut got = vec![0i16; 2];
+        comm.recv(&world, LocalMut::from(&mut got), prev, &opts).expect("recv after a mismatch");
+        assert_eq!(got, [9, 9]);
+    }
+    // Unknown low-precision format.
+    let mut buf = vec![1.0f32; 8];
+    let e = comm
+        .allreduce(&world, LocalMut::from(&mut buf), ReduceOp::Sum, &CollOptions::low_precision(DType::I8))
+        .unwrap_err();
+    assert!(e.to_string().contains("low_precision_dtype"), "{e}");
+    // The group still works.
+    let mut buf = vec![me as f32 + 1.0; 33];
+    comm.allreduce(&world, LocalMut::from(&mut buf), ReduceOp::Sum, &opts).expect("allreduce after errors");
+    let want = (n * (n + 1) / 2) as f32;
+    assert!(buf.iter().all(|&x| x == want), "rank {me}: {buf:?}");
+}
+
+/// Collectives in overlapping and disjoint groups, interleaved, never interfere.
+pub fn groups<C: Collectives>(comm: &C) {
+    let me = comm.rank().index();
+    let world = comm.world();
+    let n = world.size();
+    let mut lists: Vec<Vec<usize>> =
+        vec![(0..n).rev().collect(), (0..n).step_by(2).collect(), (1..n).step_by(2).collect()];
+    if n >= 4 {
+        lists.push(vec![3, 1]);
+        lists.push(vec![0, 2, 3]);
+    }
+    lists.retain(|l| !l.is_empty());
+    let groups: Vec<Group> = lists.iter().map(|l| comm.new_group(&world, l).expect("group")).collect();
+    for round in 0..5 {
+        for (l, g) in lists.iter().zip(&groups) {
+            if g.my_rank().is_none() {
+                continue;
+            }
+            let len = 1000 + round * 3001;
+            let mut buf: Vec<i64> = (0..len).map(|i| (me * 1000 + i + round) as i64).collect();
+            comm.allreduce(g, LocalMut::from(&mut buf), ReduceOp::Sum, &CollOptions::default())
+                .expect("group allreduce");
+            for (i, &v) in buf.iter().enumerate() {
+                let want: i64 = l.iter().map(|&r| (r * 1000 + i + round) as i64).sum();
+                assert_eq!(v, want, "rank {me}: group {l:?} round {round} element {i}");
+            }
+            let mine = [me as i32];
+            let mut all = vec![0i32; l.len()];
+            comm.allgather(g, LocalMut::from(&mut all), LocalRef::from(&mine[..]), &CollOptions::default())
+                .expect("group allgather");
+            assert_eq!(
+                all,
+                l.iter().map(|&r| r as i32).collect::<Vec<_>>(),
+                "rank {me}: group {l:?}: gather in group order"
+            );
+        }
+        let mut w = vec![1u8; 10];
+        comm.allreduce(&world, LocalMut::from(&mut w), ReduceOp::Sum, &CollOptions::default())
+            .expect("world allreduce");
+        assert!(w.iter().all(|&x| x as usize == n % 256));
+    }
+}
