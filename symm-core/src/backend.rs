@@ -23,6 +23,7 @@
 
 use std::time::Duration;
 
+use crate::dfx::{FlightRing, StatsTable};
 use crate::error::Result;
 use crate::group::Group;
 use crate::op::{CmpOp, SignalOp};
@@ -46,6 +47,10 @@ pub struct WaitSite {
     pub group: Option<Vec<Rank>>,
     /// Where the awaited value lives, in words.
     pub location: String,
+    /// The peers whose end (lost or exited) fails the wait early; empty: every member of
+    /// `group`. Point-to-point waits name their one peer, so that another member finishing its
+    /// work and leaving is no error for them.
+    pub watch: Vec<Rank>,
 }
 
 /// The mechanism a backend provides. Arguments are validated by the caller (this crate).
@@ -143,4 +148,16 @@ pub trait Backend: Send + Sync {
     fn quiet(&self) -> Result<()>;
     /// Blocks until every member of `group` has arrived (see the module's ordering rules).
     fn barrier_group(&self, group: &Group, timeout: Duration) -> Result<()>;
+
+    /// Diagnostics, optional: the flight-recorder ring of `rank`: the caller's own (which it
+    /// writes) or a peer's on its node (read only). `None` when the backend keeps none (the
+    /// recorder is then off) or `rank` is not on the caller's node. See [`crate::dfx`].
+    fn flight_ring(&self, _rank: Rank) -> Option<FlightRing<'_>> {
+        None
+    }
+
+    /// Diagnostics, optional: the per-operation statistics of this communicator.
+    fn op_stats(&self) -> Option<&StatsTable> {
+        None
+    }
 }

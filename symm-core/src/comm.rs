@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::backend::{Backend, SignalWidth, WaitSite};
 use crate::buffer::{check_dtype, check_range, LocalMut, LocalRef, SymmBuffer};
+use crate::dfx::{self, Op, OpEvent};
 use crate::dtype::{DType, Element};
 use crate::error::{ArgError, AtRank, GroupError, HeapError, Result};
 use crate::group::Group;
@@ -26,22 +27,36 @@ pub trait SymmetricHeap: Backend {
         let bytes = len
             .checked_mul(dtype.size())
             .filter(|&b| b <= self.heap_size())
-            .ok_or_else(|| HeapError::Exhausted {
+            .ok_or_else(|| HeapError::TooLarge {
                 requested: len.saturating_mul(dtype.size()),
                 group: group.ranks().to_vec(),
-                largest_common_free: 0,
-                free: 0,
                 heap_size: self.heap_size(),
             })
             .at(rank)?;
-        let offset = self.heap_alloc(group, bytes, self.default_timeout())?;
+        let ev = OpEvent {
+            op: Op::Alloc,
+            group: Some(group),
+            seq: 0,
+            count: len as u64,
+            dtype: Some(dtype),
+            bytes: bytes as u64,
+        };
+        let offset = dfx::traced(self, &ev, || self.heap_alloc(group, bytes, self.default_timeout()))?;
         Ok(SymmBuffer::from_parts(self.instance_id(), group.clone(), offset, len, dtype))
     }
 
     /// Collective over the buffer's group: releases it once every member has stopped using it.
     fn free(&self, buf: SymmBuffer) -> Result<()> {
         check_owner(self, &buf, "buf")?;
-        self.heap_free(&buf.group, buf.offset, buf.bytes(), self.default_timeout())
+        let ev = OpEvent {
+            op: Op::Free,
+            group: Some(&buf.group),
+            seq: 0,
+            count: buf.len as u64,
+            dtype: Some(buf.dtype),
+            bytes: buf.bytes() as u64,
+        };
+        dfx::traced(self, &ev, || self.heap_free(&buf.group, buf.offset, buf.bytes(), self.default_timeout()))
     }
 
     /// Address of the caller's copy of `buf` (host memory for `symm-sim`).
@@ -226,14 +241,19 @@ pub trait Communicator: SymmetricHeap {
             op: "wait_until".into(),
             group: Some(signal.group.ranks().to_vec()),
             location: format!("signal[{signal_offset}] ({} buffer at heap byte {offset:#x})", signal.dtype),
+            watch: Vec::new(),
         };
-        self.wait_signal_at(offset, width, cmp, value, timeout.unwrap_or(self.default_timeout()), &site)
+        let ev = OpEvent { op: Op::WaitUntil, group: Some(&signal.group), seq: 0, count: 0, dtype: None, bytes: 0 };
+        dfx::traced(self, &ev, || {
+            self.wait_signal_at(offset, width, cmp, value, timeout.unwrap_or(self.default_timeout()), &site)
+        })
     }
 
     /// Blocks until every member of `group` has called `barrier` (see the ordering rules).
     fn barrier(&self, group: &Group) -> Result<()> {
         group.member().at(self.rank())?;
-        self.barrier_group(group, self.default_timeout())
+        let ev = OpEvent { op: Op::Barrier, group: Some(group), seq: 0, count: 0, dtype: None, bytes: 0 };
+        dfx::traced(self, &ev, || self.barrier_group(group, self.default_timeout()))
     }
 }
 

@@ -48,7 +48,8 @@ pub fn heap_size_from_env() -> Result<usize, HeapError> {
 pub fn timeout_from_env() -> Result<Duration, String> {
     match std::env::var(TIMEOUT_VAR) {
         Ok(v) => match v.trim().parse::<f64>() {
-            Ok(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
+            Ok(s) if s > 0.0 => Duration::try_from_secs_f64(s)
+                .map_err(|_| format!("{TIMEOUT_VAR} = {v:?}: too large; expected a positive number of seconds")),
             _ => Err(format!("{TIMEOUT_VAR} = {v:?}: expected a positive number of seconds")),
         },
         Err(_) => Ok(DEFAULT_TIMEOUT),

@@ -67,6 +67,9 @@ pub enum HeapError {
     /// Not enough contiguous space free on every member of the group.
     #[error("symmetric heap exhausted: requested {requested} bytes in group {group:?}; the largest range free on every member is {largest_common_free} bytes, this rank has {free} of {heap_size} bytes free (raise SYMMETRIC_MEMORY_HEAP_SIZE)")]
     Exhausted { requested: usize, group: Vec<Rank>, largest_common_free: usize, free: usize, heap_size: usize },
+    /// A request larger than the whole heap.
+    #[error("symmetric heap too small: requested {requested} bytes in group {group:?}, but each rank's heap is {heap_size} bytes (raise SYMMETRIC_MEMORY_HEAP_SIZE)")]
+    TooLarge { requested: usize, group: Vec<Rank>, heap_size: usize },
     /// Members asked for different sizes in the same collective allocation.
     #[error("allocation size mismatch in group {group:?}: bytes requested per global rank {sizes:?}; every member must allocate the same size")]
     SizeMismatch { group: Vec<Rank>, sizes: Vec<(Rank, usize)> },
@@ -86,7 +89,7 @@ pub enum HeapError {
 pub struct TimeoutError {
     /// The rank that waited.
     pub rank: Rank,
-    /// What was being waited for (`wait_until`, `barrier`, `alloc` ...).
+    /// What was being waited for (`wait_until`, `barrier`, `alloc`, `allreduce (round 9)` ...).
     pub op: String,
     /// The group's global ranks, when the wait belongs to a group.
     pub group: Option<Vec<Rank>>,
@@ -100,17 +103,67 @@ pub struct TimeoutError {
     pub pending: Vec<Rank>,
     /// How long the rank waited.
     pub waited: Duration,
+    /// The operation's sequence number in its group (collectives: the group's collective call
+    /// number, the same on every member; send/recv: the caller's point-to-point call number).
+    pub sequence: Option<u64>,
+    /// Peers that had reached the awaited point (collectives), when known.
+    pub arrived: Vec<Rank>,
+    /// One line per local rank of the group: its latest flight-recorder record.
+    pub flight_summary: Option<String>,
+    /// The node-wide flight-recorder dump at the time of the timeout (also logged at error
+    /// level).
+    pub flight_dump: Option<String>,
+}
+
+impl TimeoutError {
+    /// A timeout with the diagnostics known to a backend's wait (the layers above add the
+    /// sequence number, arrived peers and the flight recorder).
+    #[allow(clippy::too_many_arguments)] // the fields every wait knows, in the order printed
+    pub fn new(
+        rank: Rank,
+        op: String,
+        group: Option<Vec<Rank>>,
+        location: String,
+        condition: String,
+        last_observed: String,
+        pending: Vec<Rank>,
+        waited: Duration,
+    ) -> TimeoutError {
+        TimeoutError {
+            rank,
+            op,
+            group,
+            location,
+            condition,
+            last_observed,
+            pending,
+            waited,
+            sequence: None,
+            arrived: Vec::new(),
+            flight_summary: None,
+            flight_dump: None,
+        }
+    }
 }
 
 impl fmt::Display for TimeoutError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "rank {}: timed out after {:.3} s in {}", self.rank, self.waited.as_secs_f64(), self.op)?;
+        if let Some(s) = self.sequence {
+            write!(f, ", operation #{s} of the group")?;
+        }
         if let Some(g) = &self.group {
             write!(f, " in group {g:?}")?;
         }
         write!(f, " waiting for {} at {}; last observed {}", self.condition, self.location, self.last_observed)?;
+        if !self.arrived.is_empty() {
+            write!(f, "; ranks arrived: {:?}", self.arrived)?;
+        }
         if !self.pending.is_empty() {
             write!(f, "; ranks not arrived: {:?}", self.pending)?;
+        }
+        if let Some(s) = &self.flight_summary {
+            write!(f, "; flight recorder (latest operation per rank): {s}; full node dump logged to stderr and in TimeoutError::flight_dump")?;
         }
         write!(f, " (raise SYMMETRIC_MEMORY_TIMEOUT or the call's timeout if the peers are only slow)")
     }
@@ -169,6 +222,13 @@ pub enum Error {
     /// A peer process ended while this rank depended on it.
     #[error("rank {rank}: peer rank {peer} was lost during {op}: {detail}")]
     PeerLost { rank: Rank, peer: Rank, op: String, detail: String },
+    /// A peer ended on purpose (dropped its communicator, or its process exited normally) while
+    /// this rank still depended on it.
+    #[error("rank {rank}: peer rank {peer} has shut down ({detail}) while this rank waited for it in {op}; every member must take part in every operation of its groups before it closes its communicator")]
+    PeerExited { rank: Rank, peer: Rank, op: String, detail: String },
+    /// Two threads of one rank drove the same group at the same time.
+    #[error("rank {rank}: {op}: group {group:?} is already in use by another thread of this rank ({busy}); the operations of one group must be called from one thread at a time")]
+    ConcurrentUse { rank: Rank, op: String, group: Vec<Rank>, busy: String },
     /// Members of a group called a collective with arguments that do not agree.
     #[error("rank {rank}: {op}: arguments differ between ranks: global rank {peer} called it with {theirs}, this rank with {mine}")]
     Mismatch { rank: Rank, op: String, peer: Rank, mine: String, theirs: String },
@@ -196,15 +256,37 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every code [`Error::code`] returns, in the order of `docs/errors.md`. Codes are stable:
+    /// never renamed or reused; new kinds of errors get new codes.
+    pub const CODES: &'static [&'static str] = &[
+        "SYMM_E_INVALID_ARGUMENT",
+        "SYMM_E_GROUP",
+        "SYMM_E_HEAP",
+        "SYMM_E_HEAP_EXHAUSTED",
+        "SYMM_E_TIMEOUT",
+        "SYMM_E_PEER_LOST",
+        "SYMM_E_PEER_EXITED",
+        "SYMM_E_MISMATCH",
+        "SYMM_E_PEER_REJECTED",
+        "SYMM_E_CONCURRENT_USE",
+        "SYMM_E_BOOTSTRAP",
+        "SYMM_E_UNSUPPORTED",
+        "SYMM_E_SYSTEM",
+    ];
+
     /// A stable, documented code for the kind of error (see `docs/errors.md`).
     pub fn code(&self) -> &'static str {
         match self {
             Error::InvalidArgument { .. } => "SYMM_E_INVALID_ARGUMENT",
             Error::Group { .. } => "SYMM_E_GROUP",
-            Error::Heap { source: HeapError::Exhausted { .. }, .. } => "SYMM_E_HEAP_EXHAUSTED",
+            Error::Heap { source: HeapError::Exhausted { .. } | HeapError::TooLarge { .. }, .. } => {
+                "SYMM_E_HEAP_EXHAUSTED"
+            }
             Error::Heap { .. } => "SYMM_E_HEAP",
             Error::Timeout(_) => "SYMM_E_TIMEOUT",
             Error::PeerLost { .. } => "SYMM_E_PEER_LOST",
+            Error::PeerExited { .. } => "SYMM_E_PEER_EXITED",
+            Error::ConcurrentUse { .. } => "SYMM_E_CONCURRENT_USE",
             Error::Mismatch { .. } => "SYMM_E_MISMATCH",
             Error::PeerRejected { .. } => "SYMM_E_PEER_REJECTED",
             Error::Bootstrap { .. } => "SYMM_E_BOOTSTRAP",
@@ -220,6 +302,8 @@ impl Error {
             | Error::Group { rank, .. }
             | Error::Heap { rank, .. }
             | Error::PeerLost { rank, .. }
+            | Error::PeerExited { rank, .. }
+            | Error::ConcurrentUse { rank, .. }
             | Error::Mismatch { rank, .. }
             | Error::PeerRejected { rank, .. }
             | Error::Bootstrap { rank, .. }
@@ -250,3 +334,44 @@ at_rank!(ArgError, InvalidArgument);
 at_rank!(GroupError, Group);
 at_rank!(HeapError, Heap);
 at_rank!(BootstrapError, Bootstrap);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One error of every variant, so that a new variant without a listed code fails here.
+    fn samples() -> Vec<Error> {
+        let r = Rank(1);
+        let t = TimeoutError::new(r, "barrier".into(), None, "x".into(), "y".into(), "0".into(), vec![], Duration::ZERO);
+        vec![
+            Error::InvalidArgument { rank: r, source: ArgError::invalid("x", 1, "bad") },
+            Error::Group { rank: r, source: GroupError::NotMember { ranks: vec![] } },
+            Error::Heap { rank: r, source: HeapError::ForeignBuffer { arg: "buf" } },
+            Error::Heap { rank: r, source: HeapError::TooLarge { requested: 1, group: vec![], heap_size: 0 } },
+            Error::Timeout(Box::new(t)),
+            Error::PeerLost { rank: r, peer: Rank(0), op: "x".into(), detail: "x".into() },
+            Error::PeerExited { rank: r, peer: Rank(0), op: "x".into(), detail: "x".into() },
+            Error::ConcurrentUse { rank: r, op: "x".into(), group: vec![], busy: "x".into() },
+            Error::Mismatch { rank: r, op: "x".into(), peer: Rank(0), mine: "a".into(), theirs: "b".into() },
+            Error::PeerRejected { rank: r, op: "x".into(), peer: Rank(0) },
+            Error::Bootstrap { rank: r, source: BootstrapError::Protocol("x".into()) },
+            Error::Unsupported { rank: r, backend: "sim", what: "x".into() },
+            Error::System { rank: r, what: "x".into(), source: std::io::Error::other("x") },
+        ]
+    }
+
+    #[test]
+    fn every_code_is_listed_unique_and_documented() {
+        let docs = include_str!("../../docs/errors.md");
+        for e in samples() {
+            assert!(Error::CODES.contains(&e.code()), "{} is not in Error::CODES", e.code());
+            assert_eq!(e.rank(), Rank(1));
+            assert!(e.to_string().contains("rank 1"), "{e}");
+        }
+        for (i, c) in Error::CODES.iter().enumerate() {
+            assert!(!Error::CODES[..i].contains(c), "{c} twice");
+            assert!(samples().iter().any(|e| e.code() == *c), "no variant gives {c}");
+            assert!(docs.contains(&format!("## `{c}`")), "docs/errors.md has no section for {c}");
+        }
+    }
+}

@@ -38,14 +38,21 @@
 //! ## Errors
 //! [`Error`] composes small domain enums ([`ArgError`], [`GroupError`], [`HeapError`],
 //! [`BootstrapError`]) and adds timeouts ([`TimeoutError`]: rank, op, group, location,
-//! condition, last value, pending peers), lost peers, unsupported capabilities and OS failures.
-//! Every variant names the rank that raised it; [`Error::code`] gives a stable code.
+//! condition, last value, arrived and pending peers, the flight recorder), lost and exited
+//! peers, unsupported capabilities and OS failures. Every variant names the rank that raised it;
+//! [`Error::code`] gives a stable code (`docs/errors.md`).
+//!
+//! ## Diagnostics
+//! [`dfx`]: the flight recorder (every rank's last operations, in memory the whole node reads),
+//! dumps (API, timeouts, SIGUSR1), logging (`SYMM_LOG_LEVEL`, pluggable sink), per-operation
+//! statistics, and the cross-rank validation mode (`SYMM_VALIDATE=1`) of the collectives.
 
 pub mod backend;
 pub mod bootstrap;
 pub mod buffer;
 pub mod coll;
 pub mod comm;
+pub mod dfx;
 pub mod dtype;
 pub mod env;
 pub mod error;

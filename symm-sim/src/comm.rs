@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
+use symm_core::dfx::{self, FlightRing, Op, Registration, StatsTable};
 use symm_core::env;
 use symm_core::{
     AtRank, Backend, Bootstrap, BootstrapError, CmpOp, Error, Group, GroupError, GroupId, GroupRegistry, HeapError,
@@ -22,7 +23,8 @@ use symm_core::{
 };
 
 use crate::alloc;
-use crate::control::{Control, GroupSlot, Layout, GRANULE, MAGIC, MAX_GROUPS};
+use crate::control::{Control, GroupSlot, Layout, CLOSED, EXITED, GRANULE, MAGIC, MAX_GROUPS};
+use crate::recorder::SimNode;
 use crate::sys::{self, Mapping};
 use crate::wait::{self, ring, SpinPolicy, WaitEnd};
 
@@ -36,10 +38,13 @@ pub struct SimConfig {
     /// Host identity override; ranks with different identities are treated as different
     /// hosts (used to test the one-node rule on one machine). `None`: hostname + boot id.
     pub host_id: Option<String>,
+    /// Flight-recorder records per rank (0: no recorder); the same on every rank.
+    pub recorder_entries: usize,
 }
 
 impl SimConfig {
-    /// From `SYMMETRIC_MEMORY_HEAP_SIZE`, `SYMMETRIC_MEMORY_TIMEOUT` and `SYMM_HOST_ID`.
+    /// From `SYMMETRIC_MEMORY_HEAP_SIZE`, `SYMMETRIC_MEMORY_TIMEOUT`, `SYMM_HOST_ID` and
+    /// `SYMM_FLIGHT_RECORDER_ENTRIES`.
     pub fn from_env() -> std::result::Result<SimConfig, BootstrapError> {
         let heap_size = env::heap_size_from_env().map_err(|e| BootstrapError::Env {
             var: env::HEAP_SIZE_VAR,
@@ -51,13 +56,22 @@ impl SimConfig {
             value: std::env::var(env::TIMEOUT_VAR).ok(),
             reason,
         })?;
-        Ok(SimConfig { heap_size, timeout, host_id: std::env::var("SYMM_HOST_ID").ok() })
+        let recorder_entries = dfx::entries_from_env().map_err(|reason| BootstrapError::Env {
+            var: dfx::ENTRIES_VAR,
+            value: std::env::var(dfx::ENTRIES_VAR).ok(),
+            reason,
+        })?;
+        Ok(SimConfig { heap_size, timeout, host_id: std::env::var("SYMM_HOST_ID").ok(), recorder_entries })
     }
 
     /// A config with the given heap size and the environment's other settings (or defaults).
     pub fn with_heap_size(heap_size: usize) -> SimConfig {
-        let mut c =
-            SimConfig::from_env().unwrap_or(SimConfig { heap_size, timeout: env::DEFAULT_TIMEOUT, host_id: None });
+        let mut c = SimConfig::from_env().unwrap_or(SimConfig {
+            heap_size,
+            timeout: env::DEFAULT_TIMEOUT,
+            host_id: None,
+            recorder_entries: dfx::recorder::DEFAULT_ENTRIES,
+        });
         c.heap_size = heap_size;
         c
     }
@@ -86,13 +100,20 @@ pub struct SimComm {
     hosts: Vec<String>,
     pids: Vec<u32>,
     /// Mappings by global rank; `None` for ranks on other hosts. Never changes after start-up.
-    maps: Vec<Option<Mapping>>,
+    /// Shared with `node`, which the process-wide diagnostics hold.
+    maps: Arc<[Option<Mapping>]>,
     registry: GroupRegistry,
     groups: RwLock<HashMap<GroupId, Arc<GroupState>>>,
     /// Serialises this rank's changes to its own allocation bitmap and group table.
     alloc_lock: Mutex<()>,
     policy: SpinPolicy,
     world: Group,
+    /// What the diagnostics (dumps, exit hook) need; registered with `symm_core::dfx`.
+    node: Arc<SimNode>,
+    /// Keeps `node` registered until this communicator is dropped.
+    _registration: Option<Registration>,
+    /// Per-operation statistics.
+    stats: StatsTable,
 }
 
 fn random_u64() -> u64 {
@@ -123,27 +144,28 @@ impl SimComm {
             rank,
             source: BootstrapError::Io { what, source },
         };
-        let layout = Layout::new(config.heap_size);
+        let layout = Layout::new(config.heap_size, config.recorder_entries);
         let host = config.host_id.clone().unwrap_or_else(host_identity);
         let pid = std::process::id();
         let nonce = random_u64();
-        let hello = format!("{host}\n{pid}\n{nonce}\n{}", layout.heap_size);
+        let hello = format!("{host}\n{pid}\n{nonce}\n{}\n{}", layout.heap_size, layout.recorder_entries);
         let replies = boot.allgather("hello", hello.as_bytes()).at(rank)?;
-        let (mut hosts, mut pids, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut hosts, mut pids, mut sizes, mut entries) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut job = 0;
         for (r, bytes) in replies.iter().enumerate() {
             let text = String::from_utf8_lossy(bytes);
             let fields: Vec<&str> = text.split('\n').collect();
-            let parsed = (fields.len() == 4)
+            let parsed = (fields.len() == 5)
                 .then(|| {
                     Some((
                         fields[1].parse::<u32>().ok()?,
                         fields[2].parse::<u64>().ok()?,
                         fields[3].parse::<usize>().ok()?,
+                        fields[4].parse::<usize>().ok()?,
                     ))
                 })
                 .flatten();
-            let Some((p, nc, size)) = parsed else {
+            let Some((p, nc, size, e)) = parsed else {
                 return Err(BootstrapError::Protocol(format!("rank {r} sent an unreadable hello {text:?}"))).at(rank);
             };
             if r == 0 {
@@ -152,9 +174,21 @@ impl SimComm {
             hosts.push(fields[0].to_string());
             pids.push(p);
             sizes.push((Rank(r as u32), size));
+            entries.push((Rank(r as u32), e));
         }
         if sizes.iter().any(|&(_, s)| s != layout.heap_size) {
             return Err(HeapError::HeapSizeMismatch { sizes }).at(rank);
+        }
+        // Peers' rings are read with this rank's layout: it must be the same everywhere.
+        if entries.iter().any(|&(_, e)| e != layout.recorder_entries) {
+            return Err(BootstrapError::Env {
+                var: dfx::ENTRIES_VAR,
+                value: std::env::var(dfx::ENTRIES_VAR).ok(),
+                reason: format!(
+                    "differs between ranks (records per global rank: {entries:?}); set it alike everywhere"
+                ),
+            })
+            .at(rank);
         }
 
         let fd: OwnedFd = sys::memfd(&format!("symm-heap-r{}", rank.0), layout.total)
@@ -165,6 +199,9 @@ impl SimComm {
         h.rank.store(u64::from(rank.0), Ordering::Relaxed);
         h.pid.store(u64::from(pid), Ordering::Relaxed);
         h.heap_size.store(layout.heap_size as u64, Ordering::Relaxed);
+        if let Some(ring) = Control::of(&mine, layout).ring() {
+            ring.init(rank, pid);
+        }
         h.magic.store(MAGIC, Ordering::Release);
 
         let local: Vec<usize> = (0..n).filter(|&r| r != rank.index() && hosts[r] == host).collect();
@@ -201,9 +238,11 @@ impl SimComm {
         maps[rank.index()] = Some(mine);
         boot.allgather("mapped", b"").at(rank)?;
 
-        let policy = SpinPolicy::for_host(local.len() + 1, sys::available_cores());
+        let policy = SpinPolicy::for_host(local.len() + 1, sys::host_cores());
         let registry = GroupRegistry::new(n, rank);
         let placeholder = Group::new(n, rank, &[rank], Ok(())).at(rank)?;
+        let maps: Arc<[Option<Mapping>]> = maps.into();
+        let node = |world: Group| Arc::new(SimNode { rank, world_size: n, layout, maps: maps.clone(), world });
         let mut comm = SimComm {
             rank,
             world_size: n,
@@ -212,15 +251,31 @@ impl SimComm {
             layout,
             hosts,
             pids,
-            maps,
+            maps: maps.clone(),
             registry,
             groups: RwLock::new(HashMap::new()),
             alloc_lock: Mutex::new(()),
             policy,
-            world: placeholder,
+            world: placeholder.clone(),
+            node: node(placeholder),
+            _registration: None,
+            stats: StatsTable::default(),
         };
         let all: Vec<Rank> = (0..n as u32).map(Rank).collect();
         comm.world = comm.group_of(&all)?;
+        comm.node = node(comm.world.clone());
+        comm._registration = Some(dfx::register(comm.node.clone()));
+        dfx::install_dump_on_signal_from_env();
+        comm.node.mark(Op::Init);
+        symm_core::symm_log!(
+            dfx::Level::Info,
+            rank,
+            "started: world of {n}, {} rank(s) on this host, heap {} bytes, flight recorder {} records, validation {}",
+            local.len() + 1,
+            layout.heap_size,
+            layout.recorder_entries,
+            if dfx::validate_from_env() { "on" } else { "off" }
+        );
         Ok(comm)
     }
 
@@ -304,13 +359,15 @@ impl SimComm {
         let (id, size) = (st.group.id().0, st.group.size() as u64);
         let started = Instant::now();
         let mut nap = Duration::from_micros(50);
-        loop {
-            // Acquire: pairs with the release store of `key` in `register`, making `nranks` and
-            // the slot's zeroed counters visible.
-            let found = (0..MAX_GROUPS).find(|&k| {
+        // Acquire: pairs with the release store of `key` in `register`, making `nranks` and the
+        // slot's zeroed counters visible.
+        let find = || {
+            (0..MAX_GROUPS).find(|&k| {
                 ctrl.slot(k).key.load(Ordering::Acquire) == id && ctrl.slot(k).nranks.load(Ordering::Relaxed) == size
-            });
-            if let Some(k) = found {
+            })
+        };
+        loop {
+            if let Some(k) = find() {
                 let _ = st.peer_slots[i].set(k);
                 return Ok(ctrl.slot(k));
             }
@@ -320,6 +377,7 @@ impl SimComm {
                         op: "group set-up".into(),
                         group: Some(st.group.ranks().to_vec()),
                         location: format!("the group table of rank {global}"),
+                        watch: Vec::new(),
                     },
                     format!("rank {global} to create the group"),
                     "group not created".into(),
@@ -327,7 +385,12 @@ impl SimComm {
                     started.elapsed(),
                 ));
             }
-            self.check_alive(&[global], "group set-up")?;
+            if let Err(e) = self.check_alive(&[global], "group set-up") {
+                // The peer may have registered the group and ended since the last look.
+                let k = find().ok_or(e)?;
+                let _ = st.peer_slots[i].set(k);
+                return Ok(ctrl.slot(k));
+            }
             std::thread::sleep(nap);
             nap = (nap * 2).min(Duration::from_millis(20));
         }
@@ -341,23 +404,39 @@ impl SimComm {
         pending: Vec<Rank>,
         waited: Duration,
     ) -> Error {
-        Error::Timeout(Box::new(TimeoutError {
-            rank: self.rank,
-            op: site.op.clone(),
-            group: site.group.clone(),
-            location: site.location.clone(),
+        Error::Timeout(Box::new(TimeoutError::new(
+            self.rank,
+            site.op.clone(),
+            site.group.clone(),
+            site.location.clone(),
             condition,
             last_observed,
             pending,
             waited,
-        }))
+        )))
     }
 
     /// `PeerLost` if one of `ranks` (on this host) has ended.
+    /// `PeerExited` if one of `ranks` closed its communicator or exited normally (its closed
+    /// mark), `PeerLost` if its process has ended otherwise.
     fn check_alive(&self, ranks: &[Rank], op: &str) -> Result<()> {
-        for &r in ranks {
-            if r != self.rank && self.pids[r.index()] != std::process::id() && !sys::process_alive(self.pids[r.index()])
-            {
+        for &r in ranks.iter().filter(|&&r| r != self.rank) {
+            // Acquire: pairs with the SeqCst mark of the leaving rank (nothing else is read
+            // through it; the mark alone is the news).
+            let closed = self.ctrl(r).map_or(0, |c| c.header().closed.load(Ordering::Acquire));
+            if closed == CLOSED || closed == EXITED {
+                return Err(Error::PeerExited {
+                    rank: self.rank,
+                    peer: r,
+                    op: op.to_string(),
+                    detail: if closed == CLOSED {
+                        "it dropped its communicator".into()
+                    } else {
+                        format!("its process {} exited without dropping it", self.pids[r.index()])
+                    },
+                });
+            }
+            if self.pids[r.index()] != std::process::id() && !sys::process_alive(self.pids[r.index()]) {
                 return Err(Error::PeerLost {
                     rank: self.rank,
                     peer: r,
@@ -404,17 +483,25 @@ impl SimComm {
             Err(WaitEnd::TimedOut) => {
                 let pending = behind();
                 let seen: Vec<String> = slots.iter().map(|s| counter(s).load(Ordering::Acquire).to_string()).collect();
-                Err(self.timeout_error(
+                let mut e = self.timeout_error(
                     &WaitSite {
                         op: op.to_string(),
                         group: Some(st.group.ranks().to_vec()),
                         location: what.to_string(),
+                        watch: Vec::new(),
                     },
                     format!("every member to reach #{target}"),
                     format!("[{}] per member", seen.join(", ")),
-                    pending,
+                    pending.clone(),
                     start.elapsed(),
-                ))
+                );
+                if let Error::Timeout(t) = &mut e {
+                    // The barrier's (or allocation's) number in the group, the same on every member.
+                    t.sequence = Some(target);
+                    t.arrived =
+                        st.group.ranks().iter().copied().filter(|r| *r != self.rank && !pending.contains(r)).collect();
+                }
+                Err(e)
             }
         }
     }
@@ -605,6 +692,24 @@ impl Backend for SimComm {
         Ok(())
     }
 
+    unsafe fn put_signal_bytes(
+        &self,
+        peer: Rank,
+        dst_offset: usize,
+        src: *const u8,
+        bytes: usize,
+        signal_offset: usize,
+        width: SignalWidth,
+        op: SignalOp,
+        value: i64,
+    ) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.put_bytes(peer, dst_offset, src, bytes)? };
+        // No separate fence: the signal update is SeqCst, hence a release that orders the
+        // plain stores of the copy before it.
+        self.signal_at(peer, signal_offset, width, op, value)
+    }
+
     fn signal_at(&self, peer: Rank, offset: usize, width: SignalWidth, op: SignalOp, value: i64) -> Result<()> {
         self.signal_word(peer, offset, width).update(op, value);
         ring(self.ctrl(peer).expect("validated: peer on this host").header());
@@ -626,7 +731,8 @@ impl Backend for SimComm {
             let v = word.load();
             cmp.holds(v, value).then_some(v)
         };
-        let watched: Vec<Rank> = site.group.clone().unwrap_or_default();
+        let watched: Vec<Rank> =
+            if site.watch.is_empty() { site.group.clone().unwrap_or_default() } else { site.watch.clone() };
         let health = || self.check_alive(&watched, &site.op);
         match wait::wait_until(self.me().header(), self.policy, start + timeout, check, health) {
             Ok(v) => Ok(v),
@@ -653,6 +759,14 @@ impl Backend for SimComm {
         Ok(())
     }
 
+    fn flight_ring(&self, rank: Rank) -> Option<FlightRing<'_>> {
+        self.node.ring(rank)
+    }
+
+    fn op_stats(&self) -> Option<&StatsTable> {
+        Some(&self.stats)
+    }
+
     fn barrier_group(&self, group: &Group, timeout: Duration) -> Result<()> {
         let st = self.state(group)?;
         let my = self.me().slot(st.my_slot);
@@ -661,6 +775,17 @@ impl Backend for SimComm {
         let epoch = my.barrier.0.fetch_add(1, Ordering::SeqCst) + 1;
         self.ring_members(group);
         self.wait_members(&st, "barrier", "the members' barrier counters", |s| &s.barrier.0, epoch, timeout)
+    }
+}
+
+impl Drop for SimComm {
+    /// Marks this rank closed in its header, so that peers still waiting on it fail with
+    /// `PeerExited` at their next health check instead of waiting for the timeout. The
+    /// mappings themselves go when the last of this communicator and its registered node does.
+    fn drop(&mut self) {
+        self.node.mark(Op::Close);
+        self.node.close(CLOSED);
+        symm_core::symm_log!(dfx::Level::Info, self.rank, "communicator closed");
     }
 }
 

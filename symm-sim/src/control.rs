@@ -1,5 +1,6 @@
-//! The control area at the start of every rank's segment: a header (identity, doorbell), a
-//! table of group slots, and the allocation bitmap of the rank's heap.
+//! The control area at the start of every rank's segment: a header (identity, doorbell, closed
+//! mark), a table of group slots, the allocation bitmap of the rank's heap, and the rank's
+//! flight-recorder ring (see `symm_core::dfx::recorder`).
 //!
 //! Everything here lives in shared memory mapped by every rank of the host, so every field is
 //! an atomic and every access states its ordering. The segment starts zero-filled (memfd), and
@@ -7,6 +8,8 @@
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use symm_core::dfx::FlightRing;
 
 use crate::sys::Mapping;
 
@@ -18,6 +21,12 @@ pub const MAX_GROUPS: usize = 256;
 pub const GRANULE: usize = 4096;
 /// Words of per-group scratch the collectives use for their own flags.
 pub const COLL_WORDS: usize = 64;
+/// [`Header::closed`]: the owner is running.
+pub const OPEN: u64 = 0;
+/// [`Header::closed`]: the owner dropped its communicator.
+pub const CLOSED: u64 = 1;
+/// [`Header::closed`]: the owner's process exited with its communicator open.
+pub const EXITED: u64 = 2;
 
 /// One value alone on its cache line pair (adjacent-line prefetch makes 128 the unit that
 /// avoids false sharing on x86).
@@ -37,6 +46,10 @@ pub struct Header {
     pub pid: AtomicU64,
     /// Heap size in bytes.
     pub heap_size: AtomicU64,
+    /// Why the owner left on purpose: [`OPEN`] while it runs, [`CLOSED`] once it dropped its
+    /// communicator, [`EXITED`] when its process exited with the communicator open. A rank
+    /// killed by a signal leaves [`OPEN`] behind (its peers find its process gone instead).
+    pub closed: AtomicU64,
     /// Bumped by anyone who changes something the owner may be waiting for; the owner sleeps
     /// on it as a futex.
     pub doorbell: Padded<AtomicU32>,
@@ -71,6 +84,10 @@ pub struct Layout {
     pub bitmap: usize,
     /// Number of 64-bit bitmap words.
     pub bitmap_words: usize,
+    /// Offset of the flight-recorder ring (64-byte aligned).
+    pub recorder: usize,
+    /// Records in the ring (0: no recorder).
+    pub recorder_entries: usize,
     /// Offset of the heap (page aligned).
     pub heap: usize,
     /// Heap size in bytes (a multiple of [`GRANULE`]).
@@ -80,15 +97,17 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The layout for a heap of at least `heap_size` bytes (rounded up to the granule).
-    pub fn new(heap_size: usize) -> Layout {
+    /// The layout for a heap of at least `heap_size` bytes (rounded up to the granule) and a
+    /// flight recorder of `recorder_entries` records.
+    pub fn new(heap_size: usize, recorder_entries: usize) -> Layout {
         let heap_size = heap_size.div_ceil(GRANULE) * GRANULE;
         let slots = std::mem::size_of::<Header>().next_multiple_of(128);
         let bitmap = slots + MAX_GROUPS * std::mem::size_of::<GroupSlot>();
         let granules = heap_size / GRANULE;
         let bitmap_words = granules.div_ceil(64);
-        let heap = (bitmap + bitmap_words * 8).next_multiple_of(GRANULE);
-        Layout { slots, bitmap, bitmap_words, heap, heap_size, total: heap + heap_size }
+        let recorder = (bitmap + bitmap_words * 8).next_multiple_of(128);
+        let heap = (recorder + FlightRing::bytes_for(recorder_entries)).next_multiple_of(GRANULE);
+        Layout { slots, bitmap, bitmap_words, recorder, recorder_entries, heap, heap_size, total: heap + heap_size }
     }
 }
 
@@ -133,6 +152,16 @@ impl<'a> Control<'a> {
         }
     }
 
+    /// The flight-recorder ring, when the layout has one.
+    pub fn ring(&self) -> Option<FlightRing<'a>> {
+        (self.layout.recorder_entries > 0).then(|| {
+            // SAFETY: the ring lies inside the mapping (live for 'a) at a 128-aligned offset from
+            // a page-aligned base, `bytes_for(recorder_entries)` long, zero-filled at creation
+            // and accessed only through the ring's atomics by every process.
+            unsafe { FlightRing::from_raw(self.base.add(self.layout.recorder), self.layout.recorder_entries) }
+        })
+    }
+
     /// First byte of the heap.
     pub fn heap(&self) -> *mut u8 {
         // SAFETY: `layout.heap` is inside the mapping.
@@ -151,12 +180,13 @@ mod tests {
 
     #[test]
     fn layout_is_aligned_and_disjoint() {
-        for heap in [1usize, 4096, 1 << 20, (1 << 30) + 5] {
-            let l = Layout::new(heap);
+        for (heap, entries) in [(1usize, 0), (4096, 1), (1 << 20, 64), ((1 << 30) + 5, 1000)] {
+            let l = Layout::new(heap, entries);
             assert!(l.heap_size >= heap && l.heap_size % GRANULE == 0);
             assert!(l.slots >= std::mem::size_of::<Header>() && l.slots % 128 == 0);
             assert!(l.bitmap >= l.slots + MAX_GROUPS * std::mem::size_of::<GroupSlot>());
-            assert!(l.heap >= l.bitmap + l.bitmap_words * 8 && l.heap % GRANULE == 0);
+            assert!(l.recorder >= l.bitmap + l.bitmap_words * 8 && l.recorder % 64 == 0);
+            assert!(l.heap >= l.recorder + FlightRing::bytes_for(entries) && l.heap % GRANULE == 0);
             assert!(l.bitmap_words * 64 >= l.heap_size / GRANULE);
         }
     }

@@ -63,6 +63,11 @@ impl Mapping {
             return Err(io::Error::last_os_error());
         }
         let base = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        // Large collectives sweep whole heaps: ask for transparent huge pages to spare the TLB.
+        // Honoured only where the host allows them for shared memory (shmem_enabled advise or
+        // always); elsewhere a no-op, so the result is ignored.
+        // SAFETY: advice on a range this function just mapped; it never changes its contents.
+        unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
         Ok(Mapping { base, len })
     }
 
@@ -171,15 +176,25 @@ pub fn recv_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Whether process `pid` exists (it may be a zombie). Only meaningful on the same host.
+/// Whether process `pid` is running: it exists and is not a zombie (a rank that died but was
+/// not reaped yet by its launcher is dead for its peers). Only meaningful on the same host.
 pub fn process_alive(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
     // SAFETY: signal 0 only checks for existence and permission.
     let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    let exists = r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    // The state is the field after the parenthesised command name in /proc/<pid>/stat.
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])))
+        .unwrap_or(false);
+    exists && !zombie
 }
 
-/// The number of CPUs this process may run on.
-pub fn available_cores() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+/// The number of CPUs online on this host. Not the process's affinity mask: ranks pinned to one
+/// core each still have a core each, which is what the spin policy asks.
+pub fn host_cores() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
 }

@@ -286,7 +286,9 @@ pub fn allreduce<C: Collectives>(comm: &C, cases: usize) {
             b.release();
             got
         };
-        let what = format!("case {k}: allreduce {dtype} {op} count {count} in_place {in_place} heap {heap} lp {lp:?}");
+        let what = format!(
+            "case {k}: allreduce in {world:?} {dtype} {op} count {count} in_place {in_place} heap {heap} lp {lp:?}"
+        );
         check(&what, me, &decode(dtype, &got), &want, &tol);
         bit_identical(comm, &world, &got, &what);
         a.release();

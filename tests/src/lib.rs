@@ -7,6 +7,7 @@
 //!
 //! A case panics (with the rank in the message) when the backend breaks the contract.
 
+pub mod accuracy;
 pub mod cases;
 pub mod coll_cases;
 pub mod gen;

@@ -47,6 +47,9 @@ impl Call {
     }
 
     fn describe(sig: i64, len: i64) -> String {
+        if super::validate::is_validation(sig) {
+            return super::validate::describe_validation(len);
+        }
         let dtype = DType::from_code((sig >> 8) & 0xff).map_or_else(|_| "?".into(), |d| d.to_string());
         let op = match (sig >> 16) & 0xff {
             0xff => String::new(),

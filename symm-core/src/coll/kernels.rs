@@ -192,9 +192,12 @@ pub unsafe fn reduce_typed<T: Reduce>(op: ReduceOp, srcs: &[*const T], dst: *mut
 pub unsafe fn reduce(dtype: DType, op: ReduceOp, srcs: &[*const u8], dst: *mut u8, count: usize) {
     macro_rules! go {
         ($t:ty) => {{
-            let typed: Vec<*const $t> = srcs.iter().map(|p| p.cast::<$t>()).collect();
-            // SAFETY: forwarded from this function's contract.
-            unsafe { reduce_typed::<$t>(op, &typed, dst.cast::<$t>(), count) }
+            // SAFETY: thin pointers have one layout whatever they point to, so the slice of
+            // byte pointers is a slice of typed pointers; the rest is this function's contract.
+            unsafe {
+                let typed = std::slice::from_raw_parts(srcs.as_ptr().cast::<*const $t>(), srcs.len());
+                reduce_typed::<$t>(op, typed, dst.cast::<$t>(), count)
+            }
         }};
     }
     match dtype {

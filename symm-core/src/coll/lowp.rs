@@ -5,7 +5,7 @@
 //! chosen so that the block's largest finite magnitude lands just below the format's top, so
 //! values far below 1 or far above 448 keep the format's relative precision. Power-of-two
 //! scales are exact: the only error is the format's rounding of `x / 2^e` (round to nearest
-//! even). bf16 has f32's exponent range and needs no scale (its exponent is always 0).
+//! even). bf16 has f32's exponent range, so its blocks are only scaled for f64 data beyond it.
 //!
 //! Non-finite values propagate: NaN encodes as NaN; infinities encode as the format's infinity
 //! (fp16, bf16, e5m2) or, for e4m3 which has none, as its largest code ±448, which the scaling
@@ -84,7 +84,8 @@ fn target_max(lp: DType) -> f64 {
         DType::F8E4M3 => 224.0,
         DType::F8E5M2 => 57344.0,
         DType::F16 => 65504.0,
-        _ => f64::MAX,
+        // bf16 has f32's range: scaling only matters for f64 data beyond it.
+        _ => 2f64.powi(127),
     }
 }
 
@@ -151,19 +152,45 @@ unsafe fn load(d: DType, data: *const u8, i: usize) -> f64 {
     }
 }
 
+/// `x * 2^e` without overflowing the scale itself (the product may still over- or underflow).
+#[inline]
+fn ldexp(mut x: f64, mut e: i32) -> f64 {
+    while e > 1000 {
+        x *= 2f64.powi(1000);
+        e -= 1000;
+    }
+    while e < -1000 {
+        x *= 2f64.powi(-1000);
+        e += 1000;
+    }
+    x * 2f64.powi(e)
+}
+
+/// `floor(log2(x))` of a finite positive `x`, subnormals included.
+fn exponent_of(x: f64) -> i32 {
+    let bits = x.to_bits();
+    let biased = ((bits >> 52) & 0x7ff) as i32;
+    if biased == 0 {
+        // Subnormal: 2^-1074 times the mantissa.
+        -1074 + (63 - (bits & ((1 << 52) - 1)).leading_zeros() as i32)
+    } else {
+        biased - 1023
+    }
+}
+
 /// The exponent `e` such that the block's largest finite magnitude divided by `2^e` is at most
-/// the format's target.
+/// the format's target (and above half of it).
 fn block_exponent(lp: DType, amax: f64) -> i32 {
-    if lp == DType::BF16 || amax == 0.0 || !amax.is_finite() {
+    if amax == 0.0 || !amax.is_finite() {
         return 0;
     }
     let t = target_max(lp);
-    let mut e = (amax / t).log2().ceil() as i32;
-    // log2 may be off by one at exact powers of two: fix it up.
-    while amax / 2f64.powi(e) > t {
+    let mut e = exponent_of(amax) - exponent_of(t);
+    // The estimate is within one of the answer: fix it up.
+    while ldexp(amax, -e) > t {
         e += 1;
     }
-    while e > i32::MIN + 1 && amax / 2f64.powi(e - 1) <= t {
+    while ldexp(amax, -(e - 1)) <= t {
         e -= 1;
     }
     e
@@ -214,12 +241,11 @@ pub unsafe fn encode(d: DType, lp: DType, data: *const u8, count: usize, exps: *
             }
         }
         let e = block_exponent(lp, amax);
-        let inv = 2f64.powi(-e);
         // SAFETY: b < blocks, inside the exponent area.
         unsafe { exps.add(b).write_unaligned(e) };
         for i in lo..hi {
             // SAFETY: i < count, in both the source and the payload.
-            let bits = to_bits(lp, unsafe { load(d, data, i) } * inv);
+            let bits = to_bits(lp, ldexp(unsafe { load(d, data, i) }, -e));
             // SAFETY: payload element i is inside the payload area.
             unsafe {
                 if lp.size() == 2 {
@@ -240,7 +266,7 @@ pub unsafe fn encode(d: DType, lp: DType, data: *const u8, count: usize, exps: *
 unsafe fn for_each_decoded(lp: DType, part: SubRun, len: usize, mut f: impl FnMut(usize, f64)) {
     for b in 0..len.div_ceil(SCALE_BLOCK) {
         // SAFETY: b is a block of the part.
-        let scale = 2f64.powi(unsafe { part.exps.add(b).read_unaligned() });
+        let e = unsafe { part.exps.add(b).read_unaligned() };
         for i in b * SCALE_BLOCK..((b + 1) * SCALE_BLOCK).min(len) {
             // SAFETY: i < len, inside the payload.
             let bits = unsafe {
@@ -250,7 +276,7 @@ unsafe fn for_each_decoded(lp: DType, part: SubRun, len: usize, mut f: impl FnMu
                     u16::from(part.payload.add(i).read())
                 }
             };
-            f(i, from_bits(lp, bits) * scale);
+            f(i, ldexp(from_bits(lp, bits), e));
         }
     }
 }
@@ -332,10 +358,12 @@ mod tests {
     use super::*;
 
     fn roundtrip(lp: DType, data: &[f32]) -> Vec<f32> {
-        let mut enc = vec![0u8; encoded_bytes(lp, data.len())];
+        let enc = vec![0u8; encoded_bytes(lp, data.len())];
         let mut out = vec![0f32; data.len()];
         // SAFETY: buffers sized by `encoded_bytes` and `data.len()`.
         let run = sub_run(enc.as_ptr(), lp, data.len(), 0, data.len());
+        // SAFETY: `enc` has room for the encoded run (it is only written through raw pointers
+        // derived from it); `data` and `out` hold `data.len()` elements.
         unsafe {
             encode(DType::F32, lp, data.as_ptr().cast(), data.len(), run.exps.cast_mut(), run.payload.cast_mut());
             decode(DType::F32, lp, run, data.len(), out.as_mut_ptr().cast());
@@ -361,10 +389,8 @@ mod tests {
                     let amax = chunk.iter().fold(0f32, |m, x| m.max(x.abs()));
                     for (i, &x) in chunk.iter().enumerate() {
                         let y = out[b * SCALE_BLOCK + i];
-                        if lp == DType::BF16 || lp == DType::F16 {
-                            if x.abs() < 1e-30 || x.abs() > 1e30 {
-                                continue;
-                            }
+                        if (lp == DType::BF16 || lp == DType::F16) && (x.abs() < 1e-30 || x.abs() > 1e30) {
+                            continue;
                         }
                         assert!((y - x).abs() <= bound * amax, "{lp} scale {scale}: {x} -> {y}");
                     }

@@ -12,7 +12,8 @@
 //! order in an accumulator type fixed by the dtype (f32 for 16- and 8-bit floats), whichever
 //! algorithm (one-shot for small messages, reduce-scatter + allgather for large) ran.
 //!
-//! Concurrency: calls on one group from several threads are serialised; collectives in
+//! Concurrency: one thread at a time may drive a group; a second thread calling into a group
+//! while another is inside a call gets `Error::ConcurrentUse` naming the group; collectives in
 //! different groups never interfere (each group has its own workspace, flags and round
 //! numbers).
 
@@ -21,11 +22,15 @@ pub mod kernels;
 pub mod lowp;
 mod p2p;
 mod state;
+mod validate;
 
+use std::sync::atomic::Ordering;
+use std::sync::TryLockError;
 use std::time::Duration;
 
 use crate::buffer::{LocalMut, LocalRef};
 use crate::comm::Communicator;
+use crate::dfx::{self, Op};
 use crate::dtype::DType;
 use crate::error::{ArgError, AtRank, Error, Result};
 use crate::group::Group;
@@ -34,6 +39,7 @@ pub use algo::Kind;
 use algo::{Call, Kind as K};
 pub use state::Tunables;
 use state::{CollState, Ctx};
+use validate::Plan;
 
 /// Options of a collective call.
 #[derive(Clone, Copy, Debug, Default)]
@@ -95,13 +101,14 @@ pub trait Collectives: Communicator {
             None
         };
         if let Some(e) = bad {
-            return reject(self, group, e);
+            return reject(self, group, Op::AllReduce, e);
         }
         let bytes = input.len() * input.dtype().size();
         if ranges_partially_overlap(input.as_ptr(), bytes, output.as_mut_ptr(), bytes) {
             return reject(
                 self,
                 group,
+                Op::AllReduce,
                 ArgError::invalid("output", "a partial overlap", "must be the input itself or disjoint from it"),
             );
         }
@@ -120,9 +127,10 @@ pub trait Collectives: Communicator {
         opts: &CollOptions,
     ) -> Result<()> {
         let n = group.size();
-        let lp = match check_reduction(self, input.dtype(), op, opts) {
+        group.member().at(self.rank())?;
+        let lp = match check_reduction(self, group, input.dtype(), op, opts)? {
             Ok(lp) => lp,
-            Err(e) => return reject(self, group, e),
+            Err(e) => return reject(self, group, Op::ReduceScatter, e),
         };
         let size = input.dtype().size();
         let bad = if output.dtype() != input.dtype() {
@@ -141,7 +149,7 @@ pub trait Collectives: Communicator {
             None
         };
         if let Some(e) = bad {
-            return reject(self, group, e);
+            return reject(self, group, Op::ReduceScatter, e);
         }
         let me = group.member().at(self.rank())?.index();
         let own = input.as_ptr().wrapping_add(me * output.len() * size);
@@ -152,6 +160,7 @@ pub trait Collectives: Communicator {
             return reject(
                 self,
                 group,
+                Op::ReduceScatter,
                 ArgError::invalid(
                     "output",
                     "overlapping the input",
@@ -161,7 +170,7 @@ pub trait Collectives: Communicator {
         }
         let call =
             Call { kind: K::ReduceScatter, dtype: input.dtype(), op: Some(op), lp, root: 0, count: output.len() };
-        with_ctx(self, group, opts, "reduce_scatter", |ctx, p| {
+        with_ctx(self, group, opts, Plan::new(Op::ReduceScatter, input.len(), input.dtype()), |ctx, p| {
             // SAFETY: sizes and overlap validated above; contracts of LocalRef/LocalMut.
             unsafe { algo::reduce_scatter(ctx, p, call, input.as_ptr(), output.as_mut_ptr()) }
         })
@@ -193,7 +202,7 @@ pub trait Collectives: Communicator {
             None
         };
         if let Some(e) = bad {
-            return reject(self, group, e);
+            return reject(self, group, Op::AllGather, e);
         }
         let me = group.member().at(self.rank())?.index();
         let own = output.as_mut_ptr().wrapping_add(me * input.len() * size);
@@ -203,6 +212,7 @@ pub trait Collectives: Communicator {
             return reject(
                 self,
                 group,
+                Op::AllGather,
                 ArgError::invalid(
                     "input",
                     "overlapping the output",
@@ -211,7 +221,7 @@ pub trait Collectives: Communicator {
             );
         }
         let call = Call { kind: K::AllGather, dtype: input.dtype(), op: None, lp: None, root: 0, count: input.len() };
-        with_ctx(self, group, opts, "allgather", |ctx, p| {
+        with_ctx(self, group, opts, Plan::new(Op::AllGather, input.len(), input.dtype()), |ctx, p| {
             // SAFETY: validated sizes; LocalRef/LocalMut contracts.
             unsafe { algo::allgather(ctx, p, call, input.as_ptr(), output.as_mut_ptr()) }
         })
@@ -248,7 +258,7 @@ pub trait Collectives: Communicator {
                 expected: dtype.to_string(),
                 actual: format!("{} (entry {i})", s.dtype()),
             })
-        } else if total.is_none_or(|t| t > recv.len()) {
+        } else if total.map_or(true, |t| t > recv.len()) {
             Some(ArgError::invalid(
                 "receive_list",
                 format!("{recv_counts:?}"),
@@ -258,11 +268,14 @@ pub trait Collectives: Communicator {
             None
         };
         if let Some(e) = bad {
-            return reject(self, group, e);
+            return reject(self, group, Op::AllToAll, e);
         }
         let sends: Vec<(*const u8, usize)> = send.iter().map(|s| (s.as_ptr(), s.len())).collect();
+        let send_counts: Vec<usize> = sends.iter().map(|s| s.1).collect();
+        let count = send_counts.iter().sum::<usize>();
+        let plan = Plan { pairs: Some((&send_counts, recv_counts)), ..Plan::new(Op::AllToAll, count, dtype) };
         let call = Call { kind: K::AllToAll, dtype, op: None, lp: None, root: 0, count: 0 };
-        with_ctx(self, group, opts, "alltoall", |ctx, p| {
+        with_ctx(self, group, opts, plan, |ctx, p| {
             // SAFETY: validated counts; LocalRef/LocalMut contracts.
             unsafe { algo::alltoall(ctx, p, call, &sends, recv.as_mut_ptr(), recv_counts) }
         })
@@ -281,13 +294,13 @@ pub trait Collectives: Communicator {
     ) -> Result<()> {
         let n = group.size();
         let total: Option<usize> = send_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
-        if send_counts.len() != n || total.is_none_or(|t| t > send.len()) {
+        if send_counts.len() != n || total.map_or(true, |t| t > send.len()) {
             let e = ArgError::invalid(
                 "send_counts",
                 format!("{send_counts:?}"),
                 format!("needs {n} counts summing to at most the send buffer's {} elements", send.len()),
             );
-            return reject(self, group, e);
+            return reject(self, group, Op::AllToAll, e);
         }
         let size = send.dtype().size();
         let mut at = 0;
@@ -310,11 +323,12 @@ pub trait Collectives: Communicator {
             return reject(
                 self,
                 group,
+                Op::Broadcast,
                 ArgError::invalid("root", root, format!("must be a rank of the group (0..{n})")),
             );
         }
         let call = Call { kind: K::Broadcast, dtype: buf.dtype(), op: None, lp: None, root, count: buf.len() };
-        with_ctx(self, group, opts, "broadcast", |ctx, p| {
+        with_ctx(self, group, opts, Plan::new(Op::Broadcast, buf.len(), buf.dtype()), |ctx, p| {
             // SAFETY: LocalMut contract.
             unsafe { algo::broadcast(ctx, p, call, buf.as_mut_ptr()) }
         })
@@ -326,7 +340,7 @@ pub trait Collectives: Communicator {
         let rank = self.rank();
         group.member().at(rank)?;
         group.resolve("dst_rank", i64::try_from(dst).unwrap_or(i64::MAX)).at(rank)?;
-        with_ctx(self, group, opts, "send", |ctx, p| {
+        with_ctx(self, group, opts, Plan::new(Op::Send, buf.len(), buf.dtype()), |ctx, p| {
             // SAFETY: LocalRef contract.
             unsafe { p2p::send(ctx, p, buf.as_ptr(), buf.len() * buf.dtype().size(), buf.dtype(), dst) }
         })
@@ -339,7 +353,7 @@ pub trait Collectives: Communicator {
         group.member().at(rank)?;
         group.resolve("src_rank", i64::try_from(src).unwrap_or(i64::MAX)).at(rank)?;
         let (bytes, dtype) = (buf.len() * buf.dtype().size(), buf.dtype());
-        with_ctx(self, group, opts, "recv", |ctx, p| {
+        with_ctx(self, group, opts, Plan::new(Op::Recv, buf.len(), dtype), |ctx, p| {
             // SAFETY: LocalMut contract.
             unsafe { p2p::recv(ctx, p, buf.as_mut_ptr(), bytes, dtype, src) }
         })
@@ -348,53 +362,114 @@ pub trait Collectives: Communicator {
 
 impl<C: Communicator + ?Sized> Collectives for C {}
 
-/// Checks op/dtype/format of a reduction; returns the transport format in effect.
+/// Checks op/dtype/format of a reduction; returns the transport format in effect (the
+/// option, else the group's default from the environment).
 fn check_reduction<C: Communicator + ?Sized>(
     c: &C,
+    group: &Group,
     dtype: DType,
     op: ReduceOp,
     opts: &CollOptions,
-) -> std::result::Result<Option<DType>, ArgError> {
-    let _ = c;
+) -> Result<std::result::Result<Option<DType>, ArgError>> {
     if op == ReduceOp::Avg && !dtype.is_float() {
-        return Err(ArgError::invalid("op", "avg", format!("needs a floating-point dtype, not {dtype}")));
+        return Ok(Err(ArgError::invalid("op", "avg", format!("needs a floating-point dtype, not {dtype}"))));
     }
     let lp = match opts.low_precision {
         Some(lp) => Some(lp),
-        None => lowp::format_from_env()?,
+        None => match &CollState::of(c, group)?.tun.default_low_precision {
+            Ok(lp) => *lp,
+            Err(e) => return Ok(Err(e.clone())),
+        },
     };
     if let Some(lp) = lp {
-        lowp::check_format(lp, dtype)?;
+        if let Err(e) = lowp::check_format(lp, dtype) {
+            return Ok(Err(e));
+        }
     }
-    Ok(lp)
+    Ok(Ok(lp))
 }
 
-/// Runs `f` with the group's collective state locked.
+/// Runs `f` as one call of `plan.op` with the group's collective state held: numbers the call,
+/// records it (flight recorder, statistics, log), runs the validation round in validation mode,
+/// and refuses a second thread driving the same group at the same time.
 fn with_ctx<C: Communicator + ?Sized, T>(
     c: &C,
     group: &Group,
     opts: &CollOptions,
-    op: &'static str,
+    plan: Plan<'_>,
     f: impl FnOnce(&Ctx<'_, C>, &mut state::Progress) -> Result<T>,
 ) -> Result<T> {
-    group.member().at(c.rank())?;
+    let rank = c.rank();
+    group.member().at(rank)?;
     let st = CollState::of(c, group)?;
-    let ctx = Ctx::new(c, group, &st, opts.timeout.unwrap_or(c.default_timeout()), op)?;
-    // A poisoned lock means a panic mid-call; the round numbers may be off, so refuse.
-    let mut progress = st.progress.lock().map_err(|_| Error::InvalidArgument {
-        rank: c.rank(),
-        source: ArgError::invalid("group", format!("{group:?}"), "a previous collective panicked in this group"),
-    })?;
-    f(&ctx, &mut progress)
+    let p2p = matches!(plan.op, Op::Send | Op::Recv);
+    let mut ev = dfx::OpEvent {
+        op: plan.op,
+        group: Some(group),
+        seq: 0,
+        count: plan.count as u64,
+        dtype: plan.dtype,
+        bytes: plan.bytes as u64,
+    };
+    let mut progress = match st.progress.try_lock() {
+        Ok(p) => p,
+        Err(TryLockError::WouldBlock) => {
+            // Relaxed: a hint for the message; the holder may have moved on since.
+            let busy = st.busy.load(Ordering::Relaxed);
+            let busy = match Op::from_code((busy & 0xff) as u8) {
+                Some(op) => format!("it is in {} #{}", op.name(), busy >> 8),
+                None => "it is setting up".into(),
+            };
+            let e = Error::ConcurrentUse { rank, op: plan.op.name().into(), group: group.ranks().to_vec(), busy };
+            dfx::refused(c, &ev, &e);
+            return Err(e);
+        }
+        // A poisoned lock means a panic mid-call; the round numbers may be off, so refuse.
+        Err(TryLockError::Poisoned(_)) => {
+            return Err(Error::InvalidArgument {
+                rank,
+                source: ArgError::invalid(
+                    "group",
+                    format!("{group:?}"),
+                    "a previous collective panicked in this group",
+                ),
+            })
+        }
+    };
+    let call = if p2p {
+        progress.p2p_calls += 1;
+        progress.p2p_calls
+    } else {
+        progress.colls += 1;
+        progress.colls
+    };
+    // Relaxed: read only for the message of a thread that finds the lock taken.
+    st.busy.store(u64::from(plan.op.code()) | (call << 8), Ordering::Relaxed);
+    let mut ctx = Ctx::new(c, group, &st, opts.timeout.unwrap_or(c.default_timeout()), plan.op.name())?;
+    (ctx.call, ctx.p2p, ev.seq) = (call, p2p, call);
+    let started = dfx::start(c, &ev);
+    let validate = st.tun.validate && !p2p;
+    let checked = if validate { validate::round(&ctx, &mut progress, &plan) } else { Ok(()) };
+    let mut r = match checked {
+        Ok(()) => f(&ctx, &mut progress),
+        Err(e) => Err(e),
+    };
+    if let (true, Err(e)) = (validate, &mut r) {
+        validate::annotate(&ctx, e);
+    }
+    dfx::finish(c, &ev, started, &mut r);
+    r
 }
 
 /// Fails a call with a local argument error, first telling the peers (so they fail fast with
 /// `PeerRejected` instead of waiting).
-fn reject<C: Communicator + ?Sized>(c: &C, group: &Group, e: ArgError) -> Result<()> {
+fn reject<C: Communicator + ?Sized>(c: &C, group: &Group, op: Op, e: ArgError) -> Result<()> {
     let rank = c.rank();
     group.member().at(rank)?;
-    with_ctx(c, group, &CollOptions::default(), "collective", |ctx, p| algo::reject(ctx, p))?;
-    Err(e).at(rank)
+    with_ctx(c, group, &CollOptions::default(), Plan::rejected(op), |ctx, p| {
+        algo::reject(ctx, p)?;
+        Err(e).at(rank)
+    })
 }
 
 /// Validates and runs an allreduce.
@@ -412,11 +487,14 @@ unsafe fn run_allreduce<C: Communicator + ?Sized>(
     op: ReduceOp,
     opts: &CollOptions,
 ) -> Result<()> {
-    let lp = match check_reduction(c, dtype, op, opts) {
+    group.member().at(c.rank())?;
+    let lp = match check_reduction(c, group, dtype, op, opts)? {
         Ok(lp) => lp,
-        Err(e) => return reject(c, group, e),
+        Err(e) => return reject(c, group, Op::AllReduce, e),
     };
     let call = Call { kind: K::AllReduce, dtype, op: Some(op), lp, root: 0, count: len };
     // SAFETY: forwarded.
-    with_ctx(c, group, opts, "allreduce", |ctx, p| unsafe { algo::allreduce(ctx, p, call, inp, out) })
+    with_ctx(c, group, opts, Plan::new(Op::AllReduce, len, dtype), |ctx, p| unsafe {
+        algo::allreduce(ctx, p, call, inp, out)
+    })
 }

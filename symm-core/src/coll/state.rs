@@ -6,7 +6,8 @@
 //!   its own 128-byte line pair. Words: [`READY`], [`DONE`], [`REDUCED`] (monotonic round
 //!   numbers), two sets (even and odd rounds) of facts [`SRC`], [`RED`], [`SIG`], [`LEN`],
 //!   [`MAX`] (about the writer's round, written before `READY`), [`SENT`], [`ACK`]
-//!   (point-to-point counters).
+//!   (point-to-point counters), [`CALLS`] (the writer's collective call number, validation
+//!   mode only).
 //! - `stage`: staging area for inputs that are not in the heap, encoded low-precision data,
 //!   and results other members read.
 //! - `mail`: one point-to-point mailbox per sender, [`MAIL_SLOTS`] chunks deep.
@@ -21,6 +22,7 @@
 //! and signals `DONE = seq` when it no longer reads peers' memory. A member overwrites memory
 //! that peers read only after their `DONE` for the round that used it.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -62,6 +64,14 @@ pub const FACT_WORDS: usize = 5;
 pub const SENT: usize = FACTS + 2 * FACT_WORDS;
 /// Chunks of the reader's the writer has consumed (point-to-point).
 pub const ACK: usize = SENT + 1;
+/// The writer's current collective call number in the group, independent of rounds (written
+/// in validation mode only, see [`validate`](super::validate)).
+pub const CALLS: usize = ACK + 1;
+const _: () = assert!(CALLS < RECORD_WORDS);
+
+/// Reads of a flag before a wait falls back to the backend's blocking wait (about a
+/// microsecond).
+const FAST_SPINS: u32 = 512;
 
 /// Chunks in flight per point-to-point pair.
 pub const MAIL_SLOTS: usize = 4;
@@ -75,11 +85,16 @@ pub struct Tunables {
     pub stage_bytes: usize,
     /// Largest allreduce (bytes) done one-shot (`SYMM_ALLREDUCE_ONESHOT_MAX`, default 256 KiB).
     pub oneshot_max: usize,
-    /// Bytes of one mailbox chunk (`SYMM_P2P_CHUNK`, default 64 KiB).
+    /// Bytes of one mailbox chunk (`SYMM_P2P_CHUNK`, default 256 KiB).
     pub mail_chunk: usize,
     /// Read peers with `get` even when their heaps are mapped (`SYMM_COLL_ACCESS=get`), to
     /// exercise the path device backends without load/store access take.
     pub force_get: bool,
+    /// The default transport format (`SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`), or the error its
+    /// value gives (raised by the reductions that would use it).
+    pub default_low_precision: std::result::Result<Option<DType>, ArgError>,
+    /// Cross-rank validation of every collective (`SYMM_VALIDATE=1`).
+    pub validate: bool,
 }
 
 impl Tunables {
@@ -99,18 +114,25 @@ impl Tunables {
         Ok(Tunables {
             stage_bytes: size("SYMM_COLL_WORKSPACE", 16 << 20)?.max(64 << 10),
             oneshot_max: size("SYMM_ALLREDUCE_ONESHOT_MAX", 256 << 10)?,
-            mail_chunk: size("SYMM_P2P_CHUNK", 64 << 10)?.max(MAIL_HEADER + 64),
+            mail_chunk: size("SYMM_P2P_CHUNK", 256 << 10)?.max(MAIL_HEADER + 64),
             force_get,
+            default_low_precision: super::lowp::format_from_env(),
+            validate: crate::dfx::validate_from_env(),
         })
     }
 }
 
-/// Mutable per-group progress, behind the state's lock (which also serialises threads that
-/// drive the same group).
+/// Mutable per-group progress, behind the state's lock (a second thread that finds it taken
+/// gets `Error::ConcurrentUse`).
 #[derive(Debug, Default)]
 pub struct Progress {
     /// The last round number used.
     pub seq: u64,
+    /// Collective calls made in the group (the sequence number of the latest one): the same on
+    /// every member, since every member makes the same collective calls.
+    pub colls: u64,
+    /// Point-to-point calls (send, recv) this rank made in the group.
+    pub p2p_calls: u64,
     /// Rounds whose readers must be done before each half of `stage` may be overwritten
     /// (one-shot rounds alternate halves; other rounds use the whole area and set both).
     pub stage_round: [u64; 2],
@@ -128,7 +150,23 @@ pub struct CollState {
     pub mail: SymmBuffer,
     pub tun: Tunables,
     pub progress: Mutex<Progress>,
+    /// The call holding `progress`: op code (bits 0-7) and sequence number (above), for the
+    /// message a second thread gets.
+    pub busy: AtomicU64,
+    /// Heap bases of the members when every member's heap is mapped here and direct loads
+    /// are allowed (computed once: mappings never change).
+    pub mapped: Option<Vec<SendPtr>>,
 }
+
+/// A peer heap address that may cross threads (the mapping outlives the state).
+#[derive(Clone, Copy, Debug)]
+pub struct SendPtr(pub *mut u8);
+
+// SAFETY: the pointer is only an address into a shared mapping that lives as long as the
+// communicator; every access through it follows the round protocol.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
 
 impl CollState {
     /// The state of `group`, allocating the workspace collectively on first use.
@@ -145,11 +183,18 @@ impl CollState {
             let stage = b.alloc(group, tun.stage_bytes, DType::U8)?;
             let mail = b.alloc(group, n * MAIL_SLOTS * tun.mail_chunk, DType::U8)?;
             b.barrier_group(group, b.default_timeout())?;
+            let mapped = if tun.force_get {
+                None
+            } else {
+                group.ranks().iter().map(|&r| b.peer_heap_base(r).map(SendPtr)).collect::<Option<Vec<_>>>()
+            };
             Ok::<_, Error>(CollState {
+                mapped,
                 flags,
                 stage,
                 mail,
                 progress: Mutex::new(Progress { sent: vec![0; n], received: vec![0; n], ..Progress::default() }),
+                busy: AtomicU64::new(0),
                 tun,
             })
         })
@@ -166,19 +211,19 @@ pub struct Ctx<'a, B: Backend + ?Sized> {
     pub timeout: Duration,
     pub op: &'static str,
     /// Heap bases of the members, when every member's heap is mapped and loads are allowed.
-    pub mapped: Option<Vec<*mut u8>>,
+    pub mapped: Option<&'a [SendPtr]>,
+    /// The call's sequence number in the group ([`Progress::colls`], or
+    /// [`Progress::p2p_calls`] for send/recv); 0 outside a call.
+    pub call: u64,
+    /// Whether the call is point-to-point (its waits concern one peer only).
+    pub p2p: bool,
 }
 
 impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
     /// A context for `op` in `group`.
     pub fn new(b: &'a B, group: &'a Group, st: &'a CollState, timeout: Duration, op: &'static str) -> Result<Self> {
         let me = group.member().at(b.rank())?.index();
-        let mapped = if st.tun.force_get {
-            None
-        } else {
-            group.ranks().iter().map(|&r| b.peer_heap_base(r)).collect::<Option<Vec<_>>>()
-        };
-        Ok(Ctx { b, group, st, me, n: group.size(), timeout, op, mapped })
+        Ok(Ctx { b, group, st, me, n: group.size(), timeout, op, mapped: st.mapped.as_deref(), call: 0, p2p: false })
     }
 
     /// Heap offset of word `word` of member `writer`'s record (the same in every copy).
@@ -267,20 +312,39 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
 
     /// Waits until `writer`'s word `word` in the caller's copy is at least `value`.
     pub fn wait_word(&self, writer: usize, word: usize, value: u64, what: &str) -> Result<()> {
+        // Fast path: peers usually arrive within a microsecond or two of each other; watch the
+        // word briefly before paying for the diagnostics a blocking wait carries.
+        for spin in 0..FAST_SPINS {
+            if self.read_word(writer, word) >= value as i64 {
+                return Ok(());
+            }
+            if spin % 64 == 63 {
+                std::hint::spin_loop();
+            }
+        }
         let site = WaitSite {
             op: format!("{} (round {value})", self.op),
             group: Some(self.group.ranks().to_vec()),
             location: format!("the {what} flag of group rank {writer} (global rank {})", self.group.ranks()[writer]),
+            // Collective waits watch every member: a member waiting on another that lost a
+            // third is stuck too. Point-to-point waits concern their one peer.
+            watch: if self.p2p { vec![self.group.ranks()[writer]] } else { Vec::new() },
         };
-        self.b.wait_signal_at(
+        match self.b.wait_signal_at(
             self.word_offset(writer, word),
             SignalWidth::W64,
             CmpOp::Ge,
             value as i64,
             self.timeout,
             &site,
-        )?;
-        Ok(())
+        ) {
+            Ok(_) => Ok(()),
+            Err(Error::Timeout(mut t)) => {
+                super::validate::explain_timeout(self, &mut t, writer, word, value);
+                Err(Error::Timeout(t))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Waits for every peer's word `word` to reach `value`.
@@ -309,8 +373,8 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
         if j == self.me {
             return Ok(self.b.local_heap_base().wrapping_add(offset));
         }
-        if let Some(bases) = &self.mapped {
-            return Ok(bases[j].wrapping_add(offset));
+        if let Some(bases) = self.mapped {
+            return Ok(bases[j].0.wrapping_add(offset));
         }
         tmp.resize(bytes, 0);
         // SAFETY: `tmp` holds `bytes` writable bytes; the source range is inside member j's

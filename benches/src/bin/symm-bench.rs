@@ -1,0 +1,1475 @@
+//! `symm-bench`: an nccl-tests-style benchmark of symm's collectives on the CPU backend.
+//!
+//! ```text
+//! symm-bench <op> [-b minbytes] [-e maxbytes] [-f factor] [-g ranks] [-d dtype] [-o redop]
+//!                 [-n iters] [-w warmup] [-c 0|1] [--pin 0|1] [--host 0|1] [--csv]
+//! ```
+//! `<op>`: `all_reduce`, `reduce_scatter`, `all_gather`, `alltoall`, `sendrecv`, `broadcast`
+//! (the collectives of nccl-tests), and the primitives `put` (rank 0 puts into rank 1's heap)
+//! and `pingpong` (`put_with_signal` between ranks 0 and 1; the time is the one-way latency).
+//!
+//! Started without `SYMM_RANK`, the program is its own launcher: it measures the machine's
+//! `memcpy` bandwidth, prints the header and starts itself once per rank through
+//! [`symm_sim::spawn_ranks`] (with `SYMMETRIC_MEMORY_HEAP_SIZE` set large enough unless the
+//! caller set it). Rank 0 prints the table.
+//!
+//! # What is measured
+//! Buffers live in the symmetric heap (allocated once, in the world group, for the largest
+//! size), which is the library's zero-copy path; `--host 1` uses ordinary vectors instead (the
+//! staged path). Per size, every rank runs `-w` untimed warm-ups and then `-n` timed iterations
+//! of the out-of-place form, then the same for the in-place form; the time of a form is the
+//! average per iteration, the maximum over ranks (gathered with an allreduce after the timed
+//! loop). Large sizes run fewer iterations (see [`iters_for`]) so that one size stays well under
+//! a second. `broadcast` has only the in-place API (`broadcast(buf)`); it is reported in the
+//! out-of-place columns, like every op without a second form, whose in-place columns say N/A.
+//!
+//! Columns follow nccl-tests (`doc/PERFORMANCE.md`): size S in bytes (for all_gather,
+//! reduce_scatter and alltoall the total over the ranks' parts, rounded down to whole parts;
+//! `count` is then the elements of one part), `algbw = S / time`, `busbw = algbw x factor` with
+//! the factor 2(n-1)/n for all_reduce, (n-1)/n for reduce_scatter, all_gather and alltoall, and
+//! 1 for broadcast, sendrecv, put and pingpong; GB/s are 1e9 bytes per second.
+//!
+//! # Correctness (`-c 1`, the default)
+//! After the timed loop of each form, untimed: every rank fills its inputs with small integers
+//! that depend on its rank and the element index, fills its outputs with a poison byte (0xA5,
+//! never a valid result), runs the operation once more and compares every output element with
+//! the value computed here. Reductions are computed like the library documents them (in
+//! group-rank order in f64 here; the data are small integers, so sums are exact in the f32
+//! accumulator of narrow floats, and the single rounding to the dtype is reproduced; `avg`
+//! divides in the accumulator type); the comparison is exact. `#wrong` is the number of
+//! mismatching elements summed over the ranks; any mismatch makes the program exit non-zero.
+//!
+//! # Memory-bandwidth bound
+//! The launcher measures `memcpy` of 256 MiB (best of 3) with one thread (B1) and with
+//! `T = min(ranks, CPUs)` threads at once (BT, the sum of their bandwidths), in bytes copied per
+//! second; copying one byte reads one and writes one. For each op, [`traffic`] gives the bytes
+//! every rank must at least read plus write (the cheapest data movement: each input byte read
+//! once, each output byte written once, reductions split evenly over the ranks), and
+//!
+//! ```text
+//! t_bound = max( sum over ranks of traffic / (2 x BT),   the machine's memory bandwidth
+//!                largest traffic of one rank / (2 x B1) ) one rank uses one core
+//! ```
+//!
+//! `%bound = t_bound / time`: 100% would be a collective as fast as plain copies of the bytes it
+//! must touch. The bandwidths are DRAM figures (256 MiB buffers): sizes that fit in the caches
+//! can exceed 100%, and small sizes are latency-bound.
+//!
+//! # Pinning
+//! With `--pin 1` (default) rank r pins itself to allowed CPU number `r % CPUs`, after it has
+//! joined the job: `symm-sim` sizes its spin budget from the CPUs a rank may use when it starts,
+//! and a rank pinned beforehand would believe it shares a single core with every other rank.
+
+use std::cell::Cell;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use symm_core::{
+    bf16, f16, AtRank, Backend, CmpOp, CollOptions, Collectives, Communicator, DType, Element, Group, LocalMut,
+    LocalRef, ReduceOp, SignalOp, SymmBuffer, SymmetricHeap, F8E4M3, F8E5M2,
+};
+use symm_sim::launch::RANK_VAR;
+use symm_sim::SimComm;
+
+/// Environment variable through which the launcher hands the measured copy bandwidths to the
+/// ranks: `B1,BT,T` (bytes per second, bytes per second, threads).
+const COPY_BW_VAR: &str = "SYMM_BENCH_COPY_BW";
+/// Bytes copied by the memcpy measurement.
+const COPY_BYTES: usize = 256 << 20;
+/// Rounds of the memcpy measurement (the best is kept).
+const COPY_ROUNDS: usize = 3;
+/// Poison byte of outputs before a checked run.
+const POISON: u8 = 0xA5;
+/// Heap slack beyond the benchmark's buffers (collective workspace, mailboxes, signals).
+const HEAP_SLACK: usize = 64 << 20;
+
+const USAGE: &str = "usage: symm-bench <op> [options]
+  <op>          all_reduce | reduce_scatter | all_gather | alltoall | sendrecv | broadcast | put | pingpong
+  -b SIZE       smallest size in bytes, K/M/G suffixes (default 8)
+  -e SIZE       largest size in bytes (default 64M)
+  -f FACTOR     size multiplication factor (default 2)
+  -g RANKS      number of ranks (default 2)
+  -d DTYPE      float, half, bfloat16, double, int8, uint8, int16, int32, int64, f8e4m3, f8e5m2 (default float)
+  -o OP         sum, avg, max, min (default sum; reductions only)
+  -n ITERS      timed iterations per size (default 20; fewer from 1 MiB up)
+  -w ITERS      warm-up iterations per size (default 5; fewer from 16 MiB up)
+  -c 0|1        check results (default 1)
+  --pin 0|1     pin rank r to CPU r % nproc (default 1)
+  --host 0|1    1: ordinary host vectors instead of symmetric-heap buffers (default 0)
+  --csv         machine-readable rows on stdout (comments go to stderr)";
+
+/// The benchmarked operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    AllReduce,
+    ReduceScatter,
+    AllGather,
+    AllToAll,
+    SendRecv,
+    Broadcast,
+    Put,
+    PingPong,
+}
+
+impl Op {
+    const ALL: [Op; 8] = [
+        Op::AllReduce,
+        Op::ReduceScatter,
+        Op::AllGather,
+        Op::AllToAll,
+        Op::SendRecv,
+        Op::Broadcast,
+        Op::Put,
+        Op::PingPong,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Op::AllReduce => "all_reduce",
+            Op::ReduceScatter => "reduce_scatter",
+            Op::AllGather => "all_gather",
+            Op::AllToAll => "alltoall",
+            Op::SendRecv => "sendrecv",
+            Op::Broadcast => "broadcast",
+            Op::Put => "put",
+            Op::PingPong => "pingpong",
+        }
+    }
+
+    /// Accepts the names above, without underscores, and nccl-tests' binary names (`_perf`).
+    fn parse(s: &str) -> Option<Op> {
+        let norm = |t: &str| t.trim_end_matches("_perf").replace(['_', '-'], "").to_ascii_lowercase();
+        let want = norm(s);
+        Op::ALL.into_iter().find(|op| norm(op.name()) == want)
+    }
+
+    fn reduces(self) -> bool {
+        matches!(self, Op::AllReduce | Op::ReduceScatter)
+    }
+
+    /// Whether the op has a separate in-place form.
+    fn has_in_place(self) -> bool {
+        matches!(self, Op::AllReduce | Op::ReduceScatter | Op::AllGather)
+    }
+
+    /// Whether a size is split into one part per rank (S is the total of the parts).
+    fn split(self) -> bool {
+        matches!(self, Op::ReduceScatter | Op::AllGather | Op::AllToAll)
+    }
+
+    fn min_ranks(self) -> usize {
+        match self {
+            Op::SendRecv | Op::Put | Op::PingPong => 2,
+            _ => 1,
+        }
+    }
+
+    /// nccl-tests' bus-bandwidth factor.
+    fn bus_factor(self, n: usize) -> f64 {
+        let n = n as f64;
+        match self {
+            Op::AllReduce => 2.0 * (n - 1.0) / n,
+            Op::ReduceScatter | Op::AllGather | Op::AllToAll => (n - 1.0) / n,
+            Op::SendRecv | Op::Broadcast | Op::Put | Op::PingPong => 1.0,
+        }
+    }
+
+    /// The `root` column (-1: no root).
+    fn root(self) -> i64 {
+        if self == Op::Broadcast {
+            0
+        } else {
+            -1
+        }
+    }
+}
+
+/// nccl-tests' name of a dtype (the `type` column).
+fn type_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float",
+        DType::F64 => "double",
+        DType::F16 => "half",
+        DType::BF16 => "bfloat16",
+        DType::F8E4M3 => "f8e4m3",
+        DType::F8E5M2 => "f8e5m2",
+        DType::I8 => "int8",
+        DType::I16 => "int16",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::U8 => "uint8",
+        DType::Bool => "bool",
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Options {
+    op: Op,
+    min_bytes: usize,
+    max_bytes: usize,
+    factor: usize,
+    ranks: usize,
+    dtype: DType,
+    redop: ReduceOp,
+    iters: usize,
+    warmup: usize,
+    check: bool,
+    pin: bool,
+    host: bool,
+    csv: bool,
+}
+
+impl Options {
+    fn defaults(op: Op) -> Options {
+        Options {
+            op,
+            min_bytes: 8,
+            max_bytes: 64 << 20,
+            factor: 2,
+            ranks: 2,
+            dtype: DType::F32,
+            redop: ReduceOp::Sum,
+            iters: 20,
+            warmup: 5,
+            check: true,
+            pin: true,
+            host: false,
+            csv: false,
+        }
+    }
+
+    /// The `redop` column.
+    fn redop_name(&self) -> &'static str {
+        if self.op.reduces() {
+            self.redop.name()
+        } else {
+            "none"
+        }
+    }
+}
+
+/// Parses the command line; `Err("")` asks for the usage text.
+fn parse_args(args: &[String]) -> Result<Options, String> {
+    let mut op = None;
+    let mut set: Vec<(String, String)> = Vec::new();
+    let mut csv = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-h" | "--help" => return Err(String::new()),
+            "--csv" => csv = true,
+            flag if flag.starts_with('-') => {
+                let v = it.next().ok_or_else(|| format!("{flag} expects a value"))?;
+                set.push((flag.to_string(), v.clone()));
+            }
+            name => {
+                if op.is_some() {
+                    return Err(format!("unexpected argument {name:?} (the op is already given)"));
+                }
+                op = Some(Op::parse(name).ok_or_else(|| {
+                    let known: Vec<&str> = Op::ALL.iter().map(|o| o.name()).collect();
+                    format!("unknown op {name:?}; known: {}", known.join(", "))
+                })?);
+            }
+        }
+    }
+    let op = op.ok_or("missing <op>")?;
+    let mut o = Options::defaults(op);
+    o.csv = csv;
+    let size = |flag: &str, v: &str| {
+        symm_core::env::parse_size(v)
+            .map_err(|_| format!("{flag} {v:?}: expected a size in bytes >= 1 (K, M, G suffixes)"))
+    };
+    let count = |flag: &str, v: &str, min: usize| {
+        v.parse::<usize>()
+            .ok()
+            .filter(|&x| x >= min)
+            .ok_or_else(|| format!("{flag} {v:?}: expected an integer >= {min}"))
+    };
+    let flag01 = |flag: &str, v: &str| match v {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(format!("{flag} {v:?}: expected 0 or 1")),
+    };
+    for (flag, v) in &set {
+        let (flag, v) = (flag.as_str(), v.as_str());
+        match flag {
+            "-b" | "--minbytes" => o.min_bytes = size(flag, v)?,
+            "-e" | "--maxbytes" => o.max_bytes = size(flag, v)?,
+            "-f" | "--stepfactor" => o.factor = count(flag, v, 2)?,
+            "-g" | "--ngpus" | "--ranks" => o.ranks = count(flag, v, 1)?,
+            "-d" | "--datatype" => {
+                o.dtype = match v.to_ascii_lowercase().as_str() {
+                    "bool" => return Err(format!("{flag} bool: not a benchmark dtype")),
+                    "uint32" | "uint64" => return Err(format!("{flag} {v}: not a symm dtype")),
+                    other => other.parse::<DType>().map_err(|e| format!("{flag}: {e}"))?,
+                }
+            }
+            "-o" | "--op" => o.redop = v.parse::<ReduceOp>().map_err(|e| format!("{flag}: {e}"))?,
+            "-n" | "--iters" => o.iters = count(flag, v, 1)?,
+            "-w" | "--warmup_iters" => o.warmup = count(flag, v, 0)?,
+            "-c" | "--check" => o.check = flag01(flag, v)?,
+            "--pin" => o.pin = flag01(flag, v)?,
+            "--host" => o.host = flag01(flag, v)?,
+            other => return Err(format!("unknown option {other:?}")),
+        }
+    }
+    if o.min_bytes > o.max_bytes {
+        return Err(format!("-b {} is larger than -e {}", o.min_bytes, o.max_bytes));
+    }
+    if o.ranks < op.min_ranks() {
+        return Err(format!("{} needs at least {} ranks (-g)", op.name(), op.min_ranks()));
+    }
+    if op.reduces() && o.redop == ReduceOp::Avg && !o.dtype.is_float() {
+        return Err(format!("-o avg needs a floating-point dtype, not {}", type_name(o.dtype)));
+    }
+    Ok(o)
+}
+
+/// The sizes: min, min x f, min x f^2 ... up to max.
+fn sizes(o: &Options) -> Vec<usize> {
+    std::iter::successors(Some(o.min_bytes), |&s| s.checked_mul(o.factor)).take_while(|&s| s <= o.max_bytes).collect()
+}
+
+/// What a requested size means for an op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape {
+    /// The reported size S (rounded down to whole elements, or whole parts for split ops).
+    bytes: usize,
+    /// Elements per call unit: of each part for split ops, of the whole buffer otherwise.
+    count: usize,
+}
+
+fn shape(op: Op, size: usize, n: usize, dtype: DType) -> Shape {
+    let unit = if op.split() { n * dtype.size() } else { dtype.size() };
+    let count = size / unit;
+    Shape { bytes: count * unit, count }
+}
+
+/// Capacity in elements of buffers `a` and `b` for a count (see [`Bench::once`] for their roles).
+fn capacities(op: Op, count: usize, n: usize) -> (usize, usize) {
+    match op {
+        Op::AllReduce | Op::SendRecv | Op::Put | Op::PingPong => (count, count),
+        Op::ReduceScatter => (n * count, count),
+        Op::AllGather => (count, n * count),
+        Op::AllToAll => (n * count, n * count),
+        Op::Broadcast => (count, 0),
+    }
+}
+
+/// Timed iterations for a size: `-n`, scaled down from 1 MiB so that a size moves about
+/// 256 MiB per form (at least 3 iterations).
+fn iters_for(o: &Options, bytes: usize) -> usize {
+    if bytes < 1 << 20 {
+        o.iters
+    } else {
+        o.iters.min(((1usize << 28) / bytes).max(3))
+    }
+}
+
+/// Warm-up iterations for a size: `-w`, scaled down from 16 MiB (at least 1 if `-w` > 0).
+fn warmup_for(o: &Options, bytes: usize) -> usize {
+    o.warmup.min(((1usize << 26) / bytes.max(1)).max(1))
+}
+
+/// Heap bytes per rank the launcher asks for: 4 x the largest size + slack, in whole MiB.
+fn heap_bytes(max_bytes: usize) -> usize {
+    (4 * max_bytes + HEAP_SLACK).div_ceil(1 << 20) << 20
+}
+
+/// Minimum memory traffic (bytes read + bytes written) of one call, per rank, for size `s`
+/// and `n` ranks: returns (sum over ranks, largest single rank). The model, each input byte
+/// read once and each output byte written once, work spread evenly where the op allows:
+/// - all_reduce: rank r reduces 1/n of the elements, reading them from all n inputs (S) and
+///   writing the result into all n outputs (S): 2S per rank, both forms.
+/// - reduce_scatter: rank r reads its part from all n inputs (S), writes its output (S/n).
+/// - all_gather: rank r reads its input once (S/n) and writes it into all n outputs (S); in
+///   place its own part is already in place: (n-1)S/n written.
+/// - alltoall: rank r reads its send buffer (S) and its parts land in the n outputs (S).
+/// - broadcast: every non-root reads the root's buffer (S) and writes its own (S).
+/// - sendrecv: every rank reads what it sends (S) and its receiver writes it (S).
+/// - put, pingpong (one way): rank 0 reads S and writes S into rank 1's heap.
+fn traffic(op: Op, in_place: bool, s: f64, n: usize) -> (f64, f64) {
+    let nf = n as f64;
+    let even = |per_rank: f64| (nf * per_rank, per_rank);
+    match op {
+        Op::AllReduce | Op::AllToAll | Op::SendRecv => even(2.0 * s),
+        Op::ReduceScatter => even(s + s / nf),
+        Op::AllGather if in_place => even(if n == 1 { 0.0 } else { s / nf + (nf - 1.0) * s / nf }),
+        Op::AllGather => even(s / nf + s),
+        Op::Broadcast => ((nf - 1.0) * 2.0 * s, if n == 1 { 0.0 } else { 2.0 * s }),
+        Op::Put | Op::PingPong => (2.0 * s, 2.0 * s),
+    }
+}
+
+/// Measured copy bandwidths, bytes copied per second.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct CopyBw {
+    /// One thread.
+    one: f64,
+    /// `threads` threads at once (sum).
+    all: f64,
+    threads: usize,
+}
+
+impl CopyBw {
+    fn to_env(self) -> String {
+        format!("{},{},{}", self.one, self.all, self.threads)
+    }
+
+    fn from_env() -> Option<CopyBw> {
+        let v = std::env::var(COPY_BW_VAR).ok()?;
+        let mut p = v.split(',');
+        let one = p.next()?.parse().ok()?;
+        let all = p.next()?.parse().ok()?;
+        let threads = p.next()?.parse().ok()?;
+        Some(CopyBw { one, all, threads })
+    }
+
+    /// Seconds the [`traffic`] of one call takes at these bandwidths.
+    fn bound(self, (total, max_rank): (f64, f64)) -> f64 {
+        (total / (2.0 * self.all)).max(max_rank / (2.0 * self.one))
+    }
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: an all-zero cpu_set_t is a valid, empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a live cpu_set_t and the size passed is its size; pid 0 is this thread.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Vec::new();
+    }
+    // SAFETY: every index is below CPU_SETSIZE, the capacity of the set.
+    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+}
+
+/// Pins the calling thread (and threads it starts later) to `cpu`.
+fn pin_to(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: an all-zero cpu_set_t is a valid, empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: callers pass a CPU from `allowed_cpus`, below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a live cpu_set_t and the size passed is its size; pid 0 is this thread.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// memcpy bandwidth of `threads` threads at once, each copying its share of [`COPY_BYTES`]
+/// between its own buffers: bytes copied per second, the best of [`COPY_ROUNDS`] rounds (a
+/// round lasts until the slowest thread is done).
+fn copy_bandwidth(threads: usize, cpus: &[usize], pin: bool) -> f64 {
+    let share = COPY_BYTES / threads;
+    let barrier = std::sync::Barrier::new(threads);
+    let per_thread: Vec<Vec<Duration>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    if pin && !cpus.is_empty() {
+                        let _ = pin_to(cpus[t % cpus.len()]);
+                    }
+                    let src = vec![1u8; share];
+                    let mut dst = vec![2u8; share];
+                    (0..COPY_ROUNDS)
+                        .map(|_| {
+                            barrier.wait();
+                            let t0 = Instant::now();
+                            // SAFETY: both vectors hold `share` bytes and are distinct
+                            // allocations; black_box keeps the copy from being elided.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    std::hint::black_box(src.as_ptr()),
+                                    std::hint::black_box(dst.as_mut_ptr()),
+                                    share,
+                                )
+                            };
+                            let d = t0.elapsed();
+                            barrier.wait();
+                            d
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    });
+    let best =
+        (0..COPY_ROUNDS).map(|r| per_thread.iter().map(|v| v[r]).max().unwrap_or_default()).min().unwrap_or_default();
+    (share * threads) as f64 / best.as_secs_f64().max(1e-9)
+}
+
+fn measure_copy(ranks: usize, pin: bool) -> CopyBw {
+    let cpus = allowed_cpus();
+    let threads = ranks.min(cpus.len().max(1));
+    let one = copy_bandwidth(1, &cpus, pin);
+    let all = if threads == 1 { one } else { copy_bandwidth(threads, &cpus, pin) };
+    CopyBw { one, all, threads }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let o = match parse_args(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("symm-bench: {e}");
+            }
+            eprintln!("{USAGE}");
+            std::process::exit(if e.is_empty() { 0 } else { 2 });
+        }
+    };
+    let Ok(rank) = std::env::var(RANK_VAR).map(|v| v.parse::<usize>()) else {
+        std::process::exit(launch(&args, &o));
+    };
+    let rank = rank.unwrap_or(0);
+    // Rank 0 prints; if no launcher measured the copy bandwidth, it measures it before it
+    // joins (the others wait for its rendezvous meanwhile).
+    let bw = CopyBw::from_env().or_else(|| (rank == 0).then(|| measure_copy(o.ranks, o.pin)));
+    let comm = match SimComm::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("symm-bench: start-up failed: {e}");
+            std::process::exit(2);
+        }
+    };
+    if o.pin {
+        let cpus = allowed_cpus();
+        if cpus.is_empty() {
+            eprintln!("symm-bench: rank {rank}: not pinned (sched_getaffinity failed)");
+        } else if let Err(e) = pin_to(cpus[rank % cpus.len()]) {
+            eprintln!("symm-bench: rank {rank}: not pinned to cpu {}: {e}", cpus[rank % cpus.len()]);
+        }
+    }
+    let out = Out { csv: o.csv, quiet: false };
+    match rank_main(&comm, &o, bw, &out) {
+        Ok(rows) => {
+            let wrong: u64 = rows.iter().flat_map(|r| r.wrong.iter().flatten()).sum();
+            std::process::exit(if wrong > 0 { 3 } else { 0 });
+        }
+        Err(e) => {
+            eprintln!("symm-bench: rank {rank}: {e} ({})", e.code());
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Measures the copy bandwidth, prints the header, runs the ranks; the exit code.
+fn launch(args: &[String], o: &Options) -> i32 {
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("symm-bench: cannot find this program's path to start the ranks: {e}");
+            return 2;
+        }
+    };
+    let out = Out { csv: o.csv, quiet: false };
+    let start = Instant::now();
+    let bw = measure_copy(o.ranks, o.pin);
+    let mut env = vec![(COPY_BW_VAR.to_string(), bw.to_env())];
+    let heap = match std::env::var(symm_core::env::HEAP_SIZE_VAR) {
+        Ok(v) => format!("{v} (from {})", symm_core::env::HEAP_SIZE_VAR),
+        Err(_) => {
+            let bytes = heap_bytes(o.max_bytes);
+            env.push((symm_core::env::HEAP_SIZE_VAR.to_string(), bytes.to_string()));
+            format!("{} MiB", bytes >> 20)
+        }
+    };
+    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim().to_string()))
+        .unwrap_or_else(|| "unknown".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    out.note(&format!(
+        "# symm-bench {}: ranks {}, dtype {}, op {}, iters {}, warmup {}, pinned {}, buffers {}",
+        o.op.name(),
+        o.ranks,
+        type_name(o.dtype),
+        o.redop_name(),
+        o.iters,
+        o.warmup,
+        yes(o.pin),
+        if o.host { "host" } else { "heap" }
+    ));
+    out.note(&format!("# machine: nproc {nproc}, cpu {model}, Linux {}", kernel.trim()));
+    out.note(&format!("# command: symm-bench {}", args.join(" ")));
+    out.note(&format!(
+        "# memcpy: 1 thread {:.2} GB/s, {} threads {:.2} GB/s ({} MiB, best of {COPY_ROUNDS})",
+        bw.one / 1e9,
+        bw.threads,
+        bw.all / 1e9,
+        COPY_BYTES >> 20
+    ));
+    out.note(
+        "# bound: t_bound = max(sum of ranks' traffic / (2 x BT), largest rank's traffic / (2 x B1)); traffic = \
+         least bytes read + written (see source); %oop, %ip = t_bound / time",
+    );
+    let spin = std::env::var("SYMM_SPIN_US").map_or("default".into(), |v| format!("{v} us"));
+    out.note(&format!(
+        "# sizes {} .. {} B x{}, iters scaled from 1 MiB (min(n, max(3, 2^28/size))), check {}, heap per rank \
+         {heap}, SYMM_SPIN_US {spin}",
+        o.min_bytes,
+        o.max_bytes,
+        o.factor,
+        yes(o.check)
+    ));
+    match o.op {
+        Op::Broadcast => out.note("# broadcast: root 0; one form only (the API is in place), in the first columns"),
+        Op::PingPong => out.note("# pingpong: time = one-way latency (round trip / 2) of put_with_signal + wait"),
+        Op::Put => out.note("# put: rank 0 puts into rank 1's heap; other ranks idle"),
+        _ => {}
+    }
+    if std::env::var_os(symm_core::coll::lowp::LOW_PRECISION_VAR).is_some() {
+        out.note(&format!(
+            "# WARNING: {} is set: reductions travel in low precision",
+            symm_core::coll::lowp::LOW_PRECISION_VAR
+        ));
+    }
+    if cfg!(debug_assertions) {
+        out.note("# WARNING: debug build; build with --release for meaningful figures");
+    }
+    let _ = std::io::stdout().flush();
+    // A failed rank makes the others fail quickly (lost peer); 10 s is ample for that.
+    let code = match symm_sim::spawn_ranks(o.ranks, &exe, args, &env, Duration::from_secs(10)) {
+        Ok(statuses) => {
+            let failed: Vec<String> = statuses
+                .iter()
+                .enumerate()
+                .filter(|(_, st)| !st.success())
+                .map(|(r, st)| format!("rank {r}: {st}"))
+                .collect();
+            if failed.is_empty() {
+                0
+            } else {
+                eprintln!("symm-bench: FAILED ({}; exit status 3: wrong results)", failed.join("; "));
+                1
+            }
+        }
+        Err(e) => {
+            eprintln!("symm-bench: could not start the ranks: {e}");
+            2
+        }
+    };
+    out.note(&format!("# wall time: {:.2} s", start.elapsed().as_secs_f64()));
+    code
+}
+
+/// Where output goes: rows to stdout; comments to stdout, or stderr with `--csv`.
+#[derive(Clone, Copy, Debug)]
+struct Out {
+    csv: bool,
+    quiet: bool,
+}
+
+impl Out {
+    fn data(&self, line: &str) {
+        if !self.quiet {
+            let mut o = std::io::stdout().lock();
+            let _ = writeln!(o, "{line}");
+            let _ = o.flush();
+        }
+    }
+
+    fn note(&self, line: &str) {
+        if self.csv && !self.quiet {
+            eprintln!("{line}");
+        } else {
+            self.data(line);
+        }
+    }
+}
+
+/// One size's results (identical on every rank after the reductions).
+#[derive(Clone, Debug)]
+struct Row {
+    shape: Shape,
+    iters: usize,
+    warmup: usize,
+    /// Seconds per iteration, out of place and in place (`None`: no such form).
+    time: [Option<f64>; 2],
+    /// Wrong elements summed over ranks (`None`: not checked or no such form).
+    wrong: [Option<u64>; 2],
+}
+
+/// The two forms of an op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    OutOfPlace,
+    InPlace,
+}
+
+/// Memory of one buffer role on this rank, sized for the largest size.
+#[derive(Debug)]
+struct Region {
+    ptr: *mut u8,
+    /// Elements.
+    cap: usize,
+    dtype: DType,
+    sym: Option<SymmBuffer>,
+    /// Backing store of a host region (8-byte aligned for every dtype).
+    _host: Vec<u64>,
+}
+
+impl Region {
+    fn heap(comm: &SimComm, world: &Group, cap: usize, dtype: DType) -> symm_core::Result<Region> {
+        let buf = comm.alloc(world, cap, dtype)?;
+        let ptr = comm.local_ptr(&buf)?;
+        Ok(Region { ptr, cap, dtype, sym: Some(buf), _host: Vec::new() })
+    }
+
+    fn host(cap: usize, dtype: DType) -> Region {
+        let mut v = vec![0u64; (cap * dtype.size()).div_ceil(8)];
+        // The vector's heap memory does not move when the vector is moved into the region.
+        let ptr = v.as_mut_ptr().cast::<u8>();
+        Region { ptr, cap, dtype, sym: None, _host: v }
+    }
+
+    fn at(&self, at: usize, len: usize) -> *mut u8 {
+        assert!(at + len <= self.cap, "elements {at}..{} of a {}-element region", at + len, self.cap);
+        self.ptr.wrapping_add(at * self.dtype.size())
+    }
+
+    /// Elements `at..at + len` as a source.
+    fn r(&self, at: usize, len: usize) -> LocalRef<'_> {
+        // SAFETY: the range lies within the region (checked by `at`), which stays allocated
+        // while `self` is borrowed; this rank writes it only between operations.
+        unsafe { LocalRef::from_raw(self.at(at, len), len, self.dtype) }
+    }
+
+    /// Elements `at..at + len` as a destination. Overlapping uses are only the in-place forms
+    /// the library defines (output = the caller's part of the input, or the input itself).
+    fn m(&self, at: usize, len: usize) -> LocalMut<'_> {
+        // SAFETY: as in `r`; the memory is this rank's alone (its heap copy or its vector) and
+        // nothing else touches it while the operation runs.
+        unsafe { LocalMut::from_raw(self.at(at, len), len, self.dtype) }
+    }
+
+    fn sym(&self) -> &SymmBuffer {
+        self.sym.as_ref().expect("put and pingpong targets live in the heap")
+    }
+
+    /// Writes `f(i)` into elements `at + i`, `i < len`.
+    fn fill<T: Val>(&self, at: usize, len: usize, f: impl Fn(usize) -> T) {
+        assert_eq!(T::DTYPE, self.dtype);
+        let p = self.at(at, len).cast::<T>();
+        for i in 0..len {
+            // SAFETY: within the region (checked by `at`), aligned (heap offsets and vectors are
+            // 8-byte aligned, and T matches the dtype); no operation uses the memory now.
+            unsafe { p.add(i).write(f(i)) };
+        }
+    }
+
+    fn poison(&self, at: usize, len: usize) {
+        let p = self.at(at, len);
+        // SAFETY: within the region (checked by `at`); no operation uses the memory now.
+        unsafe { p.write_bytes(POISON, len * self.dtype.size()) };
+    }
+
+    /// Number of elements `at + i`, `i < len`, that differ from `f(i)`.
+    fn count_wrong<T: Val>(&self, at: usize, len: usize, f: impl Fn(usize) -> T) -> u64 {
+        assert_eq!(T::DTYPE, self.dtype);
+        let p = self.at(at, len).cast::<T>();
+        // SAFETY: as in `fill`; the operation that wrote the memory has completed.
+        (0..len).filter(|&i| unsafe { p.add(i).read() } != f(i)).count() as u64
+    }
+}
+
+/// A dtype's values for checks.
+trait Val: Element {
+    /// Integers below this are exact in the type.
+    const EXACT: u32;
+    /// The element for `x` (a small integer, or an average already in the accumulator type).
+    fn of(x: f64) -> Self;
+    /// `sum / n` as the library computes it: in the f32 accumulator of narrow floats.
+    fn avg(sum: f64, n: usize) -> f64 {
+        f64::from(sum as f32 / n as f32)
+    }
+}
+
+macro_rules! val {
+    ($($t:ty, $exact:expr, |$x:ident| $of:expr;)*) => {$(
+        impl Val for $t {
+            const EXACT: u32 = $exact;
+            fn of($x: f64) -> Self {
+                $of
+            }
+        }
+    )*};
+}
+
+val!(
+    f32, 1 << 24, |x| x as f32;
+    f16, 2048, |x| f16::from_f32(x as f32);
+    bf16, 256, |x| bf16::from_f32(x as f32);
+    F8E4M3, 16, |x| F8E4M3::from_f32(x as f32);
+    F8E5M2, 8, |x| F8E5M2::from_f32(x as f32);
+    i8, 127, |x| x as i8;
+    i16, 32767, |x| x as i16;
+    i32, 1 << 24, |x| x as i32;
+    i64, 1 << 24, |x| x as i64;
+    u8, 255, |x| x as u8;
+);
+
+impl Val for f64 {
+    const EXACT: u32 = 1 << 24;
+    fn of(x: f64) -> Self {
+        x
+    }
+    fn avg(sum: f64, n: usize) -> f64 {
+        sum / n as f64
+    }
+}
+
+/// Runs `$body` with `$t` the Rust type of dtype `$d` (bool is rejected by `parse_args`).
+macro_rules! by_dtype {
+    ($d:expr, $t:ident => $body:expr) => {
+        match $d {
+            DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            DType::F64 => {
+                type $t = f64;
+                $body
+            }
+            DType::F16 => {
+                type $t = f16;
+                $body
+            }
+            DType::BF16 => {
+                type $t = bf16;
+                $body
+            }
+            DType::F8E4M3 => {
+                type $t = F8E4M3;
+                $body
+            }
+            DType::F8E5M2 => {
+                type $t = F8E5M2;
+                $body
+            }
+            DType::I8 => {
+                type $t = i8;
+                $body
+            }
+            DType::I16 => {
+                type $t = i16;
+                $body
+            }
+            DType::I32 => {
+                type $t = i32;
+                $body
+            }
+            DType::I64 => {
+                type $t = i64;
+                $body
+            }
+            DType::U8 => {
+                type $t = u8;
+                $body
+            }
+            DType::Bool => unreachable!("bool is not a benchmark dtype"),
+        }
+    };
+}
+
+/// Input value number `i` of `rank`: a small integer below `m`.
+fn pattern(m: u32, salt: u32, rank: usize, i: usize) -> u32 {
+    ((rank as u64 * 7 + i as u64 * 13 + u64::from(salt) * 29 + 1) % u64::from(m)) as u32
+}
+
+/// The reduction of `v(0) .. v(n-1)` in rank order, rounded once to T.
+fn reduced<T: Val>(op: ReduceOp, n: usize, v: impl Fn(usize) -> f64) -> T {
+    let mut acc = v(0);
+    for r in 1..n {
+        let x = v(r);
+        acc = match op {
+            ReduceOp::Sum | ReduceOp::Avg => acc + x,
+            ReduceOp::Max => acc.max(x),
+            ReduceOp::Min => acc.min(x),
+        };
+    }
+    if op == ReduceOp::Avg {
+        acc = T::avg(acc, n);
+    }
+    T::of(acc)
+}
+
+/// One rank's benchmark state.
+#[derive(Debug)]
+struct Bench<'c> {
+    comm: &'c SimComm,
+    world: Group,
+    o: Options,
+    n: usize,
+    me: usize,
+    /// Roles by op: all_reduce send/recv; reduce_scatter input/output; all_gather
+    /// input/output; alltoall send/recv; broadcast buffer/-; sendrecv send/recv; put and
+    /// pingpong target (heap)/source.
+    a: Region,
+    b: Region,
+    /// Pingpong's signal word.
+    sig: Option<SymmBuffer>,
+    /// Pingpong's round trips so far (the signal's next value).
+    seq: Cell<i64>,
+    copts: CollOptions,
+}
+
+impl<'c> Bench<'c> {
+    fn new(comm: &'c SimComm, o: &Options) -> symm_core::Result<Bench<'c>> {
+        let world = comm.world();
+        let n = world.size();
+        let me = world.member().at(comm.rank())?.index();
+        let max = sizes(o).into_iter().map(|s| shape(o.op, s, n, o.dtype).count).max().unwrap_or(0);
+        let (ca, cb) = capacities(o.op, max, n);
+        let d = o.dtype;
+        let targets_in_heap = matches!(o.op, Op::Put | Op::PingPong);
+        let a = if o.host && !targets_in_heap { Region::host(ca, d) } else { Region::heap(comm, &world, ca, d)? };
+        let b = if o.host { Region::host(cb, d) } else { Region::heap(comm, &world, cb, d)? };
+        let sig = if o.op == Op::PingPong {
+            let s = comm.alloc(&world, 1, DType::I64)?;
+            comm.write_local(&s, 0, &[0i64])?;
+            Some(s)
+        } else {
+            None
+        };
+        comm.barrier(&world)?;
+        Ok(Bench { comm, world, o: o.clone(), n, me, a, b, sig, seq: Cell::new(0), copts: CollOptions::default() })
+    }
+
+    fn free(self) -> symm_core::Result<()> {
+        for buf in [self.a.sym, self.b.sym, self.sig].into_iter().flatten() {
+            self.comm.free(buf)?;
+        }
+        Ok(())
+    }
+
+    /// One call of the op on `c` elements per unit (see [`Shape::count`]).
+    fn once(&self, form: Form, c: usize) -> symm_core::Result<()> {
+        let (comm, g, opts, op) = (self.comm, &self.world, &self.copts, self.o.redop);
+        let (a, b, n, me) = (&self.a, &self.b, self.n, self.me);
+        match (self.o.op, form) {
+            (Op::AllReduce, Form::OutOfPlace) => comm.allreduce_into(g, a.r(0, c), b.m(0, c), op, opts),
+            (Op::AllReduce, Form::InPlace) => comm.allreduce(g, a.m(0, c), op, opts),
+            (Op::ReduceScatter, Form::OutOfPlace) => comm.reduce_scatter(g, b.m(0, c), a.r(0, n * c), op, opts),
+            (Op::ReduceScatter, Form::InPlace) => comm.reduce_scatter(g, a.m(me * c, c), a.r(0, n * c), op, opts),
+            (Op::AllGather, Form::OutOfPlace) => comm.allgather(g, b.m(0, n * c), a.r(0, c), opts),
+            (Op::AllGather, Form::InPlace) => comm.allgather(g, b.m(0, n * c), b.r(me * c, c), opts),
+            (Op::AllToAll, _) => {
+                let counts = vec![c; n];
+                comm.alltoall_single(g, a.r(0, n * c), &counts, b.m(0, n * c), &counts, opts)
+            }
+            (Op::Broadcast, _) => comm.broadcast(g, a.m(0, c), 0, opts),
+            (Op::SendRecv, _) => {
+                // A ring. Sends of large messages stream as the receiver consumes them, so odd
+                // ranks receive first: no cycle of senders waiting for each other.
+                let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+                if me % 2 == 0 {
+                    comm.send(g, a.r(0, c), next, opts)?;
+                    comm.recv(g, b.m(0, c), prev, opts)
+                } else {
+                    comm.recv(g, b.m(0, c), prev, opts)?;
+                    comm.send(g, a.r(0, c), next, opts)
+                }
+            }
+            (Op::Put, _) if me == 0 => comm.put(g, a.sym(), 0, b.r(0, c), 0, c, 1),
+            (Op::PingPong, _) if me < 2 => {
+                let seq = self.seq.get() + 1;
+                self.seq.set(seq);
+                let sig = self.sig.as_ref().expect("pingpong allocates its signal");
+                let send = |peer: usize| {
+                    comm.put_with_signal(g, a.sym(), 0, b.r(0, c), 0, c, sig, 0, seq, SignalOp::Set, peer)
+                };
+                let wait = || comm.wait_until(sig, 0, CmpOp::Ge, seq, None).map(|_| ());
+                if me == 0 {
+                    send(1)?;
+                    wait()
+                } else {
+                    wait()?;
+                    send(0)
+                }
+            }
+            (Op::Put | Op::PingPong, _) => Ok(()),
+        }
+    }
+
+    /// Seconds per iteration of `form` (one-way for pingpong), on this rank.
+    fn time(&self, form: Form, c: usize, iters: usize, warmup: usize) -> symm_core::Result<f64> {
+        self.comm.barrier(&self.world)?;
+        for _ in 0..warmup {
+            self.once(form, c)?;
+        }
+        self.comm.quiet()?;
+        self.comm.barrier(&self.world)?;
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            self.once(form, c)?;
+        }
+        self.comm.quiet()?;
+        let per_iter = t0.elapsed().as_secs_f64() / iters as f64;
+        Ok(if self.o.op == Op::PingPong { per_iter / 2.0 } else { per_iter })
+    }
+
+    /// Modulus of the input values: sums stay exact and within range.
+    fn modulus<T: Val>(&self) -> u32 {
+        let sums = self.o.op.reduces() && matches!(self.o.redop, ReduceOp::Sum | ReduceOp::Avg);
+        let m = if sums { T::EXACT / self.n as u32 } else { T::EXACT };
+        m.clamp(2, 97)
+    }
+
+    /// Fills every buffer used at count `c` with rank-dependent values (untimed; also faults
+    /// the pages in before the warm-ups).
+    fn prepare(&self, c: usize) {
+        by_dtype!(self.o.dtype, T => {
+            let m = self.modulus::<T>();
+            let (ca, cb) = capacities(self.o.op, c, self.n);
+            let me = self.me;
+            self.a.fill::<T>(0, ca, |i| T::of(f64::from(pattern(m, 0, me, i))));
+            self.b.fill::<T>(0, cb, |i| T::of(f64::from(pattern(m, 0, me, i))));
+        })
+    }
+
+    /// Runs `form` once on fresh inputs and poisoned outputs; this rank's wrong elements.
+    fn check(&self, form: Form, c: usize, salt: u32) -> symm_core::Result<u64> {
+        by_dtype!(self.o.dtype, T => self.check_typed::<T>(form, c, salt))
+    }
+
+    fn check_typed<T: Val>(&self, form: Form, c: usize, salt: u32) -> symm_core::Result<u64> {
+        let (a, b, n, me, redop) = (&self.a, &self.b, self.n, self.me, self.o.redop);
+        let m = self.modulus::<T>();
+        let v = |r: usize, i: usize| f64::from(pattern(m, salt, r, i));
+        let pat = |r: usize, i: usize| T::of(v(r, i));
+        let red = |i: usize| reduced::<T>(redop, n, |r| v(r, i));
+        match (self.o.op, form) {
+            (Op::AllReduce, Form::OutOfPlace) | (Op::ReduceScatter, Form::OutOfPlace) => {
+                a.fill(0, capacities(self.o.op, c, n).0, |i| pat(me, i));
+                b.poison(0, c);
+            }
+            (Op::AllReduce, Form::InPlace) => a.fill(0, c, |i| pat(me, i)),
+            (Op::ReduceScatter, Form::InPlace) => a.fill(0, n * c, |i| pat(me, i)),
+            (Op::AllGather, Form::OutOfPlace) => {
+                a.fill(0, c, |j| pat(me, j));
+                b.poison(0, n * c);
+            }
+            (Op::AllGather, Form::InPlace) => {
+                b.poison(0, n * c);
+                b.fill(me * c, c, |j| pat(me, j));
+            }
+            (Op::AllToAll, _) => {
+                a.fill(0, n * c, |i| pat(me, i));
+                b.poison(0, n * c);
+            }
+            (Op::Broadcast, _) if me == 0 => a.fill(0, c, |i| pat(0, i)),
+            (Op::Broadcast, _) => a.poison(0, c),
+            (Op::SendRecv, _) | (Op::PingPong, _) => {
+                let (src, dst) = if self.o.op == Op::SendRecv { (a, b) } else { (b, a) };
+                src.fill(0, c, |i| pat(me, i));
+                dst.poison(0, c);
+            }
+            (Op::Put, _) => {
+                if me == 0 {
+                    b.fill(0, c, |i| pat(0, i));
+                }
+                a.poison(0, c);
+            }
+        }
+        // Every rank's inputs and poisoned outputs are in place before anyone starts.
+        self.comm.barrier(&self.world)?;
+        self.once(form, c)?;
+        self.comm.quiet()?;
+        self.comm.barrier(&self.world)?;
+        Ok(match (self.o.op, form) {
+            (Op::AllReduce, Form::OutOfPlace) => b.count_wrong(0, c, red),
+            (Op::AllReduce, Form::InPlace) => a.count_wrong(0, c, red),
+            (Op::ReduceScatter, Form::OutOfPlace) => b.count_wrong(0, c, |j| red(me * c + j)),
+            (Op::ReduceScatter, Form::InPlace) => a.count_wrong(me * c, c, |j| red(me * c + j)),
+            (Op::AllGather, _) => b.count_wrong(0, n * c, |i| pat(i / c, i % c)),
+            (Op::AllToAll, _) => b.count_wrong(0, n * c, |i| pat(i / c, me * c + i % c)),
+            (Op::Broadcast, _) => a.count_wrong(0, c, |i| pat(0, i)),
+            (Op::SendRecv, _) => b.count_wrong(0, c, |i| pat((me + n - 1) % n, i)),
+            (Op::Put, _) if me == 1 => a.count_wrong(0, c, |i| pat(0, i)),
+            (Op::PingPong, _) if me < 2 => a.count_wrong(0, c, |i| pat(1 - me, i)),
+            (Op::Put | Op::PingPong, _) => 0,
+        })
+    }
+
+    /// Measures one size on every rank; the row (agreed by all ranks).
+    fn measure(&self, size: usize, index: usize) -> symm_core::Result<Row> {
+        let shape = shape(self.o.op, size, self.n, self.o.dtype);
+        let (iters, warmup) = (iters_for(&self.o, shape.bytes), warmup_for(&self.o, shape.bytes));
+        let c = shape.count;
+        self.prepare(c);
+        let forms: &[Form] =
+            if self.o.op.has_in_place() { &[Form::OutOfPlace, Form::InPlace] } else { &[Form::OutOfPlace] };
+        let (mut times, mut wrong) = (vec![0.0f64; 2], vec![0i64; 2]);
+        for (k, &form) in forms.iter().enumerate() {
+            times[k] = self.time(form, c, iters, warmup)?;
+            if self.o.check {
+                let salt = 1 + 2 * index as u32 + k as u32;
+                wrong[k] = self.check(form, c, salt)? as i64;
+            }
+        }
+        // Outside the timed loops: the slowest rank's time, the total of wrong elements.
+        self.comm.allreduce(&self.world, LocalMut::from(&mut times), ReduceOp::Max, &self.copts)?;
+        self.comm.allreduce(&self.world, LocalMut::from(&mut wrong), ReduceOp::Sum, &self.copts)?;
+        let has = |k: usize| k < forms.len();
+        Ok(Row {
+            shape,
+            iters,
+            warmup,
+            time: [0, 1].map(|k| has(k).then_some(times[k])),
+            wrong: [0, 1].map(|k| (has(k) && self.o.check).then_some(wrong[k] as u64)),
+        })
+    }
+}
+
+/// nccl-tests' time format: fewer decimals for longer times.
+fn fmt_time(us: f64) -> String {
+    if us >= 10000.0 {
+        format!("{us:.0}")
+    } else if us >= 100.0 {
+        format!("{us:.1}")
+    } else {
+        format!("{us:.2}")
+    }
+}
+
+/// Table header lines (nccl-tests layout plus the bound columns).
+fn table_header() -> [String; 3] {
+    let oop = format!("{:^38}", "out-of-place");
+    let ip = format!("{:^38}", "in-place");
+    [
+        format!("#{:50}{oop}{ip}{:^25}", "", "memory bound"),
+        format!(
+            "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>9}  {:>6}  {:>6}",
+            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+            "#wrong", "bound", "%oop", "%ip"
+        ),
+        format!(
+            "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>9}  {:>6}  {:>6}",
+            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "",
+            ""
+        ),
+    ]
+}
+
+const CSV_HEADER: &str = "op,ranks,dtype,redop,root,size_bytes,count,iters,warmup,oop_time_us,oop_algbw_gbps,\
+oop_busbw_gbps,oop_wrong,ip_time_us,ip_algbw_gbps,ip_busbw_gbps,ip_wrong,oop_bound_us,ip_bound_us,oop_pct_bound,\
+ip_pct_bound,buffers,pinned";
+
+/// Derived figures of one form: time (us), algbw, busbw, bound (us), %bound.
+fn figures(o: &Options, n: usize, row: &Row, k: usize, bw: Option<CopyBw>) -> Option<[f64; 5]> {
+    let t = row.time[k]?;
+    let s = row.shape.bytes as f64;
+    let algbw = s / t.max(1e-12) / 1e9;
+    let bound = bw.map_or(f64::NAN, |bw| bw.bound(traffic(o.op, k == 1, s, n)));
+    Some([t * 1e6, algbw, algbw * o.op.bus_factor(n), bound * 1e6, 100.0 * bound / t.max(1e-12)])
+}
+
+fn table_line(o: &Options, n: usize, row: &Row, bw: Option<CopyBw>) -> String {
+    let mut line = format!(
+        "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}",
+        row.shape.bytes,
+        row.shape.count,
+        type_name(o.dtype),
+        o.redop_name(),
+        o.op.root()
+    );
+    let mut pct = [String::from("N/A"), String::from("N/A")];
+    let mut bound = String::from("N/A");
+    for (k, pct) in pct.iter_mut().enumerate() {
+        match figures(o, n, row, k, bw) {
+            Some([t, algbw, busbw, b, p]) => {
+                let wrong = row.wrong[k].map_or("N/A".to_string(), |w| w.to_string());
+                line += &format!("  {:>7}  {algbw:>6.2}  {busbw:>6.2}  {wrong:>6}", fmt_time(t));
+                if k == 0 && b.is_finite() {
+                    bound = fmt_time(b);
+                }
+                if p.is_finite() {
+                    *pct = format!("{p:.1}");
+                }
+            }
+            None => line += &format!("  {:>7}  {:>6}  {:>6}  {:>6}", "N/A", "N/A", "N/A", "N/A"),
+        }
+    }
+    line += &format!("  {bound:>9}  {:>6}  {:>6}", pct[0], pct[1]);
+    line
+}
+
+fn csv_line(o: &Options, n: usize, row: &Row, bw: Option<CopyBw>) -> String {
+    let mut f: Vec<String> = vec![
+        o.op.name().into(),
+        n.to_string(),
+        type_name(o.dtype).into(),
+        o.redop_name().into(),
+        o.op.root().to_string(),
+        row.shape.bytes.to_string(),
+        row.shape.count.to_string(),
+        row.iters.to_string(),
+        row.warmup.to_string(),
+    ];
+    let figs = [0, 1].map(|k| figures(o, n, row, k, bw));
+    let num = |x: f64| if x.is_finite() { format!("{x:.4}") } else { String::new() };
+    for (k, fig) in figs.iter().enumerate() {
+        match fig {
+            Some([t, algbw, busbw, ..]) => {
+                f.extend([num(*t), num(*algbw), num(*busbw)]);
+                f.push(row.wrong[k].map_or(String::new(), |w| w.to_string()));
+            }
+            None => f.extend([String::new(), String::new(), String::new(), String::new()]),
+        }
+    }
+    for i in [3, 4] {
+        for fig in &figs {
+            f.push(fig.map_or(String::new(), |x| num(x[i])));
+        }
+    }
+    f.push(if o.host { "host" } else { "heap" }.into());
+    f.push(if o.pin { "1" } else { "0" }.into());
+    f.join(",")
+}
+
+/// One rank's run: every size, printed by rank 0; the rows.
+fn rank_main(comm: &SimComm, o: &Options, bw: Option<CopyBw>, out: &Out) -> symm_core::Result<Vec<Row>> {
+    let bench = Bench::new(comm, o)?;
+    let (n, me) = (bench.n, bench.me);
+    let print = me == 0;
+    if print {
+        if o.csv {
+            out.data(CSV_HEADER);
+        } else {
+            out.note("#");
+            for l in table_header() {
+                out.note(&l);
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for (index, size) in sizes(o).into_iter().enumerate() {
+        let row = bench.measure(size, index)?;
+        if print {
+            out.data(&if o.csv { csv_line(o, n, &row, bw) } else { table_line(o, n, &row, bw) });
+        }
+        rows.push(row);
+    }
+    bench.free()?;
+    if print {
+        let wrong: u64 = rows.iter().flat_map(|r| r.wrong.iter().flatten()).sum();
+        let busbw: Vec<f64> =
+            rows.iter().flat_map(|r| (0..2).filter_map(|k| figures(o, n, r, k, None).map(|f| f[2]))).collect();
+        let avg = if busbw.is_empty() { 0.0 } else { busbw.iter().sum::<f64>() / busbw.len() as f64 };
+        out.note(&format!("# Out of bounds values : {wrong} {}", if wrong == 0 { "OK" } else { "FAILED" }));
+        out.note(&format!("# Avg bus bandwidth    : {avg:.4} "));
+        out.note("#");
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn options_default_like_nccl_tests_and_parse_every_flag() {
+        let o = parse_args(&args(&["all_reduce"])).unwrap();
+        assert_eq!((o.op, o.min_bytes, o.max_bytes, o.factor, o.ranks), (Op::AllReduce, 8, 64 << 20, 2, 2));
+        assert_eq!((o.dtype, o.redop, o.iters, o.warmup), (DType::F32, ReduceOp::Sum, 20, 5));
+        assert!(o.check && o.pin && !o.host && !o.csv);
+        let o = parse_args(&args(&[
+            "-b",
+            "1K",
+            "-e",
+            "2M",
+            "-f",
+            "4",
+            "-g",
+            "8",
+            "-d",
+            "bfloat16",
+            "-o",
+            "max",
+            "-n",
+            "7",
+            "-w",
+            "0",
+            "-c",
+            "0",
+            "--pin",
+            "0",
+            "--host",
+            "1",
+            "--csv",
+            "reduce_scatter_perf",
+        ]))
+        .unwrap();
+        assert_eq!((o.op, o.min_bytes, o.max_bytes, o.factor, o.ranks), (Op::ReduceScatter, 1024, 2 << 20, 4, 8));
+        assert_eq!((o.dtype, o.redop, o.iters, o.warmup), (DType::BF16, ReduceOp::Max, 7, 0));
+        assert!(!o.check && !o.pin && o.host && o.csv);
+        for (name, d) in [("half", DType::F16), ("double", DType::F64), ("int8", DType::I8), ("uint8", DType::U8)] {
+            assert_eq!(parse_args(&args(&["allgather", "-d", name])).unwrap().dtype, d);
+        }
+        for op in Op::ALL {
+            assert_eq!(Op::parse(op.name()), Some(op));
+        }
+    }
+
+    #[test]
+    fn bad_arguments_are_errors_naming_them() {
+        let err = |v: &[&str]| parse_args(&args(v)).unwrap_err();
+        assert!(err(&[]).contains("missing <op>"));
+        assert!(err(&["reduce"]).contains("unknown op"));
+        assert!(err(&["all_reduce", "-o", "avg", "-d", "int32"]).contains("avg"));
+        assert!(err(&["all_reduce", "-d", "bool"]).contains("bool"));
+        assert!(err(&["sendrecv", "-g", "1"]).contains("at least 2"));
+        assert!(err(&["put", "-b", "1M", "-e", "1K"]).contains("larger"));
+        assert!(err(&["put", "-f", "1"]).contains("-f"));
+        assert!(err(&["put", "-c", "2"]).contains("0 or 1"));
+        assert!(err(&["put", "-n"]).contains("expects a value"));
+        assert!(err(&["put", "--fast", "1"]).contains("--fast"));
+        assert_eq!(err(&["-h"]), "");
+    }
+
+    #[test]
+    fn sizes_shapes_and_iterations() {
+        let o = parse_args(&args(&["all_gather", "-b", "8", "-e", "100"])).unwrap();
+        assert_eq!(sizes(&o), [8, 16, 32, 64]);
+        // Split ops round down to whole parts; the count is one part's.
+        assert_eq!(shape(Op::AllGather, 100, 4, DType::F32), Shape { bytes: 96, count: 6 });
+        assert_eq!(shape(Op::AllGather, 8, 8, DType::F32), Shape { bytes: 0, count: 0 });
+        assert_eq!(shape(Op::AllReduce, 10, 4, DType::F32), Shape { bytes: 8, count: 2 });
+        let o = Options::defaults(Op::AllReduce);
+        assert_eq!((iters_for(&o, 4096), iters_for(&o, 1 << 20), iters_for(&o, 64 << 20)), (20, 20, 4));
+        assert_eq!(iters_for(&o, 1 << 30), 3);
+        assert_eq!((warmup_for(&o, 8), warmup_for(&o, 64 << 20)), (5, 1));
+        assert_eq!(heap_bytes(64 << 20), 320 << 20);
+    }
+
+    #[test]
+    fn traffic_model_and_bound() {
+        let s = 1000.0;
+        assert_eq!(traffic(Op::AllReduce, false, s, 4), (8000.0, 2000.0));
+        assert_eq!(traffic(Op::ReduceScatter, true, s, 4), (5000.0, 1250.0));
+        assert_eq!(traffic(Op::AllGather, false, s, 4), (5000.0, 1250.0));
+        assert_eq!(traffic(Op::AllGather, true, s, 4), (4000.0, 1000.0));
+        assert_eq!(traffic(Op::Broadcast, false, s, 4), (6000.0, 2000.0));
+        assert_eq!(traffic(Op::Put, false, s, 8), (2000.0, 2000.0));
+        let bw = CopyBw { one: 1000.0, all: 3000.0, threads: 2 };
+        // all_reduce on 2 ranks: one rank's 2S over 2 x B1 dominates the 4S over 2 x BT ...
+        assert_eq!(bw.bound(traffic(Op::AllReduce, false, s, 2)), 1.0);
+        // ... on 4 ranks the machine's: 8S over 2 x BT.
+        assert!((bw.bound(traffic(Op::AllReduce, false, s, 4)) - 8000.0 / 6000.0).abs() < 1e-12);
+        assert_eq!(CopyBw::from_env(), None);
+    }
+
+    #[test]
+    fn expected_reductions_round_like_the_library() {
+        assert_eq!(reduced::<f32>(ReduceOp::Sum, 3, |r| r as f64 + 1.0), 6.0);
+        assert_eq!(reduced::<i8>(ReduceOp::Max, 3, |r| 5.0 - r as f64), 5);
+        assert_eq!(reduced::<u8>(ReduceOp::Min, 3, |r| 5.0 - r as f64), 3);
+        assert_eq!(reduced::<f64>(ReduceOp::Avg, 3, |r| r as f64), 1.0);
+        assert_eq!(reduced::<f16>(ReduceOp::Avg, 3, |r| r as f64 + 1.0), f16::from_f32(6.0 / 3.0));
+        // 9 is not representable in e5m2: one rounding from the exact sum.
+        assert_eq!(reduced::<F8E5M2>(ReduceOp::Sum, 9, |_| 1.0), F8E5M2::from_f32(9.0));
+    }
+
+    fn run(op: &str, extra: &[&str], ranks: usize) -> Vec<Row> {
+        let mut v = vec![op, "-e", "4K", "-n", "2", "-w", "1", "--pin", "0"];
+        v.extend_from_slice(extra);
+        let o = parse_args(&args(&v)).unwrap();
+        let bw = Some(CopyBw { one: 1e9, all: 2e9, threads: 2 });
+        let out = Out { csv: false, quiet: true };
+        let config = symm_sim::SimConfig::with_heap_size(48 << 20);
+        let mut results = symm_sim::run_in_process(ranks, config, |comm| rank_main(&comm, &o, bw, &out));
+        let rows = results.remove(0).and_then(|r| r).unwrap_or_else(|e| panic!("{op} {extra:?}: {e}"));
+        for r in results {
+            r.and_then(|r| r).unwrap_or_else(|e| panic!("{op} {extra:?}: {e}"));
+        }
+        rows
+    }
+
+    fn assert_all_right(rows: &[Row], what: &str) {
+        assert!(!rows.is_empty(), "{what}");
+        for row in rows {
+            assert!(row.time[0].is_some(), "{what}: {row:?}");
+            for w in row.wrong.iter().flatten() {
+                assert_eq!(*w, 0, "{what}: {row:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_op_checks_clean_on_heap_and_host_buffers() {
+        for op in Op::ALL {
+            for host in ["0", "1"] {
+                let rows = run(op.name(), &["--host", host], 2);
+                assert_all_right(&rows, &format!("{} host {host}", op.name()));
+                assert_eq!(rows[0].wrong[1].is_some(), op.has_in_place(), "{}", op.name());
+            }
+        }
+    }
+
+    #[test]
+    fn reductions_check_clean_for_every_dtype_and_op_on_three_ranks() {
+        for dtype in ["float", "double", "half", "bfloat16", "f8e4m3", "f8e5m2", "int8", "uint8", "int16", "int64"] {
+            for redop in ["sum", "max", "min", "avg"] {
+                if redop == "avg" && dtype.starts_with(['i', 'u']) {
+                    continue;
+                }
+                for op in ["all_reduce", "reduce_scatter"] {
+                    let rows = run(op, &["-d", dtype, "-o", redop, "-b", "64"], 3);
+                    assert_all_right(&rows, &format!("{op} {dtype} {redop}"));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn data_movement_ops_check_clean_on_three_ranks() {
+        for op in ["all_gather", "alltoall", "broadcast", "sendrecv", "put", "pingpong"] {
+            let rows = run(op, &["-d", "half", "-b", "64"], 3);
+            assert_all_right(&rows, op);
+        }
+    }
+
+    #[test]
+    fn a_wrong_result_is_counted() {
+        // The check's own counter: a poisoned region compares wrong everywhere.
+        let r = Region::host(16, DType::F32);
+        r.poison(0, 16);
+        assert_eq!(r.count_wrong::<f32>(0, 16, |_| 0.0), 16);
+        r.fill::<f32>(0, 16, |i| i as f32);
+        assert_eq!(r.count_wrong::<f32>(0, 16, |i| i as f32), 0);
+    }
+
+    #[test]
+    fn table_and_csv_lines_have_every_column() {
+        let o = parse_args(&args(&["all_reduce"])).unwrap();
+        let row = Row {
+            shape: Shape { bytes: 1 << 20, count: 1 << 18 },
+            iters: 20,
+            warmup: 5,
+            time: [Some(1e-3), Some(2e-3)],
+            wrong: [Some(0), Some(0)],
+        };
+        let bw = Some(CopyBw { one: 1e9, all: 2e9, threads: 2 });
+        let line = table_line(&o, 2, &row, bw);
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols.len(), 16, "{line}");
+        assert_eq!(&cols[..9], ["1048576", "262144", "float", "sum", "-1", "1000.0", "1.05", "1.05", "0"]);
+        assert_eq!(csv_line(&o, 2, &row, bw).split(',').count(), CSV_HEADER.split(',').count());
+        let header = table_header();
+        assert_eq!(header[1].split_whitespace().count(), 17); // '#' + 16 names
+        let o = parse_args(&args(&["alltoall"])).unwrap();
+        let row = Row { time: [Some(1e-3), None], wrong: [Some(0), None], ..row };
+        assert!(table_line(&o, 2, &row, None).contains("N/A"));
+    }
+}

@@ -1,0 +1,455 @@
+//! Diagnostics (DFX): flight recorder, dumps, logging and per-operation statistics.
+//!
+//! - **Flight recorder** ([`recorder`]): the last `SYMM_FLIGHT_RECORDER_ENTRIES` (default 64)
+//!   operations of every rank (op, group, sequence number in the group, element count, dtype,
+//!   state, CLOCK_MONOTONIC start and end), kept by the backend in memory every rank of the node
+//!   reads. [`dump`] prints the whole node's picture from any rank; [`records`] returns it as
+//!   data. A wait that times out attaches the picture to its [`TimeoutError`] and logs it; with
+//!   `SYMM_DUMP_ON_SIGNAL=1`, SIGUSR1 prints it to stderr ([`install_dump_on_signal`]).
+//! - **Logging** ([`log`]): `SYMM_LOG_LEVEL`, one line per event, pluggable sink.
+//! - **Statistics** ([`stats`]): calls, bytes, time and errors per operation, resettable.
+//!
+//! Every recorded operation goes through [`start`] and [`finish`], which cost two clock reads
+//! (vDSO), a few atomic stores into the ring and the statistics, and a level check.
+
+pub mod log;
+pub mod recorder;
+mod signal;
+pub mod stats;
+
+use std::fmt::Write as _;
+
+pub use log::{log_level, reset_log_sink, set_log_level, set_log_sink, Level, LogSink, LOG_LEVEL_VAR};
+pub use recorder::{FlightRecord, FlightRing, RankRecords, RecordStart, RecordState, ENTRIES_VAR};
+pub use signal::{
+    dump_all, install_dump_on, install_dump_on_signal, install_dump_on_signal_from_env, register, DumpSource,
+    Registration, DUMP_ON_SIGNAL_VAR,
+};
+pub use stats::{OpStats, StatsTable};
+
+use crate::backend::Backend;
+use crate::dtype::DType;
+use crate::error::{Error, Result, TimeoutError};
+use crate::group::Group;
+use crate::rank::Rank;
+use crate::symm_log;
+
+macro_rules! ops {
+    ($($(#[$m:meta])* $v:ident = $code:literal, $name:literal;)*) => {
+        /// The operations the flight recorder and the statistics know. The codes are stored in
+        /// shared memory: stable, never reused.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum Op { $($(#[$m])* $v = $code,)* }
+
+        impl Op {
+            /// Every operation, in code order.
+            pub const ALL: &'static [Op] = &[$(Op::$v),*];
+            /// Number of operations.
+            pub const COUNT: usize = Op::ALL.len();
+
+            /// The name used in messages, dumps and statistics.
+            pub const fn name(self) -> &'static str {
+                match self { $(Op::$v => $name,)* }
+            }
+
+            /// The operation of a stored code.
+            pub fn from_code(code: u8) -> Option<Op> {
+                match code { $($code => Some(Op::$v),)* _ => None }
+            }
+        }
+    };
+}
+
+ops! {
+    /// The communicator started.
+    Init = 1, "init";
+    /// The communicator was dropped (closed).
+    Close = 2, "close";
+    /// The process exited with the communicator open.
+    Exit = 3, "exit";
+    /// `barrier`.
+    Barrier = 4, "barrier";
+    /// `wait_until`.
+    WaitUntil = 5, "wait_until";
+    /// `alloc`.
+    Alloc = 6, "alloc";
+    /// `free`.
+    Free = 7, "free";
+    /// `allreduce` (both forms).
+    AllReduce = 8, "allreduce";
+    /// `reduce_scatter`.
+    ReduceScatter = 9, "reduce_scatter";
+    /// `allgather`.
+    AllGather = 10, "allgather";
+    /// `alltoall` (both forms).
+    AllToAll = 11, "alltoall";
+    /// `broadcast`.
+    Broadcast = 12, "broadcast";
+    /// `send`.
+    Send = 13, "send";
+    /// `recv`.
+    Recv = 14, "recv";
+}
+
+impl Op {
+    /// The code stored in records.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// Row of the statistics table.
+    pub(crate) const fn index(self) -> usize {
+        self as usize - 1
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: comparable between the processes of one host.
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists on Linux and is
+    // served by the vDSO (no system call).
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// An operation about to run, as the hooks see it.
+#[derive(Clone, Copy, Debug)]
+pub struct OpEvent<'a> {
+    /// The operation.
+    pub op: Op,
+    /// Its group.
+    pub group: Option<&'a Group>,
+    /// Its sequence number in the group (0: none).
+    pub seq: u64,
+    /// Elements of the caller's buffer.
+    pub count: u64,
+    /// Their dtype.
+    pub dtype: Option<DType>,
+    /// Payload bytes for the statistics.
+    pub bytes: u64,
+}
+
+/// A started operation (returned by [`start`], consumed by [`finish`]).
+#[derive(Debug)]
+#[must_use]
+pub struct Started {
+    start_ns: u64,
+    index: Option<u64>,
+}
+
+/// Records the start of `ev` on `b`'s rank.
+#[inline]
+pub fn start<B: Backend + ?Sized>(b: &B, ev: &OpEvent<'_>) -> Started {
+    let start_ns = monotonic_ns();
+    let index = b.flight_ring(b.rank()).map(|ring| {
+        ring.begin(&RecordStart { op: ev.op, group: ev.group, seq: ev.seq, count: ev.count, dtype: ev.dtype, start_ns })
+    });
+    symm_log!(Level::Trace, b.rank(), "{} started", describe(ev));
+    Started { start_ns, index }
+}
+
+/// Records the end of `ev` with outcome `r`: ring, statistics, log; a timeout gets the
+/// node's flight-recorder picture attached (and logged).
+#[inline]
+pub fn finish<B: Backend + ?Sized, T>(b: &B, ev: &OpEvent<'_>, s: Started, r: &mut Result<T>) {
+    let end_ns = monotonic_ns();
+    if let Err(Error::Timeout(t)) = r {
+        // Before this rank's own record is marked failed: the picture shows it still waiting.
+        attach_flight(b, t);
+    }
+    let state = if r.is_ok() { RecordState::Completed } else { RecordState::Failed };
+    if let (Some(i), Some(ring)) = (s.index, b.flight_ring(b.rank())) {
+        ring.finish(i, state, end_ns);
+    }
+    let took = end_ns.saturating_sub(s.start_ns);
+    if let Some(t) = b.op_stats() {
+        t.add(ev.op, ev.bytes, took, r.is_err());
+    }
+    match r {
+        Ok(_) => symm_log!(Level::Debug, b.rank(), "{} completed in {:.3} us", describe(ev), took as f64 / 1e3),
+        Err(e) => failed(b, ev, e),
+    }
+}
+
+/// Runs `f` as operation `ev`: [`start`], `f`, [`finish`].
+#[inline]
+pub fn traced<B: Backend + ?Sized, T>(b: &B, ev: &OpEvent<'_>, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let s = start(b, ev);
+    let mut r = f();
+    finish(b, ev, s, &mut r);
+    r
+}
+
+/// Counts and logs an operation that failed before it started (nothing recorded in the ring).
+pub fn refused<B: Backend + ?Sized>(b: &B, ev: &OpEvent<'_>, e: &Error) {
+    if let Some(t) = b.op_stats() {
+        t.add_rejected(ev.op);
+    }
+    failed(b, ev, e);
+}
+
+#[cold]
+fn failed<B: Backend + ?Sized>(b: &B, ev: &OpEvent<'_>, e: &Error) {
+    let level = match e {
+        Error::Timeout(_) | Error::PeerLost { .. } | Error::PeerExited { .. } => Level::Error,
+        _ => Level::Warn,
+    };
+    symm_log!(level, b.rank(), "{} failed ({}): {e}", describe(ev), e.code());
+    if let (Error::Timeout(t), true) = (e, log::enabled(Level::Error)) {
+        if let Some(d) = &t.flight_dump {
+            log::emit(Level::Error, &format!("[symm] error rank {}: flight recorder at the timeout:\n{d}", b.rank()));
+        }
+    }
+}
+
+/// `allreduce #3 in group [0, 1] (count 2 float32)`.
+fn describe(ev: &OpEvent<'_>) -> String {
+    let mut s = ev.op.name().to_string();
+    if ev.seq > 0 {
+        let _ = write!(s, " #{}", ev.seq);
+    }
+    if let Some(g) = ev.group {
+        let _ = write!(s, " in group {:?}", g.ranks());
+    }
+    match ev.dtype {
+        Some(d) => {
+            let _ = write!(s, " (count {} {d})", ev.count);
+        }
+        None if ev.count > 0 => {
+            let _ = write!(s, " (count {})", ev.count);
+        }
+        None => {}
+    }
+    s
+}
+
+/// Adds the node's flight-recorder picture to a timeout (once).
+fn attach_flight<B: Backend + ?Sized>(b: &B, t: &mut TimeoutError) {
+    if t.flight_dump.is_some() {
+        return;
+    }
+    let Ok(all) = records(b) else { return };
+    let now = monotonic_ns();
+    let group = t.group.clone();
+    let mut parts = Vec::new();
+    for rr in &all {
+        if group.as_ref().is_some_and(|g| !g.contains(&rr.rank)) {
+            continue;
+        }
+        let text = match rr.records.last() {
+            Some(r) => format!("rank {}: {}", rr.rank, short(r, now)),
+            None => format!("rank {}: nothing recorded", rr.rank),
+        };
+        parts.push(text);
+    }
+    t.flight_summary = Some(parts.join("; "));
+    t.flight_dump = Some(format_dump(b.rank(), &all, now));
+}
+
+/// `allreduce #7 [0, 1, 2] started 2.001 s ago (running)`.
+fn short(r: &FlightRecord, now: u64) -> String {
+    let mut s = r.op.to_string();
+    if r.seq > 0 {
+        let _ = write!(s, " #{}", r.seq);
+    }
+    if r.group_id != 0 {
+        let _ = write!(s, " in group {}", r.group_text());
+    }
+    let ago = |t: u64| now.saturating_sub(t) as f64 / 1e9;
+    match r.state {
+        RecordState::Started => {
+            let _ = write!(s, " started {:.3} s ago, not finished", ago(r.start_ns));
+        }
+        st => {
+            let _ = write!(s, " {} {:.3} s ago", st.name(), ago(r.end_ns));
+        }
+    }
+    s
+}
+
+/// The flight-recorder records of every rank on the caller's node (the caller's first).
+pub fn records<B: Backend + ?Sized>(b: &B) -> Result<Vec<RankRecords>> {
+    let me = b.rank();
+    let Some(mine) = b.flight_ring(me) else {
+        return Err(Error::Unsupported {
+            rank: me,
+            backend: b.backend_name(),
+            what: format!("the flight recorder (or it is off: {ENTRIES_VAR}=0)"),
+        });
+    };
+    let mut out = vec![mine.snapshot(me)];
+    for r in (0..b.world_size() as u32).map(Rank).filter(|&r| r != me) {
+        if let Some(ring) = b.flight_ring(r) {
+            out.push(ring.snapshot(r));
+        }
+    }
+    out[1..].sort_by_key(|r| r.rank);
+    Ok(out)
+}
+
+/// The node-wide flight-recorder dump as text (what SIGUSR1 and timeouts print).
+pub fn dump<B: Backend + ?Sized>(b: &B) -> String {
+    match records(b) {
+        Ok(all) => format_dump(b.rank(), &all, monotonic_ns()),
+        Err(e) => format!("symm flight recorder unavailable: {e}\n"),
+    }
+}
+
+/// Formats records of the ranks of a node; `now` is CLOCK_MONOTONIC nanoseconds.
+pub fn format_dump(me: Rank, all: &[RankRecords], now: u64) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "symm flight recorder, node of rank {me}: {} rank(s), times in s of CLOCK_MONOTONIC (now {:.6})",
+        all.len(),
+        now as f64 / 1e9
+    );
+    let mut sorted: Vec<&RankRecords> = all.iter().collect();
+    sorted.sort_by_key(|r| r.rank);
+    for rr in sorted {
+        let status = if rr.pid == 0 {
+            "no recorder".to_string()
+        } else if process_alive(rr.pid) {
+            format!("pid {} alive", rr.pid)
+        } else {
+            format!("pid {} gone", rr.pid)
+        };
+        let _ = writeln!(
+            s,
+            "rank {} ({status}): last {} of {} operation(s){}",
+            rr.rank,
+            rr.records.len(),
+            rr.total,
+            if rr.unreadable > 0 { format!(", {} being written", rr.unreadable) } else { String::new() }
+        );
+        for r in &rr.records {
+            let seq = if r.seq > 0 { format!("#{}", r.seq) } else { "-".into() };
+            let what = match (r.dtype, r.count) {
+                (Some(d), c) => format!("{c} x {d}"),
+                (None, 0) => "-".into(),
+                (None, c) => c.to_string(),
+            };
+            let group = if r.group_id == 0 { "-".into() } else { r.group_text() };
+            let timing = match r.state {
+                RecordState::Started => format!("running for {:.6}", now.saturating_sub(r.start_ns) as f64 / 1e9),
+                _ => format!("took {:.6}", r.end_ns.saturating_sub(r.start_ns) as f64 / 1e9),
+            };
+            let _ = writeln!(
+                s,
+                "  [{:>5}] {:<14} group {:<14} seq {:<6} {:<18} {:<9} start {:.6} {timing}",
+                r.index,
+                r.op,
+                group,
+                seq,
+                what,
+                r.state.name(),
+                r.start_ns as f64 / 1e9
+            );
+        }
+    }
+    s
+}
+
+/// Whether process `pid` exists (same host).
+fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 only checks existence and permission.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// The per-operation statistics of `b` (empty when the backend keeps none).
+pub fn stats<B: Backend + ?Sized>(b: &B) -> Vec<OpStats> {
+    b.op_stats().map(StatsTable::read).unwrap_or_default()
+}
+
+/// Resets the per-operation statistics of `b`.
+pub fn reset_stats<B: Backend + ?Sized>(b: &B) {
+    if let Some(t) = b.op_stats() {
+        t.reset();
+    }
+}
+
+/// The number of flight-recorder records per rank from `SYMM_FLIGHT_RECORDER_ENTRIES` (default
+/// 64, 0 disables the recorder); an invalid value is an error naming the variable.
+pub fn entries_from_env() -> std::result::Result<usize, String> {
+    match std::env::var(ENTRIES_VAR) {
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n <= recorder::MAX_ENTRIES => Ok(n),
+            _ => {
+                Err(format!("{ENTRIES_VAR} = {v:?}: expected a number of records from 0 to {}", recorder::MAX_ENTRIES))
+            }
+        },
+        Err(_) => Ok(recorder::DEFAULT_ENTRIES),
+    }
+}
+
+/// The environment variable that turns on cross-rank validation of every collective.
+pub const VALIDATE_VAR: &str = "SYMM_VALIDATE";
+
+/// Whether `SYMM_VALIDATE` asks for validation (`1`, `true`, `yes`, `on`).
+pub fn validate_from_env() -> bool {
+    std::env::var(VALIDATE_VAR)
+        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_codes_are_stable_and_round_trip() {
+        for (i, &op) in Op::ALL.iter().enumerate() {
+            assert_eq!(op.code() as usize, i + 1);
+            assert_eq!(Op::from_code(op.code()), Some(op));
+            assert_eq!(op.index(), i);
+        }
+        assert_eq!(Op::from_code(0), None);
+        assert_eq!(Op::AllReduce.code(), 8);
+        assert_eq!(Op::Recv.code(), 14);
+    }
+
+    #[test]
+    fn the_dump_names_ranks_ops_groups_and_states() {
+        let rec = |index, op, seq, state, end_ns| FlightRecord {
+            index,
+            op,
+            group_id: 7,
+            group_size: 2,
+            group_ranks: Some(vec![Rank(0), Rank(1)]),
+            seq,
+            count: 4,
+            dtype: Some(DType::F32),
+            state,
+            start_ns: 1_000_000_000,
+            end_ns,
+        };
+        let all = vec![
+            RankRecords {
+                rank: Rank(1),
+                pid: std::process::id(),
+                total: 9,
+                records: vec![rec(8, "allreduce", 3, RecordState::Started, 0)],
+                unreadable: 0,
+            },
+            RankRecords {
+                rank: Rank(0),
+                pid: std::process::id(),
+                total: 2,
+                records: vec![rec(1, "allreduce", 2, RecordState::Completed, 1_500_000_000)],
+                unreadable: 0,
+            },
+        ];
+        let text = format_dump(Rank(1), &all, 3_000_000_000);
+        let rank0 = text.find("rank 0 (pid").unwrap();
+        let rank1 = text.find("rank 1 (pid").unwrap();
+        assert!(rank0 < rank1, "{text}");
+        assert!(text.contains("last 1 of 9 operation(s)"), "{text}");
+        assert!(text.contains("allreduce") && text.contains("[0, 1]") && text.contains("#3"), "{text}");
+        assert!(text.contains("started") && text.contains("running for 2.000000"), "{text}");
+        assert!(text.contains("completed") && text.contains("took 0.500000"), "{text}");
+        assert!(text.contains("4 x float32"), "{text}");
+    }
+}

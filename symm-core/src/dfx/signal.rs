@@ -1,0 +1,163 @@
+//! Process-wide hooks: the communicators alive in this process (for dumps on a signal and for
+//! marking them when the process exits), the SIGUSR1 dump, and the `atexit` hook.
+//!
+//! Nothing runs inside the signal handler but one `write(2)` of a byte to a pipe (async-signal
+//! safe); a background thread reads the pipe and prints the dumps.
+
+use std::io;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Once};
+
+use super::log::{emit, Level};
+
+/// The environment variable that installs the SIGUSR1 dump when set to `1`.
+pub const DUMP_ON_SIGNAL_VAR: &str = "SYMM_DUMP_ON_SIGNAL";
+
+/// Something alive in this process that diagnostics reach without a reference to it: a
+/// communicator's node-wide dump, and its reaction to the process exiting.
+pub trait DumpSource: Send + Sync {
+    /// The node-wide flight-recorder dump as seen from this communicator.
+    fn dump(&self) -> String;
+    /// Called from the process's `atexit` hook while the communicator is still open (a normal
+    /// exit without dropping it): tell the peers this rank is gone on purpose.
+    fn process_exiting(&self) {}
+}
+
+type Entry = (u64, Arc<dyn DumpSource>);
+
+static SOURCES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static ATEXIT: Once = Once::new();
+
+/// Keeps a [`DumpSource`] registered; dropping it unregisters the source (and waits for a dump
+/// in progress to finish, so that the source's memory may go right after).
+#[derive(Debug)]
+pub struct Registration(u64);
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        SOURCES.lock().unwrap_or_else(|e| e.into_inner()).retain(|(id, _)| *id != self.0);
+    }
+}
+
+/// Registers `source` for signal dumps and the exit hook (installing the hook on first use).
+pub fn register(source: Arc<dyn DumpSource>) -> Registration {
+    ATEXIT.call_once(|| {
+        // SAFETY: `on_exit` is an `extern "C"` function without arguments that never unwinds.
+        if unsafe { libc::atexit(on_exit) } != 0 {
+            emit(Level::Warn, "[symm] warn: atexit failed; peers will see a normal exit as a lost rank");
+        }
+    });
+    // Relaxed: only distinct ids are needed.
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    SOURCES.lock().unwrap_or_else(|e| e.into_inner()).push((id, source));
+    Registration(id)
+}
+
+/// The dumps of every communicator alive in this process, one after the other.
+pub fn dump_all() -> String {
+    let sources: Vec<Arc<dyn DumpSource>> =
+        SOURCES.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(_, s)| s.clone()).collect();
+    if sources.is_empty() {
+        return "symm: no communicator is open in this process\n".into();
+    }
+    sources.iter().map(|s| s.dump()).collect::<Vec<_>>().join("\n")
+}
+
+extern "C" fn on_exit() {
+    // Nothing may unwind out of an `extern "C"` function; a panic here only loses the marks.
+    let _ = std::panic::catch_unwind(|| {
+        let sources = SOURCES.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, s) in sources.iter() {
+            s.process_exiting();
+        }
+    });
+}
+
+/// Write end of the self-pipe the signal handler writes to (-1: not installed).
+static PIPE_WRITE: AtomicI32 = AtomicI32::new(-1);
+static INSTALL: Mutex<Option<i32>> = Mutex::new(None);
+
+extern "C" fn on_signal(_sig: libc::c_int) {
+    // SAFETY: errno is thread-local; reading and restoring it is async-signal safe.
+    let saved = unsafe { *libc::__errno_location() };
+    // Relaxed: the descriptor was stored before the handler was installed (sigaction orders it).
+    let fd = PIPE_WRITE.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let byte = 1u8;
+        // SAFETY: write(2) is async-signal safe; `byte` lives across the call. A full pipe
+        // (EAGAIN, non-blocking) means a dump is already pending: nothing is lost.
+        unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) };
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = saved };
+}
+
+/// Installs a handler for `signal` (SIGUSR1 by default through [`install_dump_on_signal`]) that
+/// makes a background thread print [`dump_all`] to stderr. Idempotent per process: a second call
+/// with the same signal does nothing; another signal is an error.
+pub fn install_dump_on(signal: i32) -> io::Result<()> {
+    let mut installed = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    match *installed {
+        Some(s) if s == signal => return Ok(()),
+        Some(s) => return Err(io::Error::other(format!("the dump is already installed on signal {s}"))),
+        None => {}
+    }
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let (read_fd, write_fd) = (fds[0], fds[1]);
+    // The reader blocks: clear O_NONBLOCK on the read end only.
+    // SAFETY: fcntl on a descriptor this function just created.
+    unsafe { libc::fcntl(read_fd, libc::F_SETFL, 0) };
+    std::thread::Builder::new().name("symm-dump".into()).spawn(move || dump_thread(read_fd))?;
+    // Relaxed: sigaction below is a system call, a full barrier for this thread's later signal.
+    PIPE_WRITE.store(write_fd, Ordering::Relaxed);
+    // SAFETY: a zeroed sigaction is valid; the handler is an async-signal-safe extern "C" fn.
+    let rc = unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        act.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaction(signal, &act, std::ptr::null_mut())
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    *installed = Some(signal);
+    Ok(())
+}
+
+/// Installs the SIGUSR1 dump (see [`install_dump_on`]).
+pub fn install_dump_on_signal() -> io::Result<()> {
+    install_dump_on(libc::SIGUSR1)
+}
+
+/// Installs the SIGUSR1 dump when `SYMM_DUMP_ON_SIGNAL=1`; failures are logged, not returned.
+pub fn install_dump_on_signal_from_env() {
+    if std::env::var(DUMP_ON_SIGNAL_VAR).is_ok_and(|v| v.trim() == "1") {
+        if let Err(e) = install_dump_on_signal() {
+            emit(Level::Warn, &format!("[symm] warn: {DUMP_ON_SIGNAL_VAR}=1 but the SIGUSR1 handler failed: {e}"));
+        }
+    }
+}
+
+fn dump_thread(fd: i32) {
+    let mut buf = [0u8; 64];
+    loop {
+        // SAFETY: `buf` is writable for its length; `fd` is this thread's pipe end.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            return;
+        }
+        // Several signals queued while dumping: one dump answers all of them.
+        let text = dump_all();
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(format!("[symm] dump requested by signal\n{text}").as_bytes());
+    }
+}

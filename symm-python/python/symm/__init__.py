@@ -1,0 +1,111 @@
+"""symm: symmetric memory for the ranks of one node, with one-sided communication.
+
+Every rank owns a heap with the same layout; ``empty`` allocates the same range on every member
+of a group, and any member reads and writes the others' copies directly::
+
+    import torch, torch.distributed as dist, symm
+    dist.init_process_group("gloo")                   # e.g. under torchrun
+    rank, n = dist.get_rank(), dist.get_world_size()
+    buf = symm.empty((n, 1024), torch.bfloat16)       # collective; a zero-copy torch tensor
+    sig = symm.empty(n, torch.int32)
+    sig.zero_()
+    symm.barrier()
+    src = torch.randn(1024).to(torch.bfloat16)
+    # write row `rank` of the next rank's buffer, then set its signal word `rank` to 1
+    symm.shmem_put_with_signal(buf, rank * 1024, src, 0, 1024, sig, rank, 1, "set", (rank + 1) % n)
+    symm.shmem_wait_for_signal(buf, sig, (rank - 1) % n, 1, "eq")   # row rank-1 has arrived
+
+Collectives (``shmem_allreduce``, ``shmem_reduce_scatter``, ``shmem_allgather``,
+``shmem_alltoall``, ``shmem_broadcast``) and messages (``shmem_send``, ``shmem_recv``) take any
+contiguous CPU tensor; their differentiable forms are in ``symm.functional`` (PyTorch), and
+``python -m symm.perf`` measures them against ``torch.distributed`` (gloo).
+
+Offsets and sizes count elements. ``target_rank`` is a rank of ``group`` (global when ``group``
+is None). Every blocking call is bounded by ``SYMMETRIC_MEMORY_TIMEOUT`` and releases the GIL.
+Errors are ``SymmError`` subclasses carrying a stable ``code`` and the ``rank`` that raised them.
+"""
+
+from ._symm import (
+    DTYPES,
+    BootstrapError,
+    GroupError,
+    HeapError,
+    HeapExhausted,
+    InvalidArgument,
+    Mismatch,
+    PeerLost,
+    PeerRejected,
+    SymmError,
+    SystemFailure,
+    Timeout,
+    Unsupported,
+    __version__,
+)
+from ._api import (
+    barrier,
+    create_group,
+    empty,
+    free,
+    init,
+    is_initialized,
+    is_symmetric,
+    shmem_allgather,
+    shmem_allreduce,
+    shmem_alltoall,
+    shmem_broadcast,
+    shmem_get,
+    shmem_put,
+    shmem_put_with_signal,
+    shmem_recv,
+    shmem_reduce_scatter,
+    shmem_send,
+    shmem_signal_op,
+    shmem_wait_for_signal,
+    split_group,
+)
+
+__all__ = [
+    "DTYPES",
+    "BootstrapError",
+    "GroupError",
+    "HeapError",
+    "HeapExhausted",
+    "InvalidArgument",
+    "Mismatch",
+    "PeerLost",
+    "PeerRejected",
+    "SymmError",
+    "SystemFailure",
+    "Timeout",
+    "Unsupported",
+    "__version__",
+    "barrier",
+    "create_group",
+    "empty",
+    "free",
+    "init",
+    "is_initialized",
+    "is_symmetric",
+    "shmem_allgather",
+    "shmem_allreduce",
+    "shmem_alltoall",
+    "shmem_broadcast",
+    "shmem_get",
+    "shmem_put",
+    "shmem_put_with_signal",
+    "shmem_recv",
+    "shmem_reduce_scatter",
+    "shmem_send",
+    "shmem_signal_op",
+    "shmem_wait_for_signal",
+    "split_group",
+]
+
+
+def __getattr__(name: str) -> object:
+    # The PyTorch-only modules load on first use: ``symm`` itself imports no framework.
+    if name in ("autograd", "functional"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'symm' has no attribute {name!r}")

@@ -1,0 +1,119 @@
+"""Type stubs of the public ``symm`` API."""
+
+import datetime
+from typing import Any, Literal, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.distributed
+
+from . import autograd as autograd
+from . import functional as functional
+from ._symm import (
+    BootstrapError as BootstrapError,
+    GroupError as GroupError,
+    HeapError as HeapError,
+    HeapExhausted as HeapExhausted,
+    InvalidArgument as InvalidArgument,
+    Mismatch as Mismatch,
+    PeerLost as PeerLost,
+    PeerRejected as PeerRejected,
+    SymmError as SymmError,
+    SystemFailure as SystemFailure,
+    Timeout as Timeout,
+    Unsupported as Unsupported,
+)
+
+__version__: str
+DTYPES: Tuple[str, ...]
+
+#: A process group (``None``: every rank symm was initialised for).
+GroupLike = Optional[torch.distributed.ProcessGroup]
+#: An element offset, count, rank or value: an int or a one-element integer tensor.
+IntLike = Union[int, torch.Tensor]
+SignalOp = Union[Literal[0, 1, "set", "add"], int, str]
+CompareOp = Union[Literal[0, 1, 2, 3, 4, 5, "eq", "ne", "gt", "ge", "lt", "le"], int, str]
+ReduceOp = Union[Literal[0, 1, 2, 3, "sum", "avg", "max", "min"], int, str]
+#: A transport format: torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2
+#: or their names; None: SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE.
+LowPrecision = Union[None, torch.dtype, str]
+
+def init(group: GroupLike = None) -> None: ...
+def is_initialized() -> bool: ...
+def empty(
+    shape: Union[int, Sequence[int], torch.Size], dtype: torch.dtype, group: GroupLike = None
+) -> torch.Tensor: ...
+def free(tensor: torch.Tensor) -> None: ...
+def is_symmetric(tensor: Any) -> bool: ...
+def barrier(group: GroupLike = None) -> None: ...
+def shmem_put(
+    target: torch.Tensor,
+    target_offset: IntLike,
+    src: torch.Tensor,
+    src_offset: IntLike,
+    size: IntLike,
+    target_rank: IntLike,
+    group: GroupLike = None,
+) -> None: ...
+def shmem_get(
+    target: torch.Tensor,
+    target_offset: IntLike,
+    src: torch.Tensor,
+    src_offset: IntLike,
+    size: IntLike,
+    target_rank: IntLike,
+    group: GroupLike = None,
+) -> None: ...
+def shmem_signal_op(
+    signal: torch.Tensor,
+    signal_offset: IntLike,
+    signal_value: IntLike,
+    signal_op: SignalOp = 0,
+    target_rank: IntLike = 0,
+    group: GroupLike = None,
+) -> None: ...
+def shmem_put_with_signal(
+    target: torch.Tensor,
+    target_offset: IntLike,
+    src: torch.Tensor,
+    src_offset: IntLike,
+    size: IntLike,
+    signal: torch.Tensor,
+    signal_offset: IntLike,
+    signal_value: IntLike,
+    signal_op: SignalOp = 0,
+    target_rank: IntLike = 0,
+    group: GroupLike = None,
+) -> None: ...
+def shmem_wait_for_signal(
+    depend_tensor: Optional[torch.Tensor],
+    signal: torch.Tensor,
+    signal_offset: IntLike,
+    compare_value: IntLike,
+    compare_op: CompareOp = 0,
+    group: GroupLike = None,
+    timeout: Union[None, float, datetime.timedelta] = None,
+) -> int: ...
+def shmem_allreduce(
+    tensor: torch.Tensor, op: ReduceOp = "sum", group: GroupLike = None, low_precision_dtype: LowPrecision = None
+) -> None: ...
+def shmem_reduce_scatter(
+    output_tensor: torch.Tensor,
+    input_tensor: torch.Tensor,
+    op: ReduceOp = "sum",
+    group: GroupLike = None,
+    low_precision_dtype: LowPrecision = None,
+) -> None: ...
+def shmem_allgather(output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: GroupLike = None) -> None: ...
+def shmem_alltoall(
+    send_tensor_list: Sequence[torch.Tensor],
+    receive_tensor: torch.Tensor,
+    receive_list: Union[Sequence[IntLike], torch.Tensor],
+    group: GroupLike = None,
+) -> None: ...
+def shmem_broadcast(tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None) -> None: ...
+def shmem_send(tensor: torch.Tensor, dst_rank: IntLike, group: GroupLike = None) -> None: ...
+def shmem_recv(tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None) -> None: ...
+def create_group(ranks: Sequence[int]) -> torch.distributed.ProcessGroup: ...
+def split_group(parent: GroupLike, ranks: Sequence[int]) -> Union[torch.distributed.ProcessGroup, int]: ...
+
+__all__: list[str]

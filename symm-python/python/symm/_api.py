@@ -1,0 +1,631 @@
+"""The public API: the RFC's names and argument order over the native communicator.
+
+Everything that needs the framework goes through the platform (``symm.platform``); everything
+that needs validation with the group, the heap or the peers happens in the native module, which
+raises the ``symm.SymmError`` family with messages naming the argument, its value and the rank.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, TypeVar
+
+from . import _symm
+from .platform import get_platform
+from .platform.base import Platform
+
+
+class _State:
+    """The runtime of this process: one communicator over the ranks ``init`` was called for."""
+
+    def __init__(self, platform: Platform, comm: _symm.Communicator, ranks: List[int], init_key: Hashable) -> None:
+        self.platform = platform
+        self.comm = comm
+        #: Global (framework) rank of each native rank.
+        self.ranks = ranks
+        self.native_of: Dict[int, int] = {g: n for n, g in enumerate(ranks)}
+        self.world = comm.world
+        self.init_key = init_key
+        #: Native group per framework group object, built once.
+        self.groups: Dict[Hashable, _symm.Group] = {}
+
+
+T = TypeVar("T")
+
+_lock = threading.RLock()
+_state: Optional[_State] = None
+#: Start-up attempts of this process: a failed attempt (every rank fails together, e.g. heap
+#: sizes that differ) leaves keys in the store, so each attempt uses its own key prefix.
+_attempts = 0
+
+
+def _error(cls: type, rank: Optional[int], text: str) -> Exception:
+    """An exception of the symm family raised on the Python side, formatted as the native ones."""
+    exc = cls(f"rank {rank}: {text}" if rank is not None else text)
+    exc.rank = rank
+    return exc
+
+
+def _invalid(rank: Optional[int], arg: str, value: Any, reason: str) -> Exception:
+    return _error(_symm.InvalidArgument, rank, f"invalid argument: {arg} = {value}: {reason}")
+
+
+def _int_list(rank: Optional[int], arg: str, values: Any) -> List[int]:
+    try:
+        out = [v.__index__() for v in values]
+    except (TypeError, AttributeError):
+        raise _invalid(rank, arg, repr(values), "expected a sequence of ints") from None
+    if len(set(out)) != len(out):
+        raise _error(_symm.GroupError, rank, f"{arg} = {out}: a rank appears twice")
+    if not out:
+        raise _error(_symm.GroupError, rank, f"{arg} = []: a group needs at least one rank")
+    return out
+
+
+def init(group: Any = None) -> None:
+    """Starts symmetric memory on this process. Collective over ``group``.
+
+    Called implicitly by the first symm call when not called before. Rank and world size come
+    from the framework (``torch.distributed.init_process_group`` must have run, e.g. under
+    ``torchrun``); start-up data goes through the framework's key-value store under the prefix
+    ``symm``. The heap size is ``SYMMETRIC_MEMORY_HEAP_SIZE`` (bytes, K/M/G suffixes, default
+    1 GiB, the same on every rank); waits are bounded by ``SYMMETRIC_MEMORY_TIMEOUT`` (seconds,
+    default 120).
+
+    Args:
+        group: the ranks that share symmetric memory: ``None`` for the whole job, or a process
+            group (for example the ranks of one node, when the job spans nodes). Afterwards
+            ``group=None`` in every call means this group, and ``target_rank`` with
+            ``group=None`` is a rank of it.
+
+    Raises:
+        BootstrapError: the framework is not initialised, or the exchange failed.
+        GroupError: this rank is not a member of ``group``.
+        InvalidArgument: symm was already started for another group.
+    """
+    global _state, _attempts
+    with _lock:
+        platform = get_platform()
+        if not platform.is_initialized():
+            raise _error(
+                _symm.BootstrapError,
+                None,
+                f"bootstrap failed: the {platform.name} distributed runtime is not initialised "
+                "(call torch.distributed.init_process_group first, or run under torchrun)",
+            )
+        me = platform.rank()
+        key = None if group is None else platform.group_key(group)
+        if _state is not None:
+            if _state.init_key == key:
+                return
+            raise _invalid(
+                me, "group", repr(group), "symm is already initialised for another group (one runtime per process)"
+            )
+        if group is None:
+            ranks = list(range(platform.world_size()))
+        else:
+            try:
+                ranks = list(platform.group_ranks(group))
+            except LookupError as e:
+                raise _error(_symm.GroupError, me, f"group = {group!r}: {e}") from None
+        if me not in ranks:
+            raise _error(_symm.GroupError, me, f"this rank is not a member of the group with global ranks {ranks}")
+        # Distinct groups initialising on one store (one per node) never share keys.
+        digest = hashlib.sha1(",".join(map(str, ranks)).encode()).hexdigest()[:16]
+        store = platform.store(f"symm/{len(ranks)}-{digest}/")
+        _attempts += 1
+        comm = _symm.init(ranks.index(me), len(ranks), store, prefix=f"boot{_attempts}")
+        _state = _State(platform, comm, ranks, key)
+
+
+def is_initialized() -> bool:
+    """Whether ``init`` has run in this process."""
+    return _state is not None
+
+
+def _current() -> _State:
+    state = _state
+    if state is None:
+        init()
+        state = _state
+        assert state is not None
+    return state
+
+
+def _native_group(st: _State, group: Any) -> _symm.Group:
+    if group is None:
+        return st.world
+    key = st.platform.group_key(group)
+    g = st.groups.get(key)
+    if g is not None:
+        return g
+    rank = st.comm.rank
+    try:
+        ranks = st.platform.group_ranks(group)
+    except LookupError as e:
+        raise _error(_symm.GroupError, rank, f"group = {group!r}: {e}") from None
+    outside = [r for r in ranks if r not in st.native_of]
+    if outside:
+        raise _error(
+            _symm.GroupError,
+            rank,
+            f"group with global ranks {list(ranks)}: ranks {outside} are outside the ranks symm was "
+            f"initialised for ({st.ranks})",
+        )
+    g = st.comm.group([st.native_of[r] for r in ranks])
+    st.groups[key] = g
+    return g
+
+
+def _desc(st: _State, tensor: Any, arg: str) -> Any:
+    d = st.platform.describe(tensor)
+    if d is None:
+        raise _invalid(st.comm.rank, arg, f"<{type(tensor).__name__}>", f"expected a {st.platform.name} tensor")
+    return d
+
+
+def empty(shape: Any, dtype: Any, group: Any = None) -> Any:
+    """A tensor in symmetric memory: the same heap offset on every member of ``group``.
+
+    Collective over ``group``: every member calls it, in the same order, with the same size.
+    The tensor is an ordinary CPU tensor (any torch op may read or write it) whose storage is
+    this rank's copy of the allocation, without any copy. Its contents are uninitialised.
+    A zero-element request still takes part in the size agreement but reserves nothing: it
+    returns an ordinary empty tensor, which is not symmetric.
+
+    Memory is released by ``symm.free(tensor)`` (collective). A symmetric tensor that is
+    garbage-collected without ``free`` keeps its heap range reserved until the process ends:
+    freeing needs every member, which a finalizer cannot wait for.
+
+    Args:
+        shape: an int or a sequence of ints.
+        dtype: a ``torch.dtype`` (float32/64, float16, bfloat16, float8_e4m3fn, float8_e5m2,
+            int8/16/32/64, uint8, bool).
+        group: the members (``None``: every rank).
+
+    Returns:
+        torch.Tensor: this rank's copy.
+
+    Raises:
+        InvalidArgument: a bad shape or dtype. HeapError: sizes differ between members.
+        HeapExhausted: no common free range. GroupError: not a member, or the group spans hosts.
+    """
+    st = _current()
+    g = _native_group(st, group)
+    name = st.platform.dtype_name(dtype)
+    if name is None:
+        raise _invalid(st.comm.rank, "dtype", repr(dtype), f"expected a {st.platform.name} dtype")
+    block = st.comm.alloc(g, shape, name)
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    return st.platform.wrap(block, dims, dtype)
+
+
+def free(tensor: Any) -> None:
+    """Releases the symmetric allocation ``tensor`` lies in. Collective over the group that
+    allocated it: every member frees the same allocation, in the same order.
+
+    The memory must not be used afterwards; ``tensor`` itself is pointed at empty storage so
+    that a later use fails (other views of the allocation still alias the released range).
+    """
+    st = _current()
+    d = _desc(st, tensor, "tensor")
+    if d[1] == 0:
+        return  # a zero-element allocation reserves nothing (and is not heap memory)
+    st.comm.free(d)
+    st.platform.detach_storage(tensor)
+
+
+def is_symmetric(tensor: Any) -> bool:
+    """Whether ``tensor``'s memory lies in a live symmetric allocation of this rank."""
+    st = _current()
+    d = st.platform.describe(tensor)
+    return d is not None and d[4] == "cpu" and st.comm.is_symmetric(d[0])
+
+
+def barrier(group: Any = None) -> None:
+    """Blocks until every member of ``group`` has called it; everything any member issued
+    before is then complete and visible to every member. Bounded by
+    ``SYMMETRIC_MEMORY_TIMEOUT`` (Timeout, naming the ranks that did not arrive)."""
+    st = _current()
+    st.comm.barrier(_native_group(st, group))
+
+
+def shmem_put(
+    target: Any, target_offset: Any, src: Any, src_offset: Any, size: Any, target_rank: Any, group: Any = None
+) -> None:
+    """Copies ``size`` elements of ``src`` (from ``src_offset``) into ``target_rank``'s copy of
+    the symmetric tensor ``target`` at ``target_offset``.
+
+    Offsets and ``size`` count elements of the tensors' dtype (which must agree); tensors are
+    used flattened. ``src`` is any contiguous CPU tensor. ``target_rank`` is a rank of ``group``
+    (a global rank when ``group`` is None). Returns once the data is in the peer's memory.
+    """
+    st = _current()
+    p = st.platform
+    st.comm.put(
+        _native_group(st, group),
+        _desc(st, target, "target"),
+        p.scalar(target_offset),
+        _desc(st, src, "src"),
+        p.scalar(src_offset),
+        p.scalar(size),
+        p.scalar(target_rank),
+    )
+
+
+def shmem_get(
+    target: Any, target_offset: Any, src: Any, src_offset: Any, size: Any, target_rank: Any, group: Any = None
+) -> None:
+    """Reads ``size`` elements of ``target_rank``'s copy of the symmetric tensor ``target``
+    (from ``target_offset``) into the local tensor ``src`` at ``src_offset``.
+
+    As HyperParallel's ``shmem_get``: ``target`` names the remote side, ``src`` the local
+    destination (any contiguous CPU tensor). Units and ranks as in ``shmem_put``.
+    """
+    st = _current()
+    p = st.platform
+    st.comm.get(
+        _native_group(st, group),
+        _desc(st, target, "target"),
+        p.scalar(target_offset),
+        _desc(st, src, "src"),
+        p.scalar(src_offset),
+        p.scalar(size),
+        p.scalar(target_rank),
+    )
+
+
+def shmem_signal_op(
+    signal: Any, signal_offset: Any, signal_value: Any, signal_op: Any = 0, target_rank: Any = 0, group: Any = None
+) -> None:
+    """Atomically updates ``target_rank``'s signal word ``signal[signal_offset]``.
+
+    Args:
+        signal: an int32 or int64 symmetric tensor.
+        signal_offset: element index of the word.
+        signal_value: the operand (must fit the signal's dtype).
+        signal_op: ``0``/``"set"`` (the word becomes the value) or ``1``/``"add"``.
+        target_rank: a rank of ``group`` (global when ``group`` is None).
+        group: the group ``target_rank`` is counted in.
+    """
+    st = _current()
+    p = st.platform
+    st.comm.signal_op(
+        _native_group(st, group),
+        _desc(st, signal, "signal"),
+        p.scalar(signal_offset),
+        p.scalar(signal_value),
+        signal_op,
+        p.scalar(target_rank),
+    )
+
+
+def shmem_put_with_signal(
+    target: Any,
+    target_offset: Any,
+    src: Any,
+    src_offset: Any,
+    size: Any,
+    signal: Any,
+    signal_offset: Any,
+    signal_value: Any,
+    signal_op: Any = 0,
+    target_rank: Any = 0,
+    group: Any = None,
+) -> None:
+    """``shmem_put``, then ``shmem_signal_op`` on the same ``target_rank``: a peer that sees the
+    signal also sees the data."""
+    st = _current()
+    p = st.platform
+    st.comm.put_with_signal(
+        _native_group(st, group),
+        _desc(st, target, "target"),
+        p.scalar(target_offset),
+        _desc(st, src, "src"),
+        p.scalar(src_offset),
+        p.scalar(size),
+        _desc(st, signal, "signal"),
+        p.scalar(signal_offset),
+        p.scalar(signal_value),
+        signal_op,
+        p.scalar(target_rank),
+    )
+
+
+def shmem_wait_for_signal(
+    depend_tensor: Any,
+    signal: Any,
+    signal_offset: Any,
+    compare_value: Any,
+    compare_op: Any = 0,
+    group: Any = None,
+    timeout: Any = None,
+) -> int:
+    """Blocks until this rank's ``signal[signal_offset] <compare_op> compare_value`` holds.
+
+    The signal is not reset or consumed. On CPU every earlier call has completed, so
+    ``depend_tensor`` (a tensor the wait is ordered after, or None) needs no action.
+
+    Args:
+        compare_op: ``0``/``"eq"``, ``1``/``"ne"``, ``2``/``"gt"``, ``3``/``"ge"``, ``4``/``"lt"``,
+            ``5``/``"le"`` (Ascend SHMEM's codes; HyperParallel's older 0/1/2 = eq/gt/lt table is
+            superseded).
+        timeout: seconds or a ``datetime.timedelta``; None: ``SYMMETRIC_MEMORY_TIMEOUT``.
+
+    Returns:
+        int: the value that satisfied the condition.
+
+    Raises:
+        Timeout: the condition did not hold in time (the message shows the last value seen).
+        PeerLost: a member of the signal's group ended while this rank waited.
+    """
+    st = _current()
+    p = st.platform
+    if depend_tensor is not None and p.describe(depend_tensor) is None:
+        raise _invalid(
+            st.comm.rank, "depend_tensor", f"<{type(depend_tensor).__name__}>", f"expected a {p.name} tensor or None"
+        )
+    return st.comm.wait_for_signal(
+        _native_group(st, group),
+        _desc(st, signal, "signal"),
+        p.scalar(signal_offset),
+        p.scalar(compare_value),
+        compare_op,
+        timeout,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Collectives and point-to-point messages
+#
+# Any contiguous CPU tensor is accepted; symmetric tensors (``symm.empty``) are read by peers in
+# place, others are staged through the group's workspace. Every call is blocking: it returns when
+# this rank's part is complete and its tensors may be reused, releases the GIL while it waits,
+# and is bounded by SYMMETRIC_MEMORY_TIMEOUT. Every member of ``group`` calls the same
+# collectives in the same order. A rank whose arguments are rejected still joins the call's
+# round to reject it, so its peers fail at once with PeerRejected and the group stays usable.
+# --------------------------------------------------------------------------------------------
+
+
+def _prepared(st: _State, g: _symm.Group, build: Callable[[], T]) -> T:
+    """Runs ``build`` (the Python-side argument conversion of a collective of ``g``); when it
+    raises, first rejects the round so that the peers do not wait for this rank."""
+    try:
+        return build()
+    except Exception:
+        st.comm.reject(g)
+        raise
+
+
+def _low_precision(st: _State, value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    name = st.platform.dtype_name(value)
+    if name is None:
+        raise _invalid(
+            st.comm.rank,
+            "low_precision_dtype",
+            repr(value),
+            "expected a dtype or its name: float16, bfloat16, float8_e4m3fn, float8_e5m2, or None",
+        )
+    return name
+
+
+def _counts(st: _State, value: Any, arg: str) -> List[Any]:
+    """A list of counts given as a sequence of ints or a 1-D integer tensor."""
+    try:
+        items = list(value)
+    except TypeError:
+        raise _invalid(st.comm.rank, arg, repr(value), "expected a sequence of ints or a 1-D integer tensor") from None
+    return [st.platform.scalar(v) for v in items]
+
+
+def _descs(st: _State, tensors: Any, arg: str) -> List[Any]:
+    if st.platform.describe(tensors) is not None or not isinstance(tensors, (list, tuple)):
+        raise _invalid(st.comm.rank, arg, f"<{type(tensors).__name__}>", "expected a list of tensors")
+    out = []
+    for i, t in enumerate(tensors):
+        d = st.platform.describe(t)
+        if d is None:
+            raise _invalid(
+                st.comm.rank, arg, f"entry {i}: <{type(t).__name__}>", f"expected a {st.platform.name} tensor"
+            )
+        out.append(d)
+    return out
+
+
+def shmem_allreduce(tensor: Any, op: Any = "sum", group: Any = None, low_precision_dtype: Any = None) -> None:
+    """In place: every member's ``tensor`` becomes the reduction of all members' ``tensor``.
+
+    Collective over ``group``. The result is bit-identical on every member (elements are reduced
+    in group-rank order, in float32 for 16- and 8-bit floats, float64 for float64).
+
+    Args:
+        tensor: a contiguous CPU tensor, the same element count and dtype on every member.
+        op: ``"sum"``, ``"avg"`` (floating dtypes: the sum divided by the group size), ``"max"``,
+            ``"min"``, or their codes 0, 1, 2, 3.
+        group: the members (``None``: every rank symm was initialised for).
+        low_precision_dtype: the format data travels in (``torch.float16``, ``torch.bfloat16``,
+            ``torch.float8_e4m3fn``, ``torch.float8_e5m2``, or their names), for float32/64,
+            float16 and bfloat16 tensors; accumulation stays in full precision. ``None``: the
+            default from ``SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`` (unset: full precision).
+
+    Raises:
+        InvalidArgument: a bad tensor, op or format (on this rank; the others get PeerRejected).
+        Mismatch: the members disagree on count, dtype, op or format (on every member).
+        GroupError: this rank is not a member. Timeout: a member did not come in time.
+    """
+    st = _current()
+    g = _native_group(st, group)
+    t, lp = _prepared(st, g, lambda: (_desc(st, tensor, "tensor"), _low_precision(st, low_precision_dtype)))
+    st.comm.allreduce(g, t, op, lp)
+
+
+def shmem_reduce_scatter(
+    output_tensor: Any, input_tensor: Any, op: Any = "sum", group: Any = None, low_precision_dtype: Any = None
+) -> None:
+    """``input_tensor`` holds ``group_size`` equal parts (in flat element order); group rank r's
+    ``output_tensor`` becomes the reduction of part r over all members.
+
+    Collective over ``group``. ``input_tensor.numel()`` must be ``group_size *
+    output_tensor.numel()`` and both have the same dtype. ``output_tensor`` may be this rank's
+    own part of ``input_tensor`` (in place) or disjoint from it. ``op`` and
+    ``low_precision_dtype`` as in ``shmem_allreduce``.
+    """
+    st = _current()
+    g = _native_group(st, group)
+    o, i, lp = _prepared(
+        st,
+        g,
+        lambda: (
+            _desc(st, output_tensor, "output_tensor"),
+            _desc(st, input_tensor, "input_tensor"),
+            _low_precision(st, low_precision_dtype),
+        ),
+    )
+    st.comm.reduce_scatter(g, o, i, op, lp)
+
+
+def shmem_allgather(output_tensor: Any, input_tensor: Any, group: Any = None) -> None:
+    """Every member's ``output_tensor`` becomes the concatenation, in group-rank order, of the
+    members' ``input_tensor``.
+
+    Collective over ``group``. ``output_tensor.numel()`` must be ``group_size *
+    input_tensor.numel()`` (the flat layout: with contiguous tensors, the concatenation along
+    dim 0); same dtype. ``input_tensor`` may be this rank's own part of ``output_tensor``.
+    """
+    st = _current()
+    g = _native_group(st, group)
+    o, i = _prepared(
+        st, g, lambda: (_desc(st, output_tensor, "output_tensor"), _desc(st, input_tensor, "input_tensor"))
+    )
+    st.comm.allgather(g, o, i)
+
+
+def shmem_alltoall(send_tensor_list: Any, receive_tensor: Any, receive_list: Any, group: Any = None) -> None:
+    """Personalised exchange: ``send_tensor_list[i]`` goes to group rank i; what group rank i
+    sends lands in ``receive_tensor``, packed in source-rank order.
+
+    Collective over ``group``.
+
+    Args:
+        send_tensor_list: one tensor per group rank (any sizes, ``receive_tensor``'s dtype).
+        receive_tensor: receives ``receive_list[i]`` elements from rank i at offset
+            ``sum(receive_list[:i])``; elements past ``sum(receive_list)`` are left untouched.
+            It must not overlap the send tensors.
+        receive_list: the element count received from each group rank: a sequence of ints or a
+            1-D integer tensor. Each must equal what that rank sends here (Mismatch, raised by
+            the ranks whose count disagrees, otherwise).
+    """
+    st = _current()
+    g = _native_group(st, group)
+    sends, r, counts = _prepared(
+        st,
+        g,
+        lambda: (
+            _descs(st, send_tensor_list, "send_tensor_list"),
+            _desc(st, receive_tensor, "receive_tensor"),
+            _counts(st, receive_list, "receive_list"),
+        ),
+    )
+    st.comm.alltoall(g, sends, r, counts)
+
+
+def shmem_broadcast(tensor: Any, src_rank: Any, group: Any = None) -> None:
+    """Every member's ``tensor`` becomes group rank ``src_rank``'s ``tensor``. Collective over
+    ``group``; ``src_rank`` is a rank of ``group`` (global when ``group`` is None)."""
+    st = _current()
+    g = _native_group(st, group)
+    t = _prepared(st, g, lambda: _desc(st, tensor, "tensor"))
+    st.comm.broadcast(g, t, st.platform.scalar(src_rank))
+
+
+def shmem_send(tensor: Any, dst_rank: Any, group: Any = None) -> None:
+    """Sends ``tensor`` to ``dst_rank`` (a rank of ``group``), which receives it with
+    ``shmem_recv`` of the same element count and dtype. Messages between two ranks arrive in
+    the order they were sent.
+
+    Returns once the data is out of ``tensor``: small messages (up to about 256 KiB) are
+    buffered at the receiver, larger ones stream as the receiver takes them, so two ranks that
+    both send a large message to each other before receiving wait for each other (order them:
+    one sends first). The first call in a group allocates its workspace collectively (see the
+    README).
+    """
+    st = _current()
+    st.comm.send(_native_group(st, group), _desc(st, tensor, "tensor"), st.platform.scalar(dst_rank))
+
+
+def shmem_recv(tensor: Any, src_rank: Any, group: Any = None) -> None:
+    """Receives the next message from ``src_rank`` (a rank of ``group``) into ``tensor``.
+
+    The message must have ``tensor``'s element count and dtype; otherwise Mismatch names both
+    (the message is consumed, and the pair stays usable).
+    """
+    st = _current()
+    st.comm.recv(_native_group(st, group), _desc(st, tensor, "tensor"), st.platform.scalar(src_rank))
+
+
+def create_group(ranks: Sequence[int]) -> Any:
+    """A new framework group of these global ranks, in this order (group rank i is
+    ``ranks[i]``), through the platform (``torch.distributed.new_group``: every rank of the job
+    calls it). Pass it as ``group=`` to any call; its native group is built on first use."""
+    platform = get_platform()
+    rank = platform.rank() if platform.is_initialized() else None
+    ranks = _int_list(rank, "ranks", ranks)
+    if platform.is_initialized():
+        n = platform.world_size()
+        outside = [r for r in ranks if not 0 <= r < n]
+        if outside:
+            raise _error(_symm.GroupError, rank, f"ranks = {ranks}: ranks {outside} are outside the world of {n}")
+    return platform.create_group(ranks)
+
+
+def split_group(parent: Any, ranks: Sequence[int]) -> Any:
+    """A new group of the members ``ranks`` of ``parent`` (ranks of ``parent``, in the new
+    group's order). Every member of ``parent`` calls it with the same ``ranks``; members not in
+    ``ranks`` get the framework's non-member value (unusable as a group)."""
+    platform = get_platform()
+    rank = platform.rank() if platform.is_initialized() else None
+    ranks = _int_list(rank, "ranks", ranks)
+    if parent is None:
+        size = platform.world_size()
+    else:
+        try:
+            size = len(platform.group_ranks(parent))
+        except LookupError as e:
+            raise _error(_symm.GroupError, rank, f"parent = {parent!r}: {e}") from None
+    outside = [r for r in ranks if not 0 <= r < size]
+    if outside:
+        raise _error(
+            _symm.GroupError, rank, f"ranks = {ranks}: ranks {outside} are outside the parent group of {size} ranks"
+        )
+    return platform.split_group(parent, ranks)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers of the framework modules (symm.autograd, symm.perf): not public API.
+# --------------------------------------------------------------------------------------------
+
+
+def _group_size_rank(group: Any = None) -> "tuple[int, int]":
+    """``(size, rank in the group)`` of ``group`` (GroupError when this rank is not a member)."""
+    st = _current()
+    g = _native_group(st, group)
+    rank = g.rank
+    if rank is None:
+        raise _error(_symm.GroupError, st.comm.rank, f"this rank is not a member of the group with ranks {g.ranks}")
+    return g.size, rank
+
+
+def _reject(group: Any = None) -> None:
+    """Rejects this rank's part in the next collective of ``group`` (after an argument error
+    found in Python), so that the members waiting in it fail with PeerRejected at once."""
+    st = _current()
+    st.comm.reject(_native_group(st, group))
+
+
+def _invalid_argument(arg: str, value: Any, reason: str) -> Exception:
+    """An InvalidArgument of this rank, formatted as the native ones."""
+    st = _state
+    return _invalid(st.comm.rank if st is not None else None, arg, value, reason)

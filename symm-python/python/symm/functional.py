@@ -1,0 +1,237 @@
+"""Differentiable collectives (PyTorch): out-of-place forms of the ``symm.shmem_*`` calls whose
+gradients flow through ``torch.autograd`` (the Functions are in ``symm.autograd``)::
+
+    import symm.functional as F
+    y = F.all_gather(x, group=tp)          # (n * x.shape[0], ...); backward: reduce_scatter(sum)
+    z = F.reduce_scatter(y, group=tp)      # (y.shape[0] // n, ...); backward: all_gather
+    w = F.all_reduce(z, group=dp)          # backward: identity (replicated convention)
+
+Inputs are any CPU tensors (non-contiguous ones are copied first); outputs are new tensors.
+Every call is a collective over ``group`` (``None``: every rank symm was initialised for), and
+so is its backward: the ranks must run the same differentiable calls in the same order, forward
+and backward. ``symm.autograd``'s docstring and the README ("Autograd") give the gradient of
+each call and the two conventions for replicated outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Union
+
+import torch
+
+from . import _api
+from .autograd import AllGather, AllReduce, AllToAll, Broadcast, Recv, ReduceScatter, Send, differentiable_op
+
+__all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast", "send", "recv"]
+
+
+def _tensor(x: Any, arg: str, group: Any, collective: bool = True) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        if collective:
+            _api._reject(group)
+        raise _api._invalid_argument(arg, f"<{type(x).__name__}>", "expected a torch.Tensor")
+    return x
+
+
+def all_gather(input: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """The group's ``input`` tensors concatenated along dim 0, in group-rank order: shape
+    ``(n * input.shape[0], *input.shape[1:])`` (``(n,)`` for a 0-d input). Every rank passes
+    the same shape.
+
+    Gradient: reduce_scatter(sum) of the output's gradient (each rank's loss is a separate term
+    of the total; see ``symm.autograd``).
+    """
+    return AllGather.apply(_tensor(input, "input", group), group)
+
+
+def reduce_scatter(
+    input: torch.Tensor, op: Union[str, int] = "sum", group: Any = None, low_precision_dtype: Any = None
+) -> torch.Tensor:
+    """``input``'s dim 0 split into n equal parts; group rank r gets the reduction of part r
+    over the group: shape ``(input.shape[0] // n, *input.shape[1:])``.
+
+    ``op``: ``"sum"`` or ``"avg"`` (0 or 1). ``low_precision_dtype`` as in
+    ``symm.shmem_reduce_scatter`` (forward only). Gradient: all_gather of the output's gradient
+    (divided by n for avg).
+    """
+    x = _tensor(input, "input", group)
+    return ReduceScatter.apply(x, differentiable_op(op, group), group, low_precision_dtype)
+
+
+def all_reduce(
+    input: torch.Tensor,
+    op: Union[str, int] = "sum",
+    group: Any = None,
+    backward: str = "identity",
+    low_precision_dtype: Any = None,
+) -> torch.Tensor:
+    """The reduction (``"sum"`` or ``"avg"``) of the group's ``input``, on every rank.
+
+    ``backward`` chooses the gradient convention (see ``symm.autograd``):
+
+    - ``"identity"`` (default; the RFC's and Megatron-LM's): the code after the all_reduce is
+      replicated, so each rank's incoming gradient is already the full gradient; it passes
+      through unchanged (divided by n for avg), with no communication.
+    - ``"all_reduce"``: each rank's loss is a separate term of the total loss (PyTorch's
+      functional collectives); the gradient is all-reduced with the same op.
+    """
+    x = _tensor(input, "input", group)
+    name = differentiable_op(op, group)
+    if backward not in ("identity", "all_reduce"):
+        _api._reject(group)
+        raise _api._invalid_argument("backward", repr(backward), "accepted: 'identity', 'all_reduce'")
+    return AllReduce.apply(x, name, group, backward, low_precision_dtype)
+
+
+def _splits(value: Any, arg: str, n: int, group: Any) -> List[int]:
+    try:
+        out = [int(v) for v in (value.tolist() if isinstance(value, torch.Tensor) else value)]
+    except (TypeError, ValueError):
+        out = None
+    if out is None or len(out) != n or any(v < 0 for v in out):
+        _api._reject(group)
+        raise _api._invalid_argument(arg, repr(value), f"expected {n} row counts >= 0, one per group rank")
+    return out
+
+
+def _exchange_splits(input_splits: List[int], group: Any) -> List[int]:
+    """What every rank sends here (rows), learned from the ranks' ``input_splits``."""
+    n = len(input_splits)
+    got = torch.empty(n, dtype=torch.int64)
+    _api.shmem_alltoall([torch.tensor([s], dtype=torch.int64) for s in input_splits], got, [1] * n, group)
+    return [int(v) for v in got.tolist()]
+
+
+def all_to_all(
+    input: Union[torch.Tensor, Sequence[torch.Tensor]],
+    output_split_sizes: Optional[Sequence[int]] = None,
+    input_split_sizes: Optional[Sequence[int]] = None,
+    group: Any = None,
+) -> Union[torch.Tensor, List[torch.Tensor]]:
+    """Personalised exchange along dim 0, in two forms.
+
+    - ``all_to_all(tensor, output_split_sizes=None, input_split_sizes=None)``: rows
+      ``input_split_sizes[i]`` of ``tensor`` (consecutive) go to group rank i; returns the rows
+      received, ``output_split_sizes[i]`` from rank i, in rank order. ``input_split_sizes=None``:
+      n equal parts. ``output_split_sizes=None``: equal parts when the input's are, otherwise
+      learned from the senders (one extra exchange of the counts).
+    - ``all_to_all([t_0, ..., t_{n-1}])``: ``t_i`` goes to group rank i (any number of rows,
+      the same row shape and dtype everywhere); returns the list of tensors received, entry i
+      from rank i.
+
+    Gradient: the same exchange of the gradient with the splits swapped (what came from rank i
+    goes back to it).
+    """
+    n, _ = _api._group_size_rank(group)
+    if isinstance(input, (list, tuple)):
+        if output_split_sizes is not None or input_split_sizes is not None:
+            _api._reject(group)
+            raise _api._invalid_argument(
+                "output_split_sizes", repr(output_split_sizes), "the list form takes no split sizes"
+            )
+        tensors = [_tensor(t, "input", group) for t in input]
+        if len(tensors) != n or any(t.dim() == 0 for t in tensors):
+            _api._reject(group)
+            raise _api._invalid_argument(
+                "input", f"a list of {len(tensors)} tensors", f"needs {n} tensors of >= 1 dimension, one per rank"
+            )
+        in_splits = [t.shape[0] for t in tensors]
+        out_splits = _exchange_splits(in_splits, group)
+        out = AllToAll.apply(torch.cat(tensors), out_splits, in_splits, group)
+        return list(torch.split(out, out_splits))
+    x = _tensor(input, "input", group)
+    rows = x.shape[0] if x.dim() else 0
+    if x.dim() == 0:
+        _api._reject(group)
+        raise _api._invalid_argument("input", "a 0-d tensor", "needs a dimension 0 to split")
+    if input_split_sizes is None:
+        if rows % n:
+            _api._reject(group)
+            raise _api._invalid_argument(
+                "input", f"tensor of shape {tuple(x.shape)}", f"dim 0 must split into group size {n} equal parts"
+            )
+        in_splits = [rows // n] * n
+    else:
+        in_splits = _splits(input_split_sizes, "input_split_sizes", n, group)
+        if sum(in_splits) != rows:
+            _api._reject(group)
+            raise _api._invalid_argument(
+                "input_split_sizes", repr(in_splits), f"must sum to input's dim 0 ({rows} rows)"
+            )
+    if output_split_sizes is not None:
+        out_splits = _splits(output_split_sizes, "output_split_sizes", n, group)
+    elif input_split_sizes is None:
+        out_splits = list(in_splits)
+    else:
+        out_splits = _exchange_splits(in_splits, group)
+    return AllToAll.apply(x, out_splits, in_splits, group)
+
+
+def broadcast(input: torch.Tensor, src: int, group: Any = None) -> torch.Tensor:
+    """Group rank ``src``'s ``input`` on every rank (the others' ``input`` gives only the shape).
+    Gradient: ``src`` gets the sum of every rank's gradient, the others zeros."""
+    x = _tensor(input, "input", group)
+    n, _ = _api._group_size_rank(group)
+    s = int(src) if isinstance(src, int) or (isinstance(src, torch.Tensor) and src.numel() == 1) else -1
+    if not 0 <= s < n:
+        _api._reject(group)
+        raise _api._invalid_argument("src", repr(src), f"must be a rank of the group (0..{n - 1})")
+    return Broadcast.apply(x, s, group)
+
+
+def send(input: torch.Tensor, dst: int, group: Any = None) -> torch.Tensor:
+    """Sends ``input`` to group rank ``dst`` (which calls ``recv``) and returns a copy of it.
+
+    Gradient: the returned tensor's gradient plus the gradient of the received tensor, which
+    ``dst``'s backward sends back. The returned tensor is how autograd reaches this backward:
+    when it is not otherwise used, add it to the loss with a zero weight (``loss = loss +
+    0 * y.sum()``), or the receiver's gradient message is never consumed (a later receive from
+    ``dst`` would get it; see the README).
+    """
+    return Send.apply(_tensor(input, "input", group, collective=False), dst, group)
+
+
+_ANCHOR: Optional[torch.Tensor] = None
+
+
+def recv(
+    like: Union[torch.Tensor, int, Sequence[int]],
+    src: int,
+    dtype: Optional[torch.dtype] = None,
+    group: Any = None,
+    requires_grad: bool = True,
+) -> torch.Tensor:
+    """Receives a new tensor from group rank ``src`` (which calls ``send``).
+
+    ``like``: a tensor whose shape and dtype the message has (it is not written), or a shape
+    (then ``dtype``, default float32). With ``requires_grad`` (default) and grad mode on, the
+    result requires grad and its backward sends the gradient back to ``src``, whose ``send``
+    backward waits for it.
+
+    Autograd runs that backward only when it reaches the node: ``loss.backward()`` always does;
+    ``torch.autograd.grad(loss, inputs)`` only on paths to ``inputs``. When ``like`` is a tensor
+    that requires grad, the received tensor hangs off ``like``'s graph (with a zero gradient),
+    so pass a tensor of the graph you differentiate (e.g. the stage's input) in that case.
+    """
+    global _ANCHOR
+    if isinstance(like, torch.Tensor):
+        if dtype is not None and dtype != like.dtype:
+            raise _api._invalid_argument("dtype", repr(dtype), f"differs from like's {like.dtype}; pass one of them")
+        shape, dt = tuple(like.shape), like.dtype
+    else:
+        try:
+            shape = (int(like),) if isinstance(like, int) else tuple(int(d) for d in like)
+        except (TypeError, ValueError):
+            raise _api._invalid_argument(
+                "like", repr(like), "expected a tensor or a shape (an int or a sequence of ints)"
+            ) from None
+        dt = dtype if dtype is not None else torch.float32
+    if not (requires_grad and torch.is_grad_enabled()):
+        anchor = torch.empty(0)
+    elif isinstance(like, torch.Tensor) and like.requires_grad:
+        anchor = like
+    else:
+        if _ANCHOR is None:
+            _ANCHOR = torch.empty(0, requires_grad=True)
+        anchor = _ANCHOR
+    return Recv.apply(anchor, shape, dt, src, group)

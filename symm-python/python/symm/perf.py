@@ -1,0 +1,456 @@
+"""``python -m symm.perf``: the collectives through symm, torch.distributed (gloo) and MPI, side by
+side, in the style of nccl-tests.
+
+For each operation and size the same exchange runs through each backend, ``-w`` warm-up
+iterations, then ``-n`` timed ones; a line gives the time per iteration (the slowest rank's
+average, microseconds) and the bus bandwidth of each backend, the ratio of symm's bus bandwidth
+to gloo's (above 1: symm is faster), and ``#wrong``, the elements that differ from the expected
+result in a checked run after the timing (all backends together).
+
+Sizes are bytes, as in nccl-tests: the buffer of all_reduce, broadcast and sendrecv, and the
+*total* array of reduce_scatter, all_gather and alltoall (count per rank x ranks x dtype size).
+``algbw = size / time``; ``busbw = algbw x factor``, with factor ``2(n-1)/n`` for all_reduce,
+``(n-1)/n`` for reduce_scatter, all_gather and alltoall, ``1`` for broadcast and sendrecv.
+
+symm's buffers are symmetric tensors (``symm.empty``: peers read them in place); gloo's and
+MPI's are ordinary tensors. sendrecv is a ring (send to rank + 1, receive from rank - 1): gloo
+and MPI post both at once; symm's calls are blocking, so even ranks send first and odd ranks
+receive first (large messages stream, and a ring of blocking sends would wait on itself).
+
+Launching: by default the command spawns ``-g`` ranks itself (gloo process group on a free
+port of 127.0.0.1). Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) it uses those ranks. The
+MPI columns appear when the ranks were started by an MPI launcher and ``mpi4py`` imports
+(``mpirun -n 2 python -m symm.perf``); otherwise they are left out silently.
+
+``SYMMETRIC_MEMORY_HEAP_SIZE`` defaults to what the largest size needs when it is not set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import socket
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "alltoall", "sendrecv", "broadcast")
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
+
+
+def parse_size(text: str) -> int:
+    t = text.strip().upper().rstrip("B")
+    mult = 1
+    for suffix, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
+        if t.endswith(suffix):
+            t, mult = t[:-1], m
+            break
+    try:
+        value = int(float(t) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected bytes, e.g. 8, 64K, 16M") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 0")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m symm.perf",
+        description="symm collectives next to torch.distributed (gloo) and MPI, nccl-tests style.",
+    )
+    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("1K"), help="smallest size (default 1K)")
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("16M"), help="largest size (default 16M)")
+    p.add_argument("-f", "--stepfactor", type=int, default=4, help="multiplication factor between sizes (default 4)")
+    p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations (default 20)")
+    p.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations (default 5)")
+    p.add_argument("-g", "--ranks", type=int, default=2, help="ranks to spawn when not launched (default 2)")
+    p.add_argument("-o", "--ops", default=",".join(OPS), help=f"comma-separated subset of {','.join(OPS)}")
+    p.add_argument("-d", "--dtype", default="float32", choices=DTYPES, help="element type (default float32)")
+    p.add_argument("-c", "--check", type=int, default=1, help="check the results (1, default) or not (0)")
+    return p
+
+
+def validate(args: argparse.Namespace) -> None:
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    unknown = [o for o in ops if o not in OPS]
+    if unknown or not ops:
+        raise SystemExit(f"symm.perf: -o {args.ops!r}: unknown operations {unknown}; accepted: {', '.join(OPS)}")
+    args.ops = ops
+    if args.stepfactor < 2:
+        raise SystemExit(f"symm.perf: -f {args.stepfactor}: the step factor must be >= 2")
+    if args.iters < 1 or args.warmup_iters < 0:
+        raise SystemExit("symm.perf: -n must be >= 1 and -w >= 0")
+    if args.ranks < 2:
+        raise SystemExit(f"symm.perf: -g {args.ranks}: needs at least 2 ranks")
+    if args.minbytes > args.maxbytes:
+        raise SystemExit(f"symm.perf: -b {args.minbytes} is larger than -e {args.maxbytes}")
+
+
+def sizes(args: argparse.Namespace) -> List[int]:
+    out, s = [], max(args.minbytes, 1)
+    while s <= args.maxbytes:
+        out.append(s)
+        s *= args.stepfactor
+    return out
+
+
+def bus_factor(op: str, n: int) -> float:
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("reduce_scatter", "all_gather", "alltoall"):
+        return (n - 1) / n
+    return 1.0
+
+
+# --------------------------------------------------------------------------------------------
+# one rank
+# --------------------------------------------------------------------------------------------
+
+
+class Backend:
+    """One way to run the operations: ``setup`` makes the buffers of one (op, count), the
+    returned closure runs one iteration, ``result`` is what ``check`` compares."""
+
+    name = "?"
+
+    def alloc(self, numel: int) -> Any:
+        raise NotImplementedError
+
+    def run(self, op: str, bufs: Dict[str, Any], rank: int, n: int) -> Callable[[], Any]:
+        """One iteration of ``op`` on ``bufs`` (``send``, ``recv``, ``count``)."""
+        raise NotImplementedError
+
+    def release(self, t: Any) -> None:
+        pass
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+class SymmBackend(Backend):
+    name = "symm"
+
+    def alloc(self, numel: int) -> Any:
+        import symm
+
+        return symm.empty(numel, DT)
+
+    def release(self, t: Any) -> None:
+        import symm
+
+        symm.free(t)
+
+    def run(self, op: str, bufs: Dict[str, Any], rank: int, n: int) -> Callable[[], Any]:
+        import symm
+
+        send, recv = bufs["send"], bufs["recv"]
+        c = bufs["count"]
+        if op == "all_reduce":
+            return lambda: symm.shmem_allreduce(recv)
+        if op == "reduce_scatter":
+            return lambda: symm.shmem_reduce_scatter(recv, send)
+        if op == "all_gather":
+            return lambda: symm.shmem_allgather(recv, send)
+        if op == "alltoall":
+            parts = [send[i * c : (i + 1) * c] for i in range(n)]
+            counts = [c] * n
+            return lambda: symm.shmem_alltoall(parts, recv, counts)
+        if op == "broadcast":
+            return lambda: symm.shmem_broadcast(recv, 0)
+        nxt, prv = (rank + 1) % n, (rank - 1) % n
+        if rank % 2 == 0:
+
+            def ring() -> None:
+                symm.shmem_send(send, nxt)
+                symm.shmem_recv(recv, prv)
+
+        else:
+
+            def ring() -> None:
+                symm.shmem_recv(recv, prv)
+                symm.shmem_send(send, nxt)
+
+        return ring
+
+
+class GlooBackend(Backend):
+    name = "gloo"
+
+    def alloc(self, numel: int) -> Any:
+        import torch
+
+        return torch.empty(numel, dtype=DT)
+
+    def run(self, op: str, bufs: Dict[str, Any], rank: int, n: int) -> Callable[[], Any]:
+        import torch.distributed as dist
+
+        send, recv = bufs["send"], bufs["recv"]
+        if op == "all_reduce":
+            return lambda: dist.all_reduce(recv)
+        if op == "reduce_scatter":
+            return lambda: dist.reduce_scatter_tensor(recv, send)
+        if op == "all_gather":
+            return lambda: dist.all_gather_into_tensor(recv, send)
+        if op == "alltoall":
+            return lambda: dist.all_to_all_single(recv, send)
+        if op == "broadcast":
+            return lambda: dist.broadcast(recv, 0)
+        nxt, prv = (rank + 1) % n, (rank - 1) % n
+
+        def ring() -> None:
+            reqs = [dist.isend(send, nxt), dist.irecv(recv, prv)]
+            for r in reqs:
+                if r is not None:
+                    r.wait()
+
+        return ring
+
+
+class MpiBackend(Backend):
+    name = "mpi"
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+
+    def alloc(self, numel: int) -> Any:
+        import torch
+
+        return torch.empty(numel, dtype=DT)
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def run(self, op: str, bufs: Dict[str, Any], rank: int, n: int) -> Callable[[], Any]:
+        from mpi4py import MPI  # type: ignore[import-not-found, unused-ignore]
+
+        comm = self.comm
+        send, recv = bufs["send"].numpy(), bufs["recv"].numpy()
+        if op == "all_reduce":
+            return lambda: comm.Allreduce(MPI.IN_PLACE, recv)
+        if op == "reduce_scatter":
+            return lambda: comm.Reduce_scatter_block(send, recv)
+        if op == "all_gather":
+            return lambda: comm.Allgather(send, recv)
+        if op == "alltoall":
+            return lambda: comm.Alltoall(send, recv)
+        if op == "broadcast":
+            return lambda: comm.Bcast(recv, root=0)
+        nxt, prv = (rank + 1) % n, (rank - 1) % n
+        return lambda: comm.Sendrecv(send, nxt, 0, recv, prv, 0)
+
+
+DT: Any = None  # the torch dtype of the run (set in each rank)
+
+
+def shapes(op: str, size: int, n: int, esize: int) -> Tuple[int, int, int]:
+    """(count, send elements, receive elements) of one rank for ``size`` bytes."""
+    if op in ("reduce_scatter", "all_gather", "alltoall"):
+        c = max(size // (n * esize), 1)
+        send = {"reduce_scatter": n * c, "all_gather": c, "alltoall": n * c}[op]
+        recv = {"reduce_scatter": c, "all_gather": n * c, "alltoall": n * c}[op]
+        return c, send, recv
+    c = max(size // esize, 1)
+    return c, (c if op == "sendrecv" else 0), c
+
+
+def pattern(rank: int, numel: int) -> Any:
+    import torch
+
+    return ((torch.arange(numel) % 7) + rank + 1).to(DT)
+
+
+def expected(op: str, rank: int, n: int, c: int) -> Any:
+    import torch
+
+    if op == "all_reduce":
+        return sum(pattern(r, c).double() for r in range(n))
+    if op == "reduce_scatter":
+        return sum(pattern(r, n * c)[rank * c : (rank + 1) * c].double() for r in range(n))
+    if op == "all_gather":
+        return torch.cat([pattern(r, c) for r in range(n)]).double()
+    if op == "alltoall":
+        return torch.cat([pattern(r, n * c)[rank * c : (rank + 1) * c] for r in range(n)]).double()
+    if op == "broadcast":
+        return pattern(0, c).double()
+    return pattern((rank - 1) % n, c).double()
+
+
+def measure(be: Backend, op: str, size: int, rank: int, n: int, args: argparse.Namespace) -> Tuple[float, int]:
+    """(seconds per iteration on this rank, wrong elements)."""
+    c, ns, nr = shapes(op, size, n, DT.itemsize)
+    send = be.alloc(max(ns, 0)) if ns else None
+    recv = be.alloc(nr)
+    bufs = {"send": send if send is not None else recv, "recv": recv, "count": c}
+
+    def fill() -> None:
+        if send is not None:
+            send.copy_(pattern(rank, ns))
+        recv.copy_(pattern(rank, nr))
+
+    fill()
+    step = be.run(op, bufs, rank, n)
+    for _ in range(args.warmup_iters):
+        step()
+    be.barrier()
+    t0 = time.perf_counter()
+    for _ in range(args.iters):
+        step()
+    took = (time.perf_counter() - t0) / args.iters
+    wrong = 0
+    if args.check:
+        be.barrier()
+        fill()
+        be.barrier()
+        step()
+        want = expected(op, rank, n, c)
+        wrong = int((recv[: want.numel()].double() != want).sum().item())
+    be.barrier()
+    if send is not None:
+        be.release(send)
+    be.release(recv)
+    return took, wrong
+
+
+def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import symm
+
+    global DT
+    DT = getattr(torch, args.dtype)
+    torch.set_num_threads(1)
+    symm.init()
+    backends: List[Backend] = [SymmBackend(), GlooBackend()]
+    if mpi_comm is not None and args.dtype not in ("bfloat16", "float16"):
+        backends.append(MpiBackend(mpi_comm))
+    names = [b.name for b in backends]
+    out = sys.stdout
+    if rank == 0:
+        out.write(
+            f"# symm.perf: {n} ranks, dtype {args.dtype}, {args.iters} iterations after {args.warmup_iters} "
+            f"warm-up, backends {', '.join(names)}\n"
+            "# time: microseconds per iteration (slowest rank); busbw: GB/s (nccl-tests factors); "
+            "symm/gloo: busbw ratio (> 1: symm faster)\n"
+        )
+    total_wrong = 0
+    for op in args.ops:
+        if rank == 0:
+            head = f"{'size':>10} {'count':>10}"
+            head += "".join(f" {nm + '(us)':>11}" for nm in names)
+            head += "".join(f" {nm + ' busbw':>11}" for nm in names)
+            head += f" {'symm/gloo':>9} {'#wrong':>7}"
+            out.write(f"\n# {op}  (busbw factor {bus_factor(op, n):.3g})\n#{head[1:]}\n")
+            out.flush()
+        for size in sizes(args):
+            c, _, _ = shapes(op, size, n, DT.itemsize)
+            times, wrong = [], 0
+            for be in backends:
+                t, w = measure(be, op, size, rank, n, args)
+                stat = torch.tensor([t, float(w)], dtype=torch.float64)
+                dist.all_reduce(stat[:1], op=dist.ReduceOp.MAX)
+                dist.all_reduce(stat[1:], op=dist.ReduceOp.SUM)
+                times.append(stat[0].item())
+                wrong += int(stat[1].item())
+            total_wrong += wrong
+            if rank == 0:
+                moved = c * DT.itemsize * (n if op in ("reduce_scatter", "all_gather", "alltoall") else 1)
+                bws = [moved / t / 1e9 * bus_factor(op, n) for t in times]
+                line = f"{moved:>10} {c:>10}"
+                line += "".join(f" {t * 1e6:>11.1f}" for t in times)
+                line += "".join(f" {bw:>11.4g}" for bw in bws)
+                line += f" {bws[0] / bws[1]:>9.2f} {wrong:>7}"
+                out.write(line + "\n")
+                out.flush()
+    if rank == 0:
+        out.write(f"\n# wrong elements in total: {total_wrong}\n")
+        out.flush()
+    dist.barrier()
+    if total_wrong:
+        raise SystemExit(1)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _spawned(rank: int, n: int, port: int, args: argparse.Namespace) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=n,
+        timeout=datetime.timedelta(seconds=120),
+    )
+    try:
+        rank_main(rank, n, args)
+    finally:
+        dist.destroy_process_group()
+
+
+def _mpi_world() -> Optional[Any]:
+    """MPI.COMM_WORLD when an MPI launcher started this process with several ranks and mpi4py
+    imports; otherwise None."""
+    launched = any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"))
+    if not launched:
+        return None
+    try:
+        from mpi4py import MPI  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    comm = MPI.COMM_WORLD
+    return comm if comm.Get_size() > 1 else None
+
+
+def default_heap(args: argparse.Namespace, n: int) -> None:
+    """Sets SYMMETRIC_MEMORY_HEAP_SIZE, unless given, to what the largest size needs: two
+    buffers of the largest size, the world's collective workspace and mailboxes, and slack."""
+    if "SYMMETRIC_MEMORY_HEAP_SIZE" in os.environ:
+        return
+    work = parse_size(os.environ.get("SYMM_COLL_WORKSPACE", "16M"))
+    need = 2 * args.maxbytes + 2 * max(args.maxbytes // n, 1) + work + n * 4 * (64 << 10) + (16 << 20)
+    os.environ["SYMMETRIC_MEMORY_HEAP_SIZE"] = str(((need + (1 << 20) - 1) >> 20) << 20)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    args = parser().parse_args(argv)
+    validate(args)
+    mpi = _mpi_world()
+    if mpi is not None:
+        import torch.distributed as dist
+
+        n, rank = mpi.Get_size(), mpi.Get_rank()
+        default_heap(args, n)
+        port = mpi.bcast(free_port() if rank == 0 else None, root=0)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
+        try:
+            rank_main(rank, n, args, mpi)
+        finally:
+            dist.destroy_process_group()
+    elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        import torch.distributed as dist
+
+        n = int(os.environ["WORLD_SIZE"])
+        default_heap(args, n)
+        dist.init_process_group("gloo")
+        try:
+            rank_main(dist.get_rank(), n, args)
+        finally:
+            dist.destroy_process_group()
+    else:
+        import torch.multiprocessing as mp
+
+        default_heap(args, args.ranks)
+        mp.spawn(_spawned, args=(args.ranks, free_port(), args), nprocs=args.ranks, join=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""Platforms: the deep-learning frameworks symm runs under.
+
+``get_platform()`` returns the platform in use: the one given to ``set_platform``, else the one
+named by ``SYMM_PLATFORM`` (default ``"torch"``). A MindSpore platform will register itself in
+``_FACTORIES`` under ``"mindspore"``; the public API does not change.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable, Dict, Optional
+
+from .base import Desc, Platform
+
+__all__ = ["Desc", "Platform", "get_platform", "set_platform", "available_platforms"]
+
+
+def _torch() -> Platform:
+    from .torch import TorchPlatform
+
+    return TorchPlatform()
+
+
+_FACTORIES: Dict[str, Callable[[], Platform]] = {"torch": _torch}
+_lock = threading.Lock()
+_current: Optional[Platform] = None
+
+
+def available_platforms() -> list:
+    """Names accepted by ``SYMM_PLATFORM``."""
+    return sorted(_FACTORIES)
+
+
+def set_platform(platform: Platform) -> None:
+    """Uses ``platform`` from now on (before symm is initialised)."""
+    global _current
+    if not isinstance(platform, Platform):
+        raise TypeError(f"platform = {platform!r}: expected a symm.platform.Platform")
+    with _lock:
+        _current = platform
+
+
+def get_platform() -> Platform:
+    """The platform in use (created on first call)."""
+    global _current
+    with _lock:
+        if _current is None:
+            name = os.environ.get("SYMM_PLATFORM", "torch").strip().lower()
+            factory = _FACTORIES.get(name)
+            if factory is None:
+                from .._symm import Unsupported
+
+                raise Unsupported(
+                    f"SYMM_PLATFORM = {name!r}: unknown platform; available: {', '.join(available_platforms())}"
+                )
+            _current = factory()
+        return _current

@@ -1,0 +1,94 @@
+"""The platform contract: what symm needs from a deep-learning framework.
+
+A platform supplies the job (rank, world size, a key-value store), its process groups (create,
+split, list the members) and its tensors (describe one for the native module, wrap a heap
+block as one). The public API (``symm.empty``, ``symm.shmem_put`` ...) only talks to this
+class, so adding a framework means adding a subclass, not changing the API.
+
+Groups are whatever the framework uses: a ``ProcessGroup`` object for PyTorch, a group name
+(``str``) for MindSpore. ``None`` always means the whole job.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Hashable, Optional, Sequence, Tuple
+
+# (data_ptr, numel, dtype name, is_contiguous, device type, layout shown in errors or None)
+Desc = Tuple[int, int, str, bool, str, Optional[str]]
+
+
+class Platform(abc.ABC):
+    """A deep-learning framework as symm sees it."""
+
+    #: Short name shown in messages (``"torch"``, ``"mindspore"``).
+    name: str = "?"
+
+    # -- the job ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def is_initialized(self) -> bool:
+        """Whether the framework's distributed runtime is up (ranks and store are known)."""
+
+    @abc.abstractmethod
+    def rank(self) -> int:
+        """This process's global rank."""
+
+    @abc.abstractmethod
+    def world_size(self) -> int:
+        """Number of processes in the job."""
+
+    @abc.abstractmethod
+    def store(self, prefix: str) -> Any:
+        """A key-value store shared by every rank, with keys under ``prefix``.
+
+        The object speaks the c10d protocol: ``set(key, value: bytes)``, ``get(key) -> bytes``
+        and ``wait(keys, timeout: datetime.timedelta)`` (raises once the timeout passes).
+        """
+
+    # -- groups ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def group_key(self, group: Any) -> Hashable:
+        """A hashable identity of ``group`` (not None), to cache what symm builds for it."""
+
+    @abc.abstractmethod
+    def group_ranks(self, group: Any) -> Sequence[int]:
+        """The global ranks of ``group``, in group-rank order.
+
+        Raises ``LookupError`` when this process cannot see the group's members (it is not a
+        member and the framework keeps no member list for it).
+        """
+
+    @abc.abstractmethod
+    def create_group(self, ranks: Sequence[int]) -> Any:
+        """A new group of these global ranks, in this order (collective as the framework's
+        own group creation is)."""
+
+    @abc.abstractmethod
+    def split_group(self, parent: Any, ranks: Sequence[int]) -> Any:
+        """A new group of the members ``ranks`` of ``parent`` (ranks of ``parent``, in the new
+        group's order). Every member of ``parent`` calls it with the same ``ranks``; the
+        others get the framework's non-member value."""
+
+    # -- tensors ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def describe(self, tensor: Any) -> Optional[Desc]:
+        """The descriptor of a framework tensor, or None when ``tensor`` is not one."""
+
+    @abc.abstractmethod
+    def dtype_name(self, dtype: Any) -> Optional[str]:
+        """The name of a framework dtype (``"bfloat16"``), or None when it is not one."""
+
+    @abc.abstractmethod
+    def scalar(self, value: Any) -> Any:
+        """``value`` as a Python int when it is a one-element integer tensor, else unchanged
+        (offsets, sizes and signal values may be given as tensors)."""
+
+    @abc.abstractmethod
+    def wrap(self, block: Any, shape: Sequence[int], dtype: Any) -> Any:
+        """A tensor of ``shape`` and ``dtype`` whose storage is ``block`` (a native heap block
+        exporting writable bytes), without copying; the tensor keeps ``block`` alive."""
+
+    @abc.abstractmethod
+    def detach_storage(self, tensor: Any) -> None:
+        """Points ``tensor`` at empty storage, so that a freed symmetric tensor fails loudly
+        when used again (other views of the same memory are not affected)."""

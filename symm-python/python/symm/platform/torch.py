@@ -1,0 +1,115 @@
+"""The PyTorch platform: ``torch.distributed`` for the job and its groups, CPU tensors for data.
+
+- Rank and world size come from the default process group (``init_process_group``, e.g. under
+  ``torchrun``, with any backend; ``gloo`` on CPU).
+- The store is the default process group's store (``TCPStore`` or ``FileStore``) under a
+  ``PrefixStore``, so symm's keys never meet the framework's.
+- Groups are ``ProcessGroup`` objects: from ``new_group``, ``split_group`` or a ``DeviceMesh``
+  dimension (``mesh.get_group(dim)``); ``get_process_group_ranks`` gives their global ranks.
+- Tensors are described by address, element count, dtype, contiguity and device; heap blocks
+  become tensors through the buffer protocol (``torch.frombuffer``), which keeps the block alive
+  for as long as any view of the tensor exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+from .base import Desc, Platform
+
+
+class TorchPlatform(Platform):
+    """PyTorch (``torch.distributed``), CPU tensors."""
+
+    name = "torch"
+
+    def is_initialized(self) -> bool:
+        return dist.is_available() and dist.is_initialized()
+
+    def rank(self) -> int:
+        return dist.get_rank()
+
+    def world_size(self) -> int:
+        return dist.get_world_size()
+
+    def store(self, prefix: str) -> Any:
+        # The default group's store is what every rank already rendezvoused through; a private
+        # prefix keeps symm's keys apart from torch's own.
+        return dist.PrefixStore(prefix, dist.distributed_c10d._get_default_store())
+
+    def group_key(self, group: Any) -> Hashable:
+        # ProcessGroup objects hash by identity: one entry per group object.
+        return group
+
+    def group_ranks(self, group: Any) -> Sequence[int]:
+        if group is dist.GroupMember.NON_GROUP_MEMBER:
+            raise LookupError("this rank is not a member of the group (torch gave it NON_GROUP_MEMBER)")
+        if not isinstance(group, dist.ProcessGroup):
+            raise LookupError(f"expected a torch.distributed.ProcessGroup, got {type(group).__name__}")
+        try:
+            return dist.get_process_group_ranks(group)
+        except (KeyError, ValueError, RuntimeError) as e:
+            raise LookupError(f"torch.distributed does not know this process group ({e})") from e
+
+    def create_group(self, ranks: Sequence[int]) -> Any:
+        # sort_ranks=False: the group keeps the caller's order (group rank i = ranks[i]).
+        return dist.new_group(list(ranks), sort_ranks=False)
+
+    def split_group(self, parent: Any, ranks: Sequence[int]) -> Any:
+        # torch's own split (every member of the parent calls it; the order of `ranks` is the
+        # new group's order; members outside `ranks` get NON_GROUP_MEMBER). Creating the group
+        # with new_group(use_local_synchronization=True) instead would let non-members skip the
+        # call, but leaves torch's later group creations (a DeviceMesh) hanging under gloo.
+        split = getattr(dist, "split_group", None)
+        if split is None:
+            from .._symm import Unsupported
+
+            raise Unsupported(
+                f"split_group needs torch.distributed.split_group (torch >= 2.6); this is {torch.__version__}"
+            )
+        return split(parent, [list(ranks)])
+
+    def describe(self, tensor: Any) -> Optional[Desc]:
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        dtype = str(tensor.dtype)
+        device = tensor.device.type
+        if tensor.layout != torch.strided:
+            return (0, tensor.numel(), dtype, False, device, f"a {tensor.layout} tensor")
+        contiguous = tensor.is_contiguous()
+        layout = None
+        if not contiguous:
+            layout = f"tensor of shape {tuple(tensor.shape)} with strides {tensor.stride()}"
+        return (tensor.data_ptr(), tensor.numel(), dtype, contiguous, device, layout)
+
+    def dtype_name(self, dtype: Any) -> Optional[str]:
+        if isinstance(dtype, torch.dtype):
+            return str(dtype)
+        if isinstance(dtype, str):
+            return dtype
+        return None
+
+    def scalar(self, value: Any) -> Any:
+        if (
+            isinstance(value, torch.Tensor)
+            and value.numel() == 1
+            and not value.is_floating_point()
+            and not value.is_complex()
+        ):
+            return int(value.item())
+        return value
+
+    def wrap(self, block: Any, shape: Sequence[int], dtype: Any) -> Any:
+        torch_dtype = getattr(torch, block.dtype)
+        if block.nbytes == 0:
+            # Nothing to share (the buffer protocol cannot export zero bytes to torch).
+            return torch.empty(tuple(shape), dtype=torch_dtype)
+        raw = torch.frombuffer(block, dtype=torch.uint8)
+        return raw.view(torch_dtype).view(tuple(shape))
+
+    def detach_storage(self, tensor: Any) -> None:
+        with torch.no_grad():
+            tensor.set_()

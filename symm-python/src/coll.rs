@@ -1,0 +1,358 @@
+//! Collectives and point-to-point messages from Python: the arguments are checked here with
+//! the names of the Python API (`output_tensor`, `receive_list`, `src_rank` ...), then the
+//! core's [`Collectives`] runs with the GIL released.
+//!
+//! Any contiguous CPU tensor is accepted: the core reads tensors inside the symmetric heap in
+//! place (zero-copy) and stages the others through the group's workspace.
+//!
+//! A rank whose arguments fail a check here still takes part in the collective's round, only to
+//! reject it (as the core does for the errors it finds itself): its peers fail at once with
+//! `PeerRejected` instead of waiting for a Timeout, and the group's round numbers stay in step,
+//! so the group remains usable after the error. Point-to-point calls have no rounds: a bad
+//! `send` leaves its receiver waiting until `SYMMETRIC_MEMORY_TIMEOUT`.
+
+use pyo3::prelude::*;
+use symm_core::coll::lowp::FORMATS;
+use symm_core::{ArgError, AtRank, CollOptions, Collectives, DType, Group, LocalMut, LocalRef, Rank, ReduceOp};
+
+use crate::comm::{code_arg, int_arg, repr, Desc, Local, PyCommunicator};
+use crate::errors::{self, invalid, IntoPyResult};
+
+/// An [`ArgError`] raised by `rank`, as a Python exception.
+fn arg_error(py: Python<'_>, rank: Rank, e: ArgError) -> PyErr {
+    errors::to_py(py, &Err::<(), _>(e).at(rank).unwrap_err())
+}
+
+/// The reduction of `op`: `"sum"`, `"avg"`, `"max"`, `"min"` or their codes 0..3.
+fn op_arg(py: Python<'_>, rank: Rank, op: &Bound<'_, PyAny>) -> PyResult<ReduceOp> {
+    code_arg(py, rank, "op", op, ReduceOp::from_code)
+}
+
+/// The transport format: None (the default, from `SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`) or
+/// the name of one of the low-precision formats.
+fn low_precision_arg(py: Python<'_>, rank: Rank, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DType>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
+    let accepted = "accepted: float16, bfloat16, float8_e4m3fn, float8_e5m2, or None (the default, from \
+                    SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE)";
+    let parsed = obj.extract::<String>().ok().and_then(|s| s.parse::<DType>().ok());
+    match parsed {
+        Some(d) if FORMATS.contains(&d) => Ok(Some(d)),
+        _ => Err(invalid(py, rank, "low_precision_dtype", repr(obj), accepted)),
+    }
+}
+
+/// A rank of `group` given by the caller as `arg` (GroupError when outside the group).
+fn group_rank_arg(py: Python<'_>, me: Rank, g: &Group, arg: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let r = int_arg(py, me, arg, obj)?;
+    g.resolve(arg, r).map(|(l, _)| l.index()).at(me).py(py)
+}
+
+fn options(low_precision: Option<DType>) -> CollOptions {
+    CollOptions { low_precision, ..CollOptions::default() }
+}
+
+/// Checks that `tensor` holds `want` elements; the error names `arg` and says why.
+fn check_len(py: Python<'_>, me: Rank, arg: &'static str, got: &Local, want: usize, why: String) -> PyResult<()> {
+    if got.len == want {
+        Ok(())
+    } else {
+        Err(invalid(py, me, arg, format!("{} elements", got.len), &why))
+    }
+}
+
+/// Checks that `other` has `base`'s dtype (`other_arg` is named; `base_arg` is the reference).
+fn check_same_dtype(
+    py: Python<'_>,
+    me: Rank,
+    other_arg: &'static str,
+    other: &Local,
+    base_arg: &str,
+    base: &Local,
+) -> PyResult<()> {
+    if other.dtype == base.dtype {
+        Ok(())
+    } else {
+        Err(arg_error(
+            py,
+            me,
+            ArgError::DTypeMismatch {
+                arg: other_arg,
+                expected: format!("{base_arg}'s {}", base.dtype),
+                actual: other.dtype.to_string(),
+            },
+        ))
+    }
+}
+
+impl PyCommunicator {
+    /// Takes part in `g`'s next collective round only to reject it: peers waiting in a
+    /// collective of `g` fail with `PeerRejected`, and the round numbers stay in step.
+    ///
+    /// The core offers no public "reject" call, so this makes the core reject one of its own:
+    /// an out-of-place allreduce whose output is shorter than its input, which the core turns
+    /// down through a round before touching any memory.
+    pub(crate) fn reject_round(&self, py: Python<'_>, g: &Group) {
+        let comm = self.comm();
+        py.detach(|| {
+            let input = [0u8; 1];
+            let mut output = [0u8; 1];
+            // SAFETY: both arrays live until the call returns; the lengths (1 and 0 bytes) lie
+            // within them, and the arrays are disjoint.
+            let (inp, out) = unsafe {
+                (
+                    LocalRef::from_raw(input.as_ptr(), 1, DType::U8),
+                    LocalMut::from_raw(output.as_mut_ptr(), 0, DType::U8),
+                )
+            };
+            // The error is the expected rejection (or a failure to reach the peers at all,
+            // which leaves them to their bounded waits); the caller raises its own error.
+            let _ = comm.allreduce_into(g, inp, out, ReduceOp::Sum, &CollOptions::default());
+        });
+    }
+
+    /// Runs the argument checks of a collective of `g`; when they fail, rejects the round
+    /// first (see [`PyCommunicator::reject_round`]).
+    fn checked<T>(&self, py: Python<'_>, g: &Group, check: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+        check().inspect_err(|_| self.reject_round(py, g))
+    }
+
+    /// Fails with GroupError unless this rank is a member of `g` (a non-member takes no part in
+    /// the group's rounds, so nothing is rejected).
+    fn member_of(&self, py: Python<'_>, g: &Group) -> PyResult<()> {
+        g.member().map(|_| ()).at(self.rank_id()).py(py)
+    }
+
+    pub(crate) fn coll_allreduce(
+        &self,
+        py: Python<'_>,
+        g: &Group,
+        tensor: &Desc,
+        op: &Bound<'_, PyAny>,
+        low_precision: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let me = self.rank_id();
+        self.member_of(py, g)?;
+        let (t, op, lp) = self.checked(py, g, || {
+            Ok((self.local(py, tensor, "tensor")?, op_arg(py, me, op)?, low_precision_arg(py, me, low_precision)?))
+        })?;
+        let comm = self.comm();
+        py.detach(|| {
+            // SAFETY: `t` describes the caller's contiguous host tensor `tensor`, held for the
+            // call (the `Desc` contract); the call returns only when it is done writing it.
+            let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };
+            comm.allreduce(g, buf, op, &options(lp))
+        })
+        .py(py)
+    }
+
+    #[allow(clippy::too_many_arguments)] // the Python call's arguments, checked together
+    pub(crate) fn coll_reduce_scatter(
+        &self,
+        py: Python<'_>,
+        g: &Group,
+        output: &Desc,
+        input: &Desc,
+        op: &Bound<'_, PyAny>,
+        low_precision: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let me = self.rank_id();
+        self.member_of(py, g)?;
+        let n = g.size();
+        let (o, i, op, lp) = self.checked(py, g, || {
+            let o = self.local(py, output, "output_tensor")?;
+            let i = self.local(py, input, "input_tensor")?;
+            check_same_dtype(py, me, "output_tensor", &o, "input_tensor", &i)?;
+            let why = format!(
+                "must hold group size {n} x output_tensor's {} elements = {} (input_tensor is split into {n} equal \
+                 parts, part r is reduced into group rank r's output_tensor)",
+                o.len,
+                n * o.len
+            );
+            check_len(py, me, "input_tensor", &i, n * o.len, why)?;
+            Ok((o, i, op_arg(py, me, op)?, low_precision_arg(py, me, low_precision)?))
+        })?;
+        let comm = self.comm();
+        py.detach(|| {
+            // SAFETY: `o` and `i` describe the caller's contiguous host tensors, held for the
+            // call (the `Desc` contract); the core checks that they are identical parts or
+            // disjoint.
+            let (out, inp) = unsafe {
+                (
+                    LocalMut::from_raw(o.ptr as *mut u8, o.len, o.dtype),
+                    LocalRef::from_raw(i.ptr as *const u8, i.len, i.dtype),
+                )
+            };
+            comm.reduce_scatter(g, out, inp, op, &options(lp))
+        })
+        .py(py)
+    }
+
+    pub(crate) fn coll_allgather(&self, py: Python<'_>, g: &Group, output: &Desc, input: &Desc) -> PyResult<()> {
+        let me = self.rank_id();
+        self.member_of(py, g)?;
+        let n = g.size();
+        let (o, i) = self.checked(py, g, || {
+            let o = self.local(py, output, "output_tensor")?;
+            let i = self.local(py, input, "input_tensor")?;
+            check_same_dtype(py, me, "output_tensor", &o, "input_tensor", &i)?;
+            let why = format!(
+                "must hold group size {n} x input_tensor's {} elements = {} (the inputs of the group's ranks, \
+                 concatenated in group-rank order)",
+                i.len,
+                n * i.len
+            );
+            check_len(py, me, "output_tensor", &o, n * i.len, why)?;
+            Ok((o, i))
+        })?;
+        let comm = self.comm();
+        py.detach(|| {
+            // SAFETY: as in `coll_reduce_scatter`.
+            let (out, inp) = unsafe {
+                (
+                    LocalMut::from_raw(o.ptr as *mut u8, o.len, o.dtype),
+                    LocalRef::from_raw(i.ptr as *const u8, i.len, i.dtype),
+                )
+            };
+            comm.allgather(g, out, inp, &CollOptions::default())
+        })
+        .py(py)
+    }
+
+    pub(crate) fn coll_alltoall(
+        &self,
+        py: Python<'_>,
+        g: &Group,
+        send: &[Desc],
+        receive: &Desc,
+        receive_list: &[Bound<'_, PyAny>],
+    ) -> PyResult<()> {
+        let me = self.rank_id();
+        self.member_of(py, g)?;
+        let n = g.size();
+        let (sends, r, counts) = self.checked(py, g, || {
+            if send.len() != n {
+                let why = format!("needs one tensor per group rank ({n}); entry i goes to group rank i");
+                return Err(invalid(py, me, "send_tensor_list", format!("{} tensors", send.len()), &why));
+            }
+            let r = self.local(py, receive, "receive_tensor")?;
+            let sends = (0..n)
+                .map(|i| self.local_at(py, &send[i], "send_tensor_list", Some(i)))
+                .collect::<PyResult<Vec<Local>>>()?;
+            if let Some((i, s)) = sends.iter().enumerate().find(|(_, s)| s.dtype != r.dtype) {
+                let e = ArgError::DTypeMismatch {
+                    arg: "send_tensor_list",
+                    expected: format!("receive_tensor's {}", r.dtype),
+                    actual: format!("{} (entry {i})", s.dtype),
+                };
+                return Err(arg_error(py, me, e));
+            }
+            if receive_list.len() != n {
+                let why = format!("needs one count per group rank ({n}): the elements received from each");
+                return Err(invalid(py, me, "receive_list", format!("{} counts", receive_list.len()), &why));
+            }
+            let mut counts = Vec::with_capacity(n);
+            for (i, c) in receive_list.iter().enumerate() {
+                let count = c.extract::<i64>().ok().and_then(|v| usize::try_from(v).ok());
+                let Some(count) = count else {
+                    return Err(invalid(
+                        py,
+                        me,
+                        "receive_list",
+                        format!("{} (entry {i})", repr(c)),
+                        "counts are integers >= 0 (elements received from each group rank)",
+                    ));
+                };
+                counts.push(count);
+            }
+            match counts.iter().try_fold(0usize, |a, &c| a.checked_add(c)) {
+                Some(t) if t <= r.len => Ok((sends, r, counts)),
+                total => Err(invalid(
+                    py,
+                    me,
+                    "receive_list",
+                    format!("{counts:?}"),
+                    &format!(
+                        "sums to {}, more than receive_tensor's {} elements",
+                        total.map_or_else(|| "more than 2^64".to_string(), |t| t.to_string()),
+                        r.len
+                    ),
+                )),
+            }
+        })?;
+        let comm = self.comm();
+        py.detach(|| {
+            // SAFETY: every `Local` describes a contiguous host tensor the caller holds for the
+            // call (the `Desc` contract); the receive tensor is written only at the offsets of
+            // `counts`, whose sum was checked against its length.
+            let refs: Vec<LocalRef<'_>> =
+                sends.iter().map(|s| unsafe { LocalRef::from_raw(s.ptr as *const u8, s.len, s.dtype) }).collect();
+            // SAFETY: as above.
+            let out = unsafe { LocalMut::from_raw(r.ptr as *mut u8, r.len, r.dtype) };
+            comm.alltoall(g, &refs, out, &counts, &CollOptions::default())
+        })
+        .py(py)
+    }
+
+    pub(crate) fn coll_broadcast(
+        &self,
+        py: Python<'_>,
+        g: &Group,
+        tensor: &Desc,
+        src_rank: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let me = self.rank_id();
+        self.member_of(py, g)?;
+        let (t, root) = self.checked(py, g, || {
+            Ok((self.local(py, tensor, "tensor")?, group_rank_arg(py, me, g, "src_rank", src_rank)?))
+        })?;
+        let comm = self.comm();
+        py.detach(|| {
+            // SAFETY: as in `coll_allreduce`.
+            let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };
+            comm.broadcast(g, buf, root, &CollOptions::default())
+        })
+        .py(py)
+    }
+
+    pub(crate) fn p2p_send(
+        &self,
+        py: Python<'_>,
+        g: &Group,
+        tensor: &Desc,
+        dst_rank: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let me = self.rank_id();
+        self.member_of(py, g)?;
+        let t = self.local(py, tensor, "tensor")?;
+        let dst = group_rank_arg(py, me, g, "dst_rank", dst_rank)?;
+        let comm = self.comm();
+        py.detach(|| {
+            // SAFETY: `t` describes the caller's contiguous host tensor, held for the call; the
+            // call returns once the data is out of it.
+            let buf = unsafe { LocalRef::from_raw(t.ptr as *const u8, t.len, t.dtype) };
+            comm.send(g, buf, dst, &CollOptions::default())
+        })
+        .py(py)
+    }
+
+    pub(crate) fn p2p_recv(
+        &self,
+        py: Python<'_>,
+        g: &Group,
+        tensor: &Desc,
+        src_rank: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let me = self.rank_id();
+        self.member_of(py, g)?;
+        let t = self.local(py, tensor, "tensor")?;
+        let src = group_rank_arg(py, me, g, "src_rank", src_rank)?;
+        let comm = self.comm();
+        py.detach(|| {
+            // SAFETY: `t` describes the caller's contiguous host tensor, held for the call; the
+            // call returns once the message is in it.
+            let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };
+            comm.recv(g, buf, src, &CollOptions::default())
+        })
+        .py(py)
+    }
+}

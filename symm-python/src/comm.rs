@@ -1,0 +1,906 @@
+//! The native communicator, its groups and its heap blocks, framework-neutral.
+//!
+//! The native module never sees a framework tensor: the platform adapter (`symm/platform/*.py`)
+//! describes each tensor as a [`Desc`] tuple and wraps heap blocks into tensors itself, so a
+//! second framework (MindSpore) needs no change here. Every check that can name an argument is
+//! done here, with the names of the Python API, so every framework gets the same messages.
+
+use std::ffi::c_int;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::exceptions::PyBufferError;
+use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
+use symm_core::buffer::{check_dtype, check_range};
+use symm_core::{
+    ArgError, AtRank, Backend, Bootstrap, CmpOp, Communicator, DType, Error, Group, GroupError, HeapError, LocalMut,
+    LocalRef, Rank, SignalOp, SymmBuffer, SymmetricHeap,
+};
+use symm_sim::{SimComm, SimConfig};
+
+use crate::errors::{self, invalid, IntoPyResult};
+use crate::registry::{Miss, Registry};
+use crate::store::PyStore;
+
+/// A communicator and the allocations reachable from Python. Heap blocks hold it too, so the
+/// heap stays mapped while any tensor still points into it.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    comm: SimComm,
+    registry: Registry,
+}
+
+/// A tensor as the platform adapter describes it:
+/// `(data_ptr, numel, dtype, is_contiguous, device, layout)`.
+///
+/// `dtype` is the framework's spelling (`"torch.bfloat16"`, `"bfloat16"`); `device` the device
+/// type (`"cpu"`); `layout` a description of shape and strides, given for non-contiguous
+/// tensors so that the error can show it.
+///
+/// SAFETY contract of the private native API: `data_ptr` is valid for `numel` elements of
+/// `dtype`, in host memory when `device` is `"cpu"`, for as long as the call runs; the adapter
+/// guarantees it by describing a tensor object that the public function's caller holds (the
+/// argument itself) for the duration of the call.
+#[derive(Debug, FromPyObject)]
+pub(crate) struct Desc(usize, usize, String, bool, String, Option<String>);
+
+/// A checked local memory range: address, elements, dtype.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Local {
+    pub(crate) ptr: usize,
+    pub(crate) len: usize,
+    pub(crate) dtype: DType,
+}
+
+/// The symmetric-memory communicator of this process (created by [`init`]).
+///
+/// Ranks and groups are *native* ranks: positions in the job `init` was called for. Offsets
+/// and sizes are elements; every blocking call releases the GIL.
+#[pyclass(frozen, module = "symm._symm", name = "Communicator")]
+#[derive(Debug)]
+pub struct PyCommunicator {
+    sh: Arc<Shared>,
+}
+
+/// A group of native ranks, in group order (cached: the same list gives the same group).
+#[pyclass(frozen, module = "symm._symm", name = "Group")]
+#[derive(Debug)]
+pub struct PyGroup {
+    g: Group,
+}
+
+/// One collective allocation: this rank's copy, exported through the buffer protocol
+/// (writable bytes), so a framework can wrap it without copying.
+///
+/// The block keeps the heap mapped while it lives. When it is garbage-collected without
+/// `Communicator.free`, its range stays reserved until the process ends (freeing is collective
+/// and cannot run from a finalizer).
+#[pyclass(frozen, module = "symm._symm", name = "HeapBlock")]
+#[derive(Debug)]
+pub struct HeapBlock {
+    sh: Arc<Shared>,
+    id: u64,
+    offset: usize,
+    numel: usize,
+    dtype: DType,
+    group: Group,
+}
+
+pub(crate) fn dtype_arg(py: Python<'_>, rank: Rank, arg: &'static str, text: &str) -> PyResult<DType> {
+    text.parse::<DType>().map_err(|_| {
+        let accepted = DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ");
+        invalid(py, rank, arg, text, &format!("unsupported dtype; supported: {accepted}"))
+    })
+}
+
+pub(crate) fn repr(obj: &Bound<'_, PyAny>) -> String {
+    obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| "<unprintable>".into())
+}
+
+/// An integer argument (a Python int, or anything with `__index__`).
+pub(crate) fn int_arg(py: Python<'_>, rank: Rank, arg: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    obj.extract::<i64>().map_err(|_| invalid(py, rank, arg, repr(obj), "expected an integer that fits in int64"))
+}
+
+/// A non-negative element offset or count.
+fn count_arg(py: Python<'_>, rank: Rank, arg: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let v = int_arg(py, rank, arg, obj)?;
+    usize::try_from(v).map_err(|_| invalid(py, rank, arg, v, "must be >= 0 (offsets and sizes count elements)"))
+}
+
+/// An op code given as its number or its name.
+pub(crate) fn code_arg<T: std::str::FromStr<Err = ArgError>>(
+    py: Python<'_>,
+    rank: Rank,
+    arg: &'static str,
+    obj: &Bound<'_, PyAny>,
+    from_code: impl Fn(i64) -> Result<T, ArgError>,
+) -> PyResult<T> {
+    let parsed = if let Ok(s) = obj.cast::<PyString>() {
+        s.to_str()?.parse::<T>()
+    } else {
+        from_code(int_arg(py, rank, arg, obj)?)
+    };
+    parsed.map_err(|e| invalid(py, rank, arg, repr(obj), &e.to_string()))
+}
+
+/// The longest wait accepted (about 31 years): a deadline further away could overflow the
+/// clock arithmetic of the wait, and no caller means it.
+const MAX_WAIT: Duration = Duration::from_secs(1_000_000_000);
+
+/// A timeout: None (the default bound), seconds (int or float), or a `datetime.timedelta`.
+fn timeout_arg(py: Python<'_>, rank: Rank, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
+    let parsed = match obj.extract::<f64>() {
+        Ok(secs) => Duration::try_from_secs_f64(secs).ok(),
+        Err(_) => obj.extract::<Duration>().ok(),
+    };
+    match parsed {
+        Some(d) if d <= MAX_WAIT => Ok(Some(d)),
+        _ => Err(invalid(
+            py,
+            rank,
+            "timeout",
+            repr(obj),
+            "expected seconds (0 to 1e9) or a non-negative datetime.timedelta",
+        )),
+    }
+}
+
+impl PyCommunicator {
+    pub(crate) fn comm(&self) -> &SimComm {
+        &self.sh.comm
+    }
+
+    pub(crate) fn rank_id(&self) -> Rank {
+        self.sh.comm.rank()
+    }
+
+    /// Checks a tensor the operation reads or writes locally: host memory, contiguous, a
+    /// supported dtype.
+    pub(crate) fn local(&self, py: Python<'_>, d: &Desc, arg: &'static str) -> PyResult<Local> {
+        self.local_at(py, d, arg, None)
+    }
+
+    /// As [`PyCommunicator::local`] for entry `entry` of a list argument (the message names
+    /// the entry).
+    pub(crate) fn local_at(
+        &self,
+        py: Python<'_>,
+        d: &Desc,
+        arg: &'static str,
+        entry: Option<usize>,
+    ) -> PyResult<Local> {
+        let rank = self.rank_id();
+        let Desc(ptr, len, dtype, contiguous, device, layout) = d;
+        let at = entry.map(|i| format!("entry {i}: ")).unwrap_or_default();
+        if device != "cpu" {
+            let err = Error::Unsupported {
+                rank,
+                backend: self.comm().backend_name(),
+                what: format!(
+                    "{arg}{} on device {device:?} (this backend moves host memory: pass CPU tensors)",
+                    entry.map(|i| format!("[{i}]")).unwrap_or_default()
+                ),
+            };
+            return Err(errors::to_py(py, &err));
+        }
+        if !contiguous {
+            let shown = layout.as_deref().unwrap_or("a non-contiguous tensor");
+            return Err(invalid(
+                py,
+                rank,
+                arg,
+                format!("{at}{shown}"),
+                "must be contiguous (call .contiguous() first)",
+            ));
+        }
+        let dtype = dtype.parse::<DType>().map_err(|_| {
+            let accepted = DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ");
+            invalid(py, rank, arg, format!("{at}{dtype}"), &format!("unsupported dtype; supported: {accepted}"))
+        })?;
+        if len.checked_mul(dtype.size()).is_none() {
+            return Err(invalid(py, rank, arg, format!("{at}{len}"), "too many elements"));
+        }
+        Ok(Local { ptr: *ptr, len: *len, dtype })
+    }
+
+    /// Checks a tensor that must be symmetric memory and returns the buffer it covers (a view
+    /// of one live allocation, with the tensor's own dtype, offset and length).
+    fn symmetric(&self, py: Python<'_>, d: &Desc, arg: &'static str) -> PyResult<SymmBuffer> {
+        let rank = self.rank_id();
+        let l = self.local(py, d, arg)?;
+        let bytes = l.len * l.dtype.size();
+        let base = self.comm().local_heap_base() as usize;
+        let heap = self.comm().heap_size();
+        let shown = || format!("tensor at {:#x} ({} x {})", l.ptr, l.len, l.dtype);
+        let offset = match l.ptr.checked_sub(base) {
+            Some(off) if off < heap => off,
+            _ => {
+                return Err(invalid(
+                    py,
+                    rank,
+                    arg,
+                    shown(),
+                    &format!(
+                        "not a symmetric tensor: its memory lies outside this rank's symmetric heap \
+                         [{base:#x}, {:#x}); allocate it with symm.empty()",
+                        base + heap
+                    ),
+                ))
+            }
+        };
+        if offset % l.dtype.size() != 0 {
+            return Err(invalid(py, rank, arg, shown(), "is not aligned to its dtype inside the symmetric heap"));
+        }
+        match self.sh.registry.find(offset, bytes) {
+            Ok(found) => Ok(SymmBuffer::from_parts(self.comm().instance_id(), found.group, offset, l.len, l.dtype)),
+            Err(Miss::NotAllocated) => Err(invalid(
+                py,
+                rank,
+                arg,
+                shown(),
+                "lies in the symmetric heap but in no live allocation (was it freed with symm.free()?)",
+            )),
+            Err(Miss::Overruns { start, bytes: len }) => Err(invalid(
+                py,
+                rank,
+                arg,
+                shown(),
+                &format!("runs past the end of its symmetric allocation ({len} bytes at heap offset {start:#x})"),
+            )),
+        }
+    }
+
+    /// The checks of a put or get, with the names of the Python arguments (the core checks
+    /// again, with its own names, and then finds nothing to reject).
+    #[allow(clippy::too_many_arguments)] // the transfer's own arguments, checked together
+    fn check_transfer(
+        &self,
+        group: &Group,
+        target: &SymmBuffer,
+        target_offset: usize,
+        src: &Local,
+        src_offset: usize,
+        size: usize,
+        target_rank: i64,
+    ) -> Result<(), Error> {
+        let me = self.rank_id();
+        group.member().at(me)?;
+        let (_, peer) = group.resolve("target_rank", target_rank).at(me)?;
+        if target.group().to_local(peer).is_none() {
+            return Err(GroupError::BufferNotOnRank {
+                arg: "target",
+                alloc_ranks: target.group().ranks().to_vec(),
+                target: peer,
+            })
+            .at(me);
+        }
+        check_dtype("src", src.dtype, target.dtype()).at(me)?;
+        check_range("target_offset/size", target_offset, size, target.len()).at(me)?;
+        check_range("src_offset/size", src_offset, size, src.len).at(me)
+    }
+}
+
+#[pymethods]
+impl PyCommunicator {
+    /// This process's native rank.
+    #[getter]
+    fn rank(&self) -> u32 {
+        self.rank_id().0
+    }
+
+    /// Number of native ranks.
+    #[getter]
+    fn world_size(&self) -> usize {
+        self.comm().world_size()
+    }
+
+    /// Bytes of symmetric heap per rank (`SYMMETRIC_MEMORY_HEAP_SIZE`).
+    #[getter]
+    fn heap_size(&self) -> usize {
+        self.comm().heap_size()
+    }
+
+    /// The backend's name (`"sim"`: CPU shared memory).
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.comm().backend_name()
+    }
+
+    /// The bound of waits given no timeout, in seconds (`SYMMETRIC_MEMORY_TIMEOUT`).
+    #[getter]
+    fn default_timeout(&self) -> f64 {
+        self.comm().default_timeout().as_secs_f64()
+    }
+
+    /// The group of every rank.
+    #[getter]
+    fn world(&self) -> PyGroup {
+        PyGroup { g: self.comm().world() }
+    }
+
+    /// `(live_bytes, live_blocks, orphaned_bytes, orphaned_blocks)`: allocations alive, and
+    /// those whose blocks were garbage-collected without `free` (reserved until the process
+    /// ends).
+    fn heap_usage(&self) -> (usize, usize, usize, usize) {
+        let (lb, lc) = self.sh.registry.live();
+        let (ob, oc) = self.sh.registry.orphaned();
+        (lb, lc, ob, oc)
+    }
+
+    /// The group of these native ranks, in this order (cached; no communication).
+    ///
+    /// Args:
+    ///     ranks: native ranks, no repeats.
+    ///
+    /// Returns:
+    ///     Group: usable by its members on this host; a group spanning hosts raises GroupError
+    ///     when used.
+    fn group(&self, py: Python<'_>, ranks: Vec<i64>) -> PyResult<PyGroup> {
+        let me = self.rank_id();
+        let global: Option<Vec<Rank>> = ranks.iter().map(|&r| u32::try_from(r).ok().map(Rank)).collect();
+        let Some(global) = global else {
+            return Err(errors::to_py(
+                py,
+                &Err::<(), _>(GroupError::BadRankList { ranks, reason: "a rank is outside the world" })
+                    .at(me)
+                    .unwrap_err(),
+            ));
+        };
+        self.comm().group_of(&global).map(|g| PyGroup { g }).py(py)
+    }
+
+    /// Whether `ptr` lies inside a live symmetric allocation of this rank.
+    fn is_symmetric(&self, ptr: usize) -> bool {
+        let base = self.comm().local_heap_base() as usize;
+        ptr.checked_sub(base).is_some_and(|off| off < self.comm().heap_size() && self.sh.registry.find(off, 0).is_ok())
+    }
+
+    /// Collective over `group`: allocates `shape` elements of `dtype` at the same heap offset
+    /// on every member. Every member must ask for the same number of bytes.
+    ///
+    /// Args:
+    ///     group: the members that allocate together (all of them call, in the same order).
+    ///     shape: an int or a sequence of ints >= 0.
+    ///     dtype: the dtype's name (`"torch.bfloat16"`, `"float8_e4m3fn"` ...).
+    ///
+    /// Returns:
+    ///     HeapBlock: this rank's copy.
+    fn alloc(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        shape: &Bound<'_, PyAny>,
+        dtype: &str,
+    ) -> PyResult<HeapBlock> {
+        let me = self.rank_id();
+        let dims: Vec<i64> = if let Ok(n) = shape.extract::<i64>() {
+            vec![n]
+        } else {
+            shape
+                .extract::<Vec<i64>>()
+                .map_err(|_| invalid(py, me, "shape", repr(shape), "expected an int or a sequence of ints"))?
+        };
+        let mut numel: usize = 1;
+        for &d in &dims {
+            let d = usize::try_from(d)
+                .map_err(|_| invalid(py, me, "shape", format!("{dims:?}"), "dimensions must be >= 0"))?;
+            numel = numel
+                .checked_mul(d)
+                .ok_or_else(|| invalid(py, me, "shape", format!("{dims:?}"), "too many elements"))?;
+        }
+        let dtype = dtype_arg(py, me, "dtype", dtype)?;
+        let g = group.get().g.clone();
+        let comm = self.comm();
+        match py.detach(|| comm.alloc(&g, numel, dtype)) {
+            Ok(buf) => {
+                let offset = buf.heap_offset();
+                let id = self.sh.registry.insert(buf);
+                Ok(HeapBlock { sh: self.sh.clone(), id, offset, numel, dtype, group: g })
+            }
+            Err(e) => {
+                let (orphaned, count) = self.sh.registry.orphaned();
+                let hint = if matches!(e, Error::Heap { source: HeapError::Exhausted { .. }, .. }) && orphaned > 0 {
+                    format!(
+                        "; {orphaned} bytes in {count} allocations are reserved by symmetric tensors that were \
+                         garbage-collected without symm.free()"
+                    )
+                } else {
+                    String::new()
+                };
+                Err(errors::to_py_with(py, &e, &hint))
+            }
+        }
+    }
+
+    /// Collective over the allocation's group: releases the allocation that `tensor` lies in.
+    /// Every member calls it for the same allocation, in the same order; the memory must not be
+    /// used afterwards.
+    fn free(&self, py: Python<'_>, tensor: Desc) -> PyResult<()> {
+        let buf = self.symmetric(py, &tensor, "tensor")?;
+        let Some((id, live)) =
+            self.sh.registry.find(buf.heap_offset(), 0).ok().and_then(|f| self.sh.registry.take(f.start))
+        else {
+            return Err(invalid(py, self.rank_id(), "tensor", tensor.0, "was freed concurrently"));
+        };
+        let (group, offset, len, dtype) = (live.group().clone(), live.heap_offset(), live.len(), live.dtype());
+        let comm = self.comm();
+        match py.detach(|| comm.free(live)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                // Nothing was released: keep the allocation reachable so the caller may retry.
+                self.sh.registry.restore(id, SymmBuffer::from_parts(comm.instance_id(), group, offset, len, dtype));
+                Err(errors::to_py(py, &e))
+            }
+        }
+    }
+
+    /// Blocks until every member of `group` has called `barrier`; everything issued before it
+    /// by any member is then visible to every member.
+    fn barrier(&self, py: Python<'_>, group: &Bound<'_, PyGroup>) -> PyResult<()> {
+        let g = &group.get().g;
+        let comm = self.comm();
+        py.detach(|| comm.barrier(g)).py(py)
+    }
+
+    /// Copies `size` elements of local `src` (from `src_offset`) into `target_rank`'s copy of
+    /// the symmetric `target` at `target_offset`. Returns once the data is in the peer's heap.
+    #[allow(clippy::too_many_arguments)] // shmem_put's six arguments plus the group
+    #[pyo3(signature = (group, target, target_offset, src, src_offset, size, target_rank))]
+    fn put(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        target: Desc,
+        target_offset: &Bound<'_, PyAny>,
+        src: Desc,
+        src_offset: &Bound<'_, PyAny>,
+        size: &Bound<'_, PyAny>,
+        target_rank: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let me = self.rank_id();
+        let g = &group.get().g;
+        let t = self.symmetric(py, &target, "target")?;
+        let s = self.local(py, &src, "src")?;
+        let to = count_arg(py, me, "target_offset", target_offset)?;
+        let so = count_arg(py, me, "src_offset", src_offset)?;
+        let n = count_arg(py, me, "size", size)?;
+        let tr = int_arg(py, me, "target_rank", target_rank)?;
+        self.check_transfer(g, &t, to, &s, so, n, tr).py(py)?;
+        let comm = self.comm();
+        py.detach(|| {
+            // SAFETY: `s` describes the `src` tensor, held by the caller for this call (the
+            // `Desc` contract), checked to be contiguous host memory of `s.len` elements.
+            let src = unsafe { LocalRef::from_raw(s.ptr as *const u8, s.len, s.dtype) };
+            comm.put(g, &t, to, src, so, n, tr as usize)
+        })
+        .py(py)
+    }
+
+    /// Copies `size` elements of `target_rank`'s copy of the symmetric `target` (from
+    /// `target_offset`) into local `src` at `src_offset` (`src` is the destination, as in
+    /// HyperParallel's `shmem_get`). Returns once the data is in `src`.
+    #[allow(clippy::too_many_arguments)] // shmem_get's six arguments plus the group
+    #[pyo3(signature = (group, target, target_offset, src, src_offset, size, target_rank))]
+    fn get(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        target: Desc,
+        target_offset: &Bound<'_, PyAny>,
+        src: Desc,
+        src_offset: &Bound<'_, PyAny>,
+        size: &Bound<'_, PyAny>,
+        target_rank: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let me = self.rank_id();
+        let g = &group.get().g;
+        let t = self.symmetric(py, &target, "target")?;
+        let s = self.local(py, &src, "src")?;
+        let to = count_arg(py, me, "target_offset", target_offset)?;
+        let so = count_arg(py, me, "src_offset", src_offset)?;
+        let n = count_arg(py, me, "size", size)?;
+        let tr = int_arg(py, me, "target_rank", target_rank)?;
+        self.check_transfer(g, &t, to, &s, so, n, tr).py(py)?;
+        let comm = self.comm();
+        py.detach(|| {
+            // SAFETY: `s` describes the `src` tensor, held by the caller for this call (the
+            // `Desc` contract), checked to be contiguous host memory of `s.len` elements; the
+            // caller does not touch it while the call copies into it (the GIL is released, but
+            // the call returns only after the copy).
+            let dst = unsafe { LocalMut::from_raw(s.ptr as *mut u8, s.len, s.dtype) };
+            comm.get(g, dst, so, &t, to, n, tr as usize)
+        })
+        .py(py)
+    }
+
+    /// Atomically sets (`signal_op` 0 / `"set"`) or adds (1 / `"add"`) `signal_value` to
+    /// `target_rank`'s word `signal[signal_offset]` (an int32 or int64 symmetric tensor).
+    #[allow(clippy::too_many_arguments)] // shmem_signal_op's five arguments plus the group
+    #[pyo3(signature = (group, signal, signal_offset, signal_value, signal_op, target_rank))]
+    fn signal_op(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        signal: Desc,
+        signal_offset: &Bound<'_, PyAny>,
+        signal_value: &Bound<'_, PyAny>,
+        signal_op: &Bound<'_, PyAny>,
+        target_rank: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let me = self.rank_id();
+        let g = &group.get().g;
+        let sig = self.symmetric(py, &signal, "signal")?;
+        let off = count_arg(py, me, "signal_offset", signal_offset)?;
+        let value = int_arg(py, me, "signal_value", signal_value)?;
+        let op = code_arg(py, me, "signal_op", signal_op, SignalOp::from_code)?;
+        let tr = int_arg(py, me, "target_rank", target_rank)?;
+        let tr = group_rank(py, me, g, tr)?;
+        self.comm().signal_op(g, &sig, off, value, op, tr).py(py)
+    }
+
+    /// `put`, then `signal_op` on the same target rank; the data is visible to the target
+    /// before the signal is.
+    #[allow(clippy::too_many_arguments)] // shmem_put_with_signal's ten arguments plus the group
+    #[pyo3(signature = (group, target, target_offset, src, src_offset, size, signal, signal_offset, signal_value, signal_op, target_rank))]
+    fn put_with_signal(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        target: Desc,
+        target_offset: &Bound<'_, PyAny>,
+        src: Desc,
+        src_offset: &Bound<'_, PyAny>,
+        size: &Bound<'_, PyAny>,
+        signal: Desc,
+        signal_offset: &Bound<'_, PyAny>,
+        signal_value: &Bound<'_, PyAny>,
+        signal_op: &Bound<'_, PyAny>,
+        target_rank: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let me = self.rank_id();
+        let g = &group.get().g;
+        let t = self.symmetric(py, &target, "target")?;
+        let s = self.local(py, &src, "src")?;
+        let sig = self.symmetric(py, &signal, "signal")?;
+        let to = count_arg(py, me, "target_offset", target_offset)?;
+        let so = count_arg(py, me, "src_offset", src_offset)?;
+        let n = count_arg(py, me, "size", size)?;
+        let off = count_arg(py, me, "signal_offset", signal_offset)?;
+        let value = int_arg(py, me, "signal_value", signal_value)?;
+        let op = code_arg(py, me, "signal_op", signal_op, SignalOp::from_code)?;
+        let tr = int_arg(py, me, "target_rank", target_rank)?;
+        self.check_transfer(g, &t, to, &s, so, n, tr).py(py)?;
+        let comm = self.comm();
+        py.detach(|| {
+            // SAFETY: as in `put`: `s` describes the caller's contiguous host tensor `src`.
+            let src = unsafe { LocalRef::from_raw(s.ptr as *const u8, s.len, s.dtype) };
+            comm.put_with_signal(g, &t, to, src, so, n, &sig, off, value, op, tr as usize)
+        })
+        .py(py)
+    }
+
+    /// Blocks until this rank's `signal[signal_offset] <compare_op> compare_value` holds, or
+    /// `timeout` passes (Timeout). Does not change the signal. Returns the value seen.
+    #[allow(clippy::too_many_arguments)] // shmem_wait_for_signal's arguments plus group and timeout
+    #[pyo3(signature = (group, signal, signal_offset, compare_value, compare_op, timeout=None))]
+    fn wait_for_signal(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        signal: Desc,
+        signal_offset: &Bound<'_, PyAny>,
+        compare_value: &Bound<'_, PyAny>,
+        compare_op: &Bound<'_, PyAny>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<i64> {
+        let me = self.rank_id();
+        let g = &group.get().g;
+        g.member().at(me).py(py)?;
+        let sig = self.symmetric(py, &signal, "signal")?;
+        let off = count_arg(py, me, "signal_offset", signal_offset)?;
+        let value = int_arg(py, me, "compare_value", compare_value)?;
+        let cmp = code_arg(py, me, "compare_op", compare_op, CmpOp::from_code)?;
+        let timeout = timeout_arg(py, me, timeout)?;
+        let comm = self.comm();
+        py.detach(|| comm.wait_until(&sig, off, cmp, value, timeout)).py(py)
+    }
+
+    /// Collective over `group`: every member's `tensor` becomes the reduction (`op`: 0/"sum",
+    /// 1/"avg", 2/"max", 3/"min") of all members' `tensor`, bit-identical on every member.
+    /// `low_precision_dtype`: the transport format's name, or None for the default
+    /// (`SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`, unset: full precision).
+    #[pyo3(signature = (group, tensor, op, low_precision_dtype=None))]
+    fn allreduce(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        tensor: Desc,
+        op: &Bound<'_, PyAny>,
+        low_precision_dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        self.coll_allreduce(py, &group.get().g, &tensor, op, low_precision_dtype)
+    }
+
+    /// Collective over `group`: `input_tensor` holds `group.size` equal parts; member r's
+    /// `output_tensor` becomes the reduction of part r over all members.
+    #[pyo3(signature = (group, output_tensor, input_tensor, op, low_precision_dtype=None))]
+    fn reduce_scatter(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        output_tensor: Desc,
+        input_tensor: Desc,
+        op: &Bound<'_, PyAny>,
+        low_precision_dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        self.coll_reduce_scatter(py, &group.get().g, &output_tensor, &input_tensor, op, low_precision_dtype)
+    }
+
+    /// Collective over `group`: member r's `input_tensor` lands in part r of every member's
+    /// `output_tensor` (`group.size` parts).
+    fn allgather(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        output_tensor: Desc,
+        input_tensor: Desc,
+    ) -> PyResult<()> {
+        self.coll_allgather(py, &group.get().g, &output_tensor, &input_tensor)
+    }
+
+    /// Collective over `group`: `send_tensor_list[i]` goes to group rank i; what group rank i
+    /// sends lands in `receive_tensor` at the sum of `receive_list[:i]` and must be exactly
+    /// `receive_list[i]` elements (Mismatch otherwise).
+    fn alltoall(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        send_tensor_list: Vec<Desc>,
+        receive_tensor: Desc,
+        receive_list: Vec<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        self.coll_alltoall(py, &group.get().g, &send_tensor_list, &receive_tensor, &receive_list)
+    }
+
+    /// Collective over `group`: every member's `tensor` becomes group rank `src_rank`'s.
+    fn broadcast(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        tensor: Desc,
+        src_rank: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.coll_broadcast(py, &group.get().g, &tensor, src_rank)
+    }
+
+    /// Sends `tensor` to group rank `dst_rank` (messages between a pair arrive in order).
+    /// Returns once the data is out of `tensor`: buffered at the receiver for small messages,
+    /// streamed as the receiver consumes it for large ones.
+    fn send(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        tensor: Desc,
+        dst_rank: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.p2p_send(py, &group.get().g, &tensor, dst_rank)
+    }
+
+    /// Receives the next message from group rank `src_rank` into `tensor`; it must have
+    /// `tensor`'s element count and dtype (Mismatch otherwise; the message is consumed).
+    fn recv(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        tensor: Desc,
+        src_rank: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.p2p_recv(py, &group.get().g, &tensor, src_rank)
+    }
+
+    /// Takes part in `group`'s next collective round only to reject it, so that members
+    /// waiting in a collective fail with PeerRejected (for argument errors found in Python).
+    fn reject(&self, py: Python<'_>, group: &Bound<'_, PyGroup>) {
+        let g = &group.get().g;
+        if g.member().is_ok() {
+            self.reject_round(py, g);
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Communicator(backend={:?}, rank={}, world_size={}, heap_size={})",
+            self.comm().backend_name(),
+            self.rank_id(),
+            self.comm().world_size(),
+            self.comm().heap_size()
+        )
+    }
+}
+
+/// Validates a group-local rank (the error names `target_rank`) and returns it as an index.
+fn group_rank(py: Python<'_>, me: Rank, g: &Group, r: i64) -> PyResult<usize> {
+    g.resolve("target_rank", r).map(|(l, _)| l.index()).at(me).py(py)
+}
+
+#[pymethods]
+impl PyGroup {
+    /// The members' native ranks, in group order.
+    #[getter]
+    fn ranks(&self) -> Vec<u32> {
+        self.g.ranks().iter().map(|r| r.0).collect()
+    }
+
+    /// Number of members.
+    #[getter]
+    fn size(&self) -> usize {
+        self.g.size()
+    }
+
+    /// This process's rank inside the group, or None if it is not a member.
+    #[getter]
+    fn rank(&self) -> Option<u32> {
+        self.g.my_rank().map(|r| r.0)
+    }
+
+    /// The group's identity (a hash of its ordered rank list, the same on every rank).
+    #[getter]
+    fn id(&self) -> u64 {
+        self.g.id().0
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Group(ranks={:?})", self.ranks())
+    }
+}
+
+#[pymethods]
+impl HeapBlock {
+    /// Address of this rank's copy.
+    #[getter]
+    fn ptr(&self) -> usize {
+        self.addr() as usize
+    }
+
+    /// Size in bytes.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.numel * self.dtype.size()
+    }
+
+    /// Number of elements allocated.
+    #[getter]
+    fn numel(&self) -> usize {
+        self.numel
+    }
+
+    /// The dtype allocated (canonical name).
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.dtype.name()
+    }
+
+    /// Byte offset in every member's heap.
+    #[getter]
+    fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The group that allocated it.
+    #[getter]
+    fn group(&self) -> PyGroup {
+        PyGroup { g: self.group.clone() }
+    }
+
+    /// Exports this rank's copy as writable bytes (format `B`).
+    ///
+    /// # Safety
+    /// Called by the interpreter with a `view` to fill (or null).
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut pyo3::ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        use pyo3::ffi;
+        if view.is_null() {
+            return Err(PyBufferError::new_err("the buffer view is null"));
+        }
+        let this = slf.get();
+        let len = isize::try_from(this.nbytes()).map_err(|_| PyBufferError::new_err("block too large"))?;
+        let buf = this.addr();
+        // SAFETY: `view` is non-null and points to a Py_buffer the interpreter gives us to fill.
+        // `buf` is this rank's heap at the block's range, which stays mapped while the block
+        // lives (it holds the communicator), and the view holds a strong reference to the block
+        // (`obj`) until it is released. `format` points to a static C string, never freed.
+        // `shape` and `strides` point into the view itself, as the buffer protocol allows.
+        unsafe {
+            (*view).obj = slf.into_any().into_ptr();
+            (*view).buf = buf.cast();
+            (*view).len = len;
+            (*view).readonly = 0;
+            (*view).itemsize = 1;
+            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
+                c"B".as_ptr().cast_mut()
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = 1;
+            (*view).shape =
+                if flags & ffi::PyBUF_ND == ffi::PyBUF_ND { &mut (*view).len } else { std::ptr::null_mut() };
+            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
+                &mut (*view).itemsize
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "HeapBlock({} x {} at heap+{:#x} in group {:?})",
+            self.numel,
+            self.dtype,
+            self.offset,
+            self.group.ranks()
+        )
+    }
+}
+
+impl HeapBlock {
+    fn addr(&self) -> *mut u8 {
+        // The offset lies inside the heap (a successful allocation); wrapping_add needs no
+        // unsafe and gives the same address.
+        self.sh.comm.local_heap_base().wrapping_add(self.offset)
+    }
+}
+
+impl Drop for HeapBlock {
+    fn drop(&mut self) {
+        self.sh.registry.orphan(self.id, self.offset);
+    }
+}
+
+/// Starts this process's rank: exchanges start-up data through `store` and maps the heaps of
+/// the ranks on this host. Collective over all `world_size` ranks.
+///
+/// Args:
+///     rank: this process's native rank, in `[0, world_size)`.
+///     world_size: number of ranks.
+///     store: a c10d-style key-value store shared by the ranks (`set`, `get`, optional `wait`).
+///     prefix: keeps these keys apart from other users of the store; the same on every rank and
+///         new for every `init` on the same store.
+///
+/// Returns:
+///     Communicator: heap size from `SYMMETRIC_MEMORY_HEAP_SIZE`, wait bound from
+///     `SYMMETRIC_MEMORY_TIMEOUT`.
+#[pyfunction]
+#[pyo3(signature = (rank, world_size, store, *, prefix = "symm"))]
+pub fn init(
+    py: Python<'_>,
+    rank: i64,
+    world_size: i64,
+    store: &Bound<'_, PyAny>,
+    prefix: &str,
+) -> PyResult<PyCommunicator> {
+    let n = usize::try_from(world_size).ok().filter(|&n| n > 0 && u32::try_from(n).is_ok());
+    let Some(n) = n else {
+        return Err(errors::unranked_invalid(py, &format!("world_size = {world_size}: must be >= 1")));
+    };
+    let r = u32::try_from(rank).ok().filter(|&r| (r as usize) < n);
+    let Some(r) = r else {
+        return Err(errors::unranked_invalid(py, &format!("rank = {rank}: must lie in [0, world_size = {n})")));
+    };
+    let me = Rank(r);
+    let store = PyStore::new(store).map_err(|reason| invalid(py, me, "store", repr(store), &reason))?;
+    let config = SimConfig::from_env().at(me).py(py)?;
+    let boot = Bootstrap::new(me, n, Arc::new(store), prefix, config.timeout);
+    let comm = py.detach(|| SimComm::init(&boot, config)).py(py)?;
+    Ok(PyCommunicator { sh: Arc::new(Shared { comm, registry: Registry::default() }) })
+}
+
+/// The dtype names the library moves (canonical spelling).
+pub(crate) fn dtype_names(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+    PyTuple::new(py, DType::ALL.iter().map(|d| d.name()))
+}

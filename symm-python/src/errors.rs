@@ -1,0 +1,303 @@
+//! One Python exception hierarchy for every [`symm_core::Error`].
+//!
+//! ```text
+//! SymmError(Exception)                       every error of the library; `.code`, `.rank`
+//! ├── InvalidArgument(SymmError, ValueError)  SYMM_E_INVALID_ARGUMENT
+//! ├── GroupError                              SYMM_E_GROUP
+//! ├── HeapError                               SYMM_E_HEAP
+//! │   └── HeapExhausted                       SYMM_E_HEAP_EXHAUSTED
+//! ├── Timeout(SymmError, TimeoutError)        SYMM_E_TIMEOUT
+//! ├── PeerLost                                SYMM_E_PEER_LOST
+//! ├── Mismatch                                SYMM_E_MISMATCH
+//! ├── PeerRejected                            SYMM_E_PEER_REJECTED
+//! ├── BootstrapError                          SYMM_E_BOOTSTRAP
+//! ├── Unsupported                             SYMM_E_UNSUPPORTED
+//! └── SystemFailure(SymmError, OSError)       SYMM_E_SYSTEM
+//! ```
+//!
+//! `create_exception!` takes a single base class; `InvalidArgument`, `Timeout` and
+//! `SystemFailure` also derive from the built-in class a Python caller would catch
+//! (`except ValueError`), so the classes are made by calling `type(name, bases, namespace)` at
+//! module initialisation, from one table. The class is chosen from [`Error::code`], the stable
+//! contract: a code this table does not know yet (a newer core) still raises `SymmError` with the
+//! right `.code`.
+
+use pyo3::exceptions::{PyException, PyOSError, PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
+use symm_core::{ArgError, AtRank, Error, Rank};
+
+/// The Python module name shown in tracebacks (`symm.InvalidArgument`).
+const MODULE: &str = "symm";
+
+/// The built-in class an exception also derives from, besides its symm parent.
+#[derive(Clone, Copy, Debug)]
+enum Builtin {
+    None,
+    Value,
+    Timeout,
+    Os,
+}
+
+/// One row of the hierarchy: name, symm parent (index into [`CLASSES`]), extra built-in base,
+/// stable code, docstring.
+struct Class {
+    name: &'static str,
+    parent: Option<usize>,
+    builtin: Builtin,
+    code: Option<&'static str>,
+    doc: &'static str,
+}
+
+/// The hierarchy, parents before children.
+const CLASSES: &[Class] = &[
+    Class {
+        name: "SymmError",
+        parent: None,
+        builtin: Builtin::None,
+        code: None,
+        doc: "Base class of every symm error. `code` is the stable error code (`SYMM_E_*`), `rank` \
+              the global rank that raised it (None when unknown).",
+    },
+    Class {
+        name: "InvalidArgument",
+        parent: Some(0),
+        builtin: Builtin::Value,
+        code: Some("SYMM_E_INVALID_ARGUMENT"),
+        doc: "A bad argument, detected on the calling rank before any peer memory was touched. \
+              The message names the argument, its value and the rank.",
+    },
+    Class {
+        name: "GroupError",
+        parent: Some(0),
+        builtin: Builtin::None,
+        code: Some("SYMM_E_GROUP"),
+        doc: "A group problem: the caller is not a member, a rank is outside the group, the group \
+              spans hosts, or a buffer does not exist on the target rank.",
+    },
+    Class {
+        name: "HeapError",
+        parent: Some(0),
+        builtin: Builtin::None,
+        code: Some("SYMM_E_HEAP"),
+        doc: "A symmetric-heap problem (sizes that differ between ranks, a foreign or freed buffer).",
+    },
+    Class {
+        name: "HeapExhausted",
+        parent: Some(3),
+        builtin: Builtin::None,
+        code: Some("SYMM_E_HEAP_EXHAUSTED"),
+        doc: "Not enough free symmetric heap on every member (raise SYMMETRIC_MEMORY_HEAP_SIZE).",
+    },
+    Class {
+        name: "Timeout",
+        parent: Some(0),
+        builtin: Builtin::Timeout,
+        code: Some("SYMM_E_TIMEOUT"),
+        doc: "A bounded wait expired; the message says what was awaited, where, and the last value seen.",
+    },
+    Class {
+        name: "PeerLost",
+        parent: Some(0),
+        builtin: Builtin::None,
+        code: Some("SYMM_E_PEER_LOST"),
+        doc: "A peer process ended while this rank depended on it.",
+    },
+    Class {
+        name: "Mismatch",
+        parent: Some(0),
+        builtin: Builtin::None,
+        code: Some("SYMM_E_MISMATCH"),
+        doc: "Members of a group called a collective with arguments that do not agree.",
+    },
+    Class {
+        name: "PeerRejected",
+        parent: Some(0),
+        builtin: Builtin::None,
+        code: Some("SYMM_E_PEER_REJECTED"),
+        doc: "A peer rejected its own arguments for a collective this rank joined.",
+    },
+    Class {
+        name: "BootstrapError",
+        parent: Some(0),
+        builtin: Builtin::None,
+        code: Some("SYMM_E_BOOTSTRAP"),
+        doc: "Start-up failed: the framework's store, the environment, or mapping the peers' heaps.",
+    },
+    Class {
+        name: "Unsupported",
+        parent: Some(0),
+        builtin: Builtin::None,
+        code: Some("SYMM_E_UNSUPPORTED"),
+        doc: "A capability the backend does not offer (for example device tensors on the CPU backend).",
+    },
+    Class {
+        name: "SystemFailure",
+        parent: Some(0),
+        builtin: Builtin::Os,
+        code: Some("SYMM_E_SYSTEM"),
+        doc: "An operating-system call failed at run time.",
+    },
+];
+
+/// The class for a stable error code (index into [`CLASSES`]); 0 (`SymmError`) for unknown codes.
+fn class_index(code: &str) -> usize {
+    CLASSES.iter().position(|c| c.code == Some(code)).unwrap_or(0)
+}
+
+/// The created classes, in [`CLASSES`] order.
+static TYPES: PyOnceLock<Vec<Py<PyType>>> = PyOnceLock::new();
+
+fn create(py: Python<'_>) -> PyResult<Vec<Py<PyType>>> {
+    let type_ = py.get_type::<PyType>();
+    let mut made: Vec<Py<PyType>> = Vec::with_capacity(CLASSES.len());
+    for c in CLASSES {
+        let mut bases: Vec<Bound<'_, PyType>> = Vec::with_capacity(2);
+        match c.parent {
+            Some(p) => bases.push(made[p].bind(py).clone()),
+            None => bases.push(py.get_type::<PyException>()),
+        }
+        match c.builtin {
+            Builtin::None => {}
+            Builtin::Value => bases.push(py.get_type::<PyValueError>()),
+            Builtin::Timeout => bases.push(py.get_type::<PyTimeoutError>()),
+            Builtin::Os => bases.push(py.get_type::<PyOSError>()),
+        }
+        let ns = PyDict::new(py);
+        ns.set_item("__module__", MODULE)?;
+        ns.set_item("__doc__", c.doc)?;
+        ns.set_item("code", c.code)?;
+        ns.set_item("rank", py.None())?;
+        let cls = type_.call1((c.name, PyTuple::new(py, bases)?, ns))?;
+        made.push(cls.cast_into::<PyType>()?.unbind());
+    }
+    Ok(made)
+}
+
+/// Adds every exception class to the native module.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let types = TYPES.get_or_try_init(py, || create(py))?;
+    for (c, t) in CLASSES.iter().zip(types) {
+        m.add(c.name, t.clone_ref(py))?;
+    }
+    Ok(())
+}
+
+/// The Python exception for a library error: the class of its code, the message, and the
+/// `code` and `rank` attributes.
+pub(crate) fn to_py(py: Python<'_>, err: &Error) -> PyErr {
+    to_py_with(py, err, "")
+}
+
+/// As [`to_py`], with `extra` appended to the message (a hint only the bindings know).
+pub(crate) fn to_py_with(py: Python<'_>, err: &Error, extra: &str) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let types = TYPES.get_or_try_init(py, || create(py))?;
+        let cls = types[class_index(err.code())].bind(py);
+        let exc = cls.call1((format!("{err}{extra}"),))?;
+        exc.setattr("code", err.code())?;
+        let rank = err.rank();
+        if rank != Rank(u32::MAX) {
+            exc.setattr("rank", rank.0)?;
+        }
+        Ok(PyErr::from_value(exc))
+    };
+    // Building the exception only fails if the interpreter itself is failing (out of memory);
+    // that error is then the more useful one to raise.
+    build().unwrap_or_else(|e| e)
+}
+
+/// Shorthand: a core result as a Python result.
+pub(crate) trait IntoPyResult<T> {
+    /// Turns the library error into its Python exception.
+    fn py(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> IntoPyResult<T> for Result<T, Error> {
+    fn py(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| to_py(py, &e))
+    }
+}
+
+/// An [`ArgError::Invalid`] raised by `rank`, as a Python exception.
+pub(crate) fn invalid(
+    py: Python<'_>,
+    rank: Rank,
+    arg: &'static str,
+    value: impl std::fmt::Display,
+    reason: &str,
+) -> PyErr {
+    let err = Err::<(), _>(ArgError::invalid(arg, value, reason)).at(rank).unwrap_err();
+    to_py(py, &err)
+}
+
+/// An `InvalidArgument` raised before the caller's rank is known (bad `init` arguments).
+pub(crate) fn unranked_invalid(py: Python<'_>, message: &str) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let types = TYPES.get_or_try_init(py, || create(py))?;
+        let cls = types[class_index("SYMM_E_INVALID_ARGUMENT")].bind(py);
+        Ok(PyErr::from_value(cls.call1((format!("invalid argument: {message}"),))?))
+    };
+    build().unwrap_or_else(|e| e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use symm_core::{BootstrapError, GroupError, HeapError, TimeoutError};
+
+    /// One error of every kind the core has today, so that a new code without a class shows up.
+    fn samples() -> Vec<Error> {
+        let r = Rank(1);
+        vec![
+            Error::InvalidArgument { rank: r, source: ArgError::invalid("x", 1, "bad") },
+            Error::Group { rank: r, source: GroupError::NotMember { ranks: vec![Rank(0)] } },
+            Error::Heap { rank: r, source: HeapError::ForeignBuffer { arg: "buf" } },
+            Error::Heap {
+                rank: r,
+                source: HeapError::Exhausted {
+                    requested: 1,
+                    group: vec![],
+                    largest_common_free: 0,
+                    free: 0,
+                    heap_size: 0,
+                },
+            },
+            Error::Timeout(Box::new(TimeoutError::new(
+                r,
+                "wait".into(),
+                None,
+                "x".into(),
+                "y".into(),
+                "0".into(),
+                vec![],
+                std::time::Duration::ZERO,
+            ))),
+            Error::PeerLost { rank: r, peer: Rank(0), op: "barrier".into(), detail: "gone".into() },
+            Error::Bootstrap { rank: r, source: BootstrapError::Protocol("x".into()) },
+            Error::Unsupported { rank: r, backend: "sim", what: "x".into() },
+            Error::System { rank: r, what: "x".into(), source: std::io::Error::other("x") },
+        ]
+    }
+
+    #[test]
+    fn every_core_error_has_its_own_class_with_its_code() {
+        for e in samples() {
+            let i = class_index(e.code());
+            assert_ne!(i, 0, "{} falls back to SymmError", e.code());
+            assert_eq!(CLASSES[i].code, Some(e.code()));
+        }
+        assert_eq!(class_index("SYMM_E_SOMETHING_NEW"), 0);
+    }
+
+    #[test]
+    fn parents_come_before_children_and_codes_are_unique() {
+        for (i, c) in CLASSES.iter().enumerate() {
+            assert!(c.parent.map_or(true, |p| p < i), "{}", c.name);
+            assert!(c.code.is_none() || CLASSES.iter().filter(|d| d.code == c.code).count() == 1, "{}", c.name);
+        }
+        assert_eq!(CLASSES[CLASSES[class_index("SYMM_E_HEAP_EXHAUSTED")].parent.unwrap()].name, "HeapError");
+    }
+}

@@ -1,0 +1,40 @@
+//! # symm-python: the native module `symm._symm`
+//!
+//! The Python package `symm` (in `python/symm`) is the public API; this module is its private,
+//! framework-neutral engine:
+//!
+//! ```text
+//! symm (Python)            empty / barrier / shmem_* / groups / errors, RFC names and argument order
+//!   symm.platform.*        the framework: ranks, groups, the key-value store, tensor <-> Desc
+//!         │  descriptors (address, elements, dtype, layout), native groups, heap blocks
+//! symm._symm (this crate)  validation with the Python argument names, GIL released while blocking
+//!         │
+//! symm-core / symm-sim     Communicator over the CPU shared-memory backend
+//! ```
+//!
+//! - [`comm`]: `Communicator`, `Group`, `HeapBlock` (buffer protocol: zero-copy tensors).
+//! - [`coll`]: collectives and send/recv, checked with the Python argument names.
+//! - [`store`]: the framework's store as a [`symm_core::Store`] for start-up.
+//! - [`errors`]: one exception class per error code, all under `symm.SymmError`.
+//! - [`registry`]: live allocations by heap offset (recognising symmetric tensors).
+
+mod coll;
+mod comm;
+mod errors;
+mod registry;
+mod store;
+
+use pyo3::prelude::*;
+
+/// Native engine of the `symm` package (private: use `symm`).
+#[pymodule(gil_used = false)]
+fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("DTYPES", comm::dtype_names(m.py())?)?;
+    m.add_class::<comm::PyCommunicator>()?;
+    m.add_class::<comm::PyGroup>()?;
+    m.add_class::<comm::HeapBlock>()?;
+    m.add_function(wrap_pyfunction!(comm::init, m)?)?;
+    errors::register(m)?;
+    Ok(())
+}

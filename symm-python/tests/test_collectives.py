@@ -1,0 +1,50 @@
+"""Collectives, autograd, interop with torch.distributed and the perf entry point, on real ranks."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness import DEFAULT_ENV, check_all_passed, run_ranks
+
+
+def test_collectives_on_the_world_and_on_groups_in_any_order_4_ranks(tmp_path):
+    check_all_passed(run_ranks("scenarios_coll.collectives", 4, tmp_path, store="tcp", timeout=150))
+
+
+def test_collectives_bad_input_right_class_on_every_rank_and_nobody_hangs(tmp_path):
+    t0 = time.monotonic()
+    check_all_passed(run_ranks("scenarios_coll.coll_bad_input", 4, tmp_path, env={"SYMMETRIC_MEMORY_TIMEOUT": "3"}))
+    assert time.monotonic() - t0 < 90
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_autograd_gradcheck_conventions_and_gloo_reference(tmp_path, world):
+    check_all_passed(run_ranks("scenarios_autograd.autograd", world, tmp_path, timeout=150))
+
+
+def test_training_on_a_2x2_mesh_symm_in_dp_gloo_in_tp_matches_all_gloo(tmp_path):
+    results = run_ranks("scenarios_autograd.interop_mesh", 4, tmp_path, store="tcp", timeout=120)
+    check_all_passed(results)
+    for r in results:
+        assert "max |symm - gloo|" in r.output, r.output[-2000:]
+
+
+def test_perf_entry_point_runs_every_op_through_symm_and_gloo_and_checks_results(tmp_path):
+    # a small run: every operation, three sizes, 2 spawned ranks; the default run is larger
+    env = dict(DEFAULT_ENV)
+    env.pop("SYMMETRIC_MEMORY_HEAP_SIZE")  # symm.perf sizes the heap itself
+    env = {**os.environ, **env}
+    cmd = [sys.executable, "-m", "symm.perf", "-b", "1K", "-e", "256K", "-f", "16", "-n", "3", "-w", "1", "-g", "2"]
+    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    text = out.stdout
+    for op in ("all_reduce", "reduce_scatter", "all_gather", "alltoall", "sendrecv", "broadcast"):
+        assert f"# {op}" in text, text
+    rows = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
+    assert len(rows) == 6 * 3, text
+    for row in rows:
+        assert len(row) == 8 and row[-1] == "0", row  # size, count, 2 times, 2 busbw, ratio, #wrong
+    assert "symm(us)" in text and "gloo(us)" in text and "wrong elements in total: 0" in text, text

@@ -1,0 +1,159 @@
+//! Diagnostics with ranks as threads of this process: the flight recorder seen from every
+//! rank, statistics, the log sink, and two threads driving one group.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use symm_core::dfx::{self, Level, RecordState};
+use symm_core::{
+    Backend, CollOptions, Collectives, Communicator, DType, Error, LocalMut, Rank, ReduceOp, SymmetricHeap,
+};
+use symm_sim::{run_in_process, SimConfig};
+
+fn config() -> SimConfig {
+    let mut c = SimConfig::with_heap_size(32 << 20);
+    c.timeout = Duration::from_secs(30);
+    c
+}
+
+fn allreduce<C: Collectives>(comm: &C, n: usize) -> symm_core::Result<()> {
+    let mut buf = vec![1.0f32; n];
+    comm.allreduce(&comm.world(), LocalMut::from(&mut buf), ReduceOp::Sum, &CollOptions::default())
+}
+
+#[test]
+fn every_rank_reads_the_whole_nodes_flight_recorder_and_its_own_statistics() {
+    let results = run_in_process(3, config(), |comm| {
+        let me = comm.rank();
+        let world = comm.world();
+        let buf = comm.alloc(&world, 8, DType::I64).expect("alloc");
+        for _ in 0..3 {
+            allreduce(&comm, 10).expect("allreduce");
+        }
+        comm.barrier(&world).expect("barrier");
+        let all = dfx::records(&comm).expect("records");
+        // Read before the last barrier lets anyone go on: every rank has recorded as much.
+        comm.barrier(&world).expect("barrier");
+        assert_eq!(all.len(), 3, "rank {me}: one entry per rank of the node");
+        assert_eq!(all[0].rank, me, "the caller's own records come first");
+        for rr in &all {
+            assert_eq!(rr.pid, std::process::id());
+            let ops: Vec<&str> = rr.records.iter().map(|r| r.op).collect();
+            assert_eq!(ops.first(), Some(&"init"), "rank {me} reading rank {}: {ops:?}", rr.rank);
+            let reduces: Vec<_> = rr.records.iter().filter(|r| r.op == "allreduce").collect();
+            assert_eq!(reduces.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2, 3], "{ops:?}");
+            for r in &reduces {
+                assert_eq!(r.state, RecordState::Completed);
+                assert_eq!((r.count, r.dtype), (10, Some(DType::F32)));
+                assert_eq!(r.group_ranks.as_deref(), Some(&[Rank(0), Rank(1), Rank(2)][..]));
+                assert!(r.start_ns > 0 && r.end_ns >= r.start_ns, "{r:?}");
+            }
+            // The allocation that set up the collectives' workspace happened inside the first
+            // allreduce; the user's allocation before it.
+            assert!(ops.contains(&"alloc") && ops.contains(&"barrier"), "{ops:?}");
+        }
+        let text = dfx::dump(&comm);
+        for r in 0..3 {
+            assert!(text.contains(&format!("rank {r} (pid")), "{text}");
+        }
+        assert!(text.contains("allreduce") && text.contains("10 x float32"), "{text}");
+
+        let stats = dfx::stats(&comm);
+        let ar = stats.iter().find(|s| s.op == "allreduce").expect("allreduce statistics");
+        assert_eq!((ar.calls, ar.bytes, ar.errors), (3, 3 * 40, 0), "{stats:?}");
+        assert!(ar.total_ns > 0);
+        let barrier = stats.iter().find(|s| s.op == "barrier").expect("barrier statistics");
+        assert_eq!(barrier.calls, 2, "{stats:?}");
+        dfx::reset_stats(&comm);
+        assert!(dfx::stats(&comm).is_empty());
+        let e = comm.alloc(&world, usize::MAX / 2, DType::I64).unwrap_err();
+        assert!(e.to_string().contains("heap"), "{e}");
+        comm.free(buf).expect("free");
+        let stats = dfx::stats(&comm);
+        assert_eq!(stats.iter().find(|s| s.op == "free").map(|s| (s.calls, s.errors)), Some((1, 0)), "{stats:?}");
+    });
+    for (r, res) in results.into_iter().enumerate() {
+        res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
+    }
+}
+
+#[test]
+fn the_log_sink_receives_one_line_per_operation_with_rank_and_group() {
+    let lines: Arc<Mutex<Vec<(Level, String)>>> = Arc::default();
+    let sink = lines.clone();
+    dfx::set_log_sink(Box::new(move |level, line| sink.lock().unwrap().push((level, line.to_string()))));
+    dfx::set_log_level(Some(Level::Debug));
+    let results = run_in_process(2, config(), |comm| {
+        allreduce(&comm, 4).expect("allreduce");
+        comm.barrier(&comm.world()).expect("barrier");
+    });
+    dfx::set_log_level(Some(Level::Error));
+    dfx::reset_log_sink();
+    for res in results {
+        res.expect("rank start-up");
+    }
+    let lines = lines.lock().unwrap();
+    for r in 0..2 {
+        let done = format!("rank {r}: allreduce #1 in group [0, 1] (count 4 float32) completed");
+        assert!(lines.iter().any(|(l, s)| *l == Level::Debug && s.contains(&done)), "no line {done:?} in {lines:#?}");
+        assert!(
+            lines.iter().any(|(l, s)| *l == Level::Info && s.contains(&format!("rank {r}: started"))),
+            "{lines:#?}"
+        );
+    }
+    assert!(lines.iter().all(|(_, s)| !s.contains('\n')), "one line per event: {lines:#?}");
+}
+
+#[test]
+fn a_second_thread_driving_a_busy_group_gets_a_clear_error() {
+    let results = run_in_process(2, config(), |comm| {
+        let me = comm.rank().index();
+        allreduce(&comm, 4).expect("warm-up allreduce (sets the group's collectives up)");
+        if me == 1 {
+            // Rank 0's first thread waits in allreduce #2 for this rank meanwhile.
+            std::thread::sleep(Duration::from_millis(600));
+            allreduce(&comm, 4).expect("allreduce #2");
+            return;
+        }
+        std::thread::scope(|s| {
+            let first = s.spawn(|| allreduce(&comm, 4));
+            std::thread::sleep(Duration::from_millis(200));
+            let start = Instant::now();
+            let second = allreduce(&comm, 4);
+            let took = start.elapsed();
+            match &second {
+                Err(e @ Error::ConcurrentUse { group, .. }) => {
+                    assert_eq!(group, &vec![Rank(0), Rank(1)]);
+                    let text = e.to_string();
+                    assert!(text.contains("group [0, 1]") && text.contains("allreduce #2"), "{text}");
+                    assert_eq!(e.code(), "SYMM_E_CONCURRENT_USE");
+                }
+                other => panic!("expected ConcurrentUse, got {other:?}"),
+            }
+            assert!(took < Duration::from_millis(300), "the second thread waited {took:?} instead of failing at once");
+            first.join().expect("first thread").expect("the first thread's allreduce completes");
+        });
+        let errors = dfx::stats(&comm).iter().find(|s| s.op == "allreduce").map(|s| s.errors);
+        assert_eq!(errors, Some(1));
+    });
+    for res in results {
+        res.expect("rank start-up");
+    }
+}
+
+#[test]
+fn a_rank_thread_that_drops_its_communicator_fails_its_peers_with_peer_exited() {
+    let results = run_in_process(2, config(), |comm| {
+        allreduce(&comm, 4).expect("warm-up");
+        if comm.rank().index() == 1 {
+            return None;
+        }
+        let start = Instant::now();
+        let e = allreduce(&comm, 4).unwrap_err();
+        Some((e.to_string(), e.code(), start.elapsed()))
+    });
+    let (text, code, took) = results.into_iter().next().unwrap().expect("start-up").expect("rank 0's outcome");
+    assert_eq!(code, "SYMM_E_PEER_EXITED", "{text}");
+    assert!(text.contains("peer rank 1") && text.contains("dropped its communicator"), "{text}");
+    assert!(took < Duration::from_secs(2), "detected after {took:?}");
+}

@@ -1,0 +1,171 @@
+//! Faults across processes and what every rank reports about them (`symm-dfx-rank` runs the
+//! ranks and checks what each one saw; see `src/bin/symm-dfx-rank.rs`):
+//! - a rank killed with SIGKILL in the middle of an allreduce loop: the others get `PeerLost`
+//!   naming it within 2 s (far below the 60 s wait bound);
+//! - a rank that leaves normally (drops its communicator, exits with it open, or returns from
+//!   `main`): the others get `PeerExited` naming it within 2 s;
+//! - a rank that never arrives: a timeout whose text names the op, the group, the sequence
+//!   number and the missing rank, with the node's flight recorder attached and logged;
+//! - under `SYMM_VALIDATE=1`: ranks out of step (different call counts) and alltoall split
+//!   sizes that disagree fail on every rank, naming the rank and both values;
+//! - `SYMM_DUMP_ON_SIGNAL=1`: SIGUSR1 prints the flight recorder to stderr.
+//!
+//! Every job must leave nothing behind: no new entry in `/dev/shm`, no process.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Bound on each survivor's detection of a lost or exited peer (it checks every 100 ms).
+const DETECT_LIMIT_MS: u64 = 2000;
+/// The wait bound of the jobs: every detection must come long before it.
+const WAIT_BOUND_S: u64 = 60;
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_symm-dfx-rank"))
+}
+
+fn shm_entries() -> BTreeSet<String> {
+    match std::fs::read_dir("/dev/shm") {
+        Ok(dir) => dir.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
+        // No /dev/shm at all: nothing can be left there either.
+        Err(_) => BTreeSet::new(),
+    }
+}
+
+/// Processes whose environment holds `entry` (`NAME=value`).
+fn processes_with_env(entry: &str) -> Vec<u32> {
+    let Ok(proc_dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    proc_dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|env| env.split(|&b| b == 0).any(|kv| kv == entry.as_bytes()))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+fn tag(mode: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    format!("{}-{mode}-{nanos}", std::process::id())
+}
+
+/// Runs `ranks` ranks of `symm-dfx-rank mode victim limit` with `extra` environment; checks
+/// that the job took less than `job_limit` and left no process and no /dev/shm entry behind.
+fn run_job(mode: &str, ranks: usize, victim: usize, extra: &[(&str, &str)], job_limit: Duration) -> Vec<ExitStatus> {
+    let tag_value = tag(mode);
+    let tag = format!("SYMM_DFX_TEST_JOB={tag_value}");
+    let mut env = vec![
+        ("SYMMETRIC_MEMORY_HEAP_SIZE".to_string(), "8M".to_string()),
+        ("SYMMETRIC_MEMORY_TIMEOUT".to_string(), WAIT_BOUND_S.to_string()),
+        ("SYMM_COLL_WORKSPACE".to_string(), "256K".to_string()),
+        ("SYMM_DFX_TEST_JOB".to_string(), tag_value),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let args = vec![mode.to_string(), victim.to_string(), DETECT_LIMIT_MS.to_string()];
+    let shm_before = shm_entries();
+    let start = Instant::now();
+    // Grace well below the wait bound: ranks that hang are killed and reported as such.
+    let statuses = symm_sim::spawn_ranks(ranks, exe(), &args, &env, Duration::from_secs(15)).expect("starting ranks");
+    let took = start.elapsed();
+    assert!(took < job_limit, "{mode}: the job took {took:?} (limit {job_limit:?}, wait bound {WAIT_BOUND_S} s)");
+    let shm_after = shm_entries();
+    let new: Vec<&String> = shm_after.difference(&shm_before).collect();
+    assert!(
+        new.is_empty(),
+        "{mode}: the job left new entries in /dev/shm: {new:?} (if another program created them meanwhile, rerun)"
+    );
+    // A victim that lingers (mode `drop`) is gone once spawn_ranks returned; allow the kernel a
+    // moment to reap nothing else.
+    let left = processes_with_env(&tag);
+    assert!(left.is_empty(), "{mode}: processes of the job are still running: pids {left:?}");
+    statuses
+}
+
+fn assert_all_ok(mode: &str, statuses: &[ExitStatus], except: Option<usize>) {
+    for (r, st) in statuses.iter().enumerate().filter(|&(r, _)| Some(r) != except) {
+        assert!(st.success(), "{mode}: rank {r} ended with {st} (see its CHECK FAILED lines above)");
+    }
+}
+
+#[test]
+fn a_rank_killed_mid_allreduce_is_named_by_peer_lost_within_two_seconds() {
+    for ranks in [3, 4] {
+        let victim = ranks - 2;
+        let statuses = run_job("kill", ranks, victim, &[], Duration::from_secs(20));
+        assert_eq!(statuses[victim].signal(), Some(libc::SIGKILL), "the victim ended with {}", statuses[victim]);
+        assert_all_ok("kill", &statuses, Some(victim));
+    }
+}
+
+#[test]
+fn a_rank_that_drops_its_communicator_is_named_by_peer_exited() {
+    let statuses = run_job("drop", 3, 1, &[], Duration::from_secs(20));
+    assert_all_ok("drop", &statuses, None);
+}
+
+#[test]
+fn a_rank_that_exits_with_its_communicator_open_is_named_by_peer_exited() {
+    let statuses = run_job("exit", 3, 2, &[], Duration::from_secs(20));
+    assert_all_ok("exit", &statuses, None);
+}
+
+#[test]
+fn a_rank_that_returns_from_main_is_named_by_peer_exited() {
+    let statuses = run_job("return", 3, 0, &[], Duration::from_secs(20));
+    assert_all_ok("return", &statuses, None);
+}
+
+#[test]
+fn a_rank_that_never_arrives_gives_a_timeout_naming_op_group_sequence_and_rank_with_the_flight_recorder() {
+    let statuses = run_job("timeout", 3, 2, &[], Duration::from_secs(20));
+    assert_all_ok("timeout", &statuses, None);
+}
+
+#[test]
+fn ranks_out_of_step_fail_on_every_rank_under_validation() {
+    let statuses = run_job("skew", 3, 1, &[("SYMM_VALIDATE", "1")], Duration::from_secs(20));
+    assert_all_ok("skew", &statuses, None);
+}
+
+#[test]
+fn alltoall_sizes_that_disagree_fail_on_every_rank_under_validation_and_on_the_receiver_without() {
+    let statuses = run_job("alltoall", 4, 1, &[("SYMM_VALIDATE", "1")], Duration::from_secs(20));
+    assert_all_ok("alltoall validated", &statuses, None);
+    let statuses = run_job("alltoall", 4, 1, &[], Duration::from_secs(20));
+    assert_all_ok("alltoall", &statuses, None);
+}
+
+#[test]
+fn sigusr1_prints_the_flight_recorder_when_asked_for() {
+    let port = symm_sim::launch::free_port().expect("a free port");
+    let mut child = Command::new(exe())
+        .args(["signal", "0", "0"])
+        .env(symm_sim::launch::RANK_VAR, "0")
+        .env(symm_sim::launch::WORLD_SIZE_VAR, "1")
+        .env(symm_sim::launch::RENDEZVOUS_VAR, format!("127.0.0.1:{port}"))
+        .env("SYMMETRIC_MEMORY_HEAP_SIZE", "4M")
+        .env("SYMM_DUMP_ON_SIGNAL", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting symm-dfx-rank");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("reading the rank's first line");
+    assert_eq!(line.trim(), "ready", "unexpected first line of the rank");
+    // SAFETY: sends SIGUSR1 to the child this test started (and still owns: not reaped yet).
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGUSR1) };
+    assert_eq!(rc, 0, "kill(SIGUSR1) failed");
+    let status = child.wait().expect("waiting for the rank");
+    let mut err = String::new();
+    child.stderr.take().expect("stderr").read_to_string(&mut err).expect("reading stderr");
+    assert!(status.success(), "the rank ended with {status}; stderr: {err}");
+    for needle in ["dump requested by signal", "symm flight recorder", "rank 0 (pid", "init", "completed"] {
+        assert!(err.contains(needle), "stderr lacks {needle:?}: {err}");
+    }
+}
