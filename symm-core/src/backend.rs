@@ -51,6 +51,11 @@ pub struct WaitSite {
     /// `group`. Point-to-point waits name their one peer, so that another member finishing its
     /// work and leaving is no error for them.
     pub watch: Vec<Rank>,
+    /// The one peer whose signal the wait needs, when there is one: a peer that left on
+    /// purpose (closed its communicator, exited normally) fails the wait only if it is this one,
+    /// since another may have done its whole part before leaving. `None`: any watched peer that
+    /// left fails the wait.
+    pub waiting_on: Option<Rank>,
 }
 
 /// The mechanism a backend provides. Arguments are validated by the caller (this crate).

@@ -242,6 +242,7 @@ pub trait Communicator: SymmetricHeap {
             group: Some(signal.group.ranks().to_vec()),
             location: format!("signal[{signal_offset}] ({} buffer at heap byte {offset:#x})", signal.dtype),
             watch: Vec::new(),
+            waiting_on: None,
         };
         let ev = OpEvent { op: Op::WaitUntil, group: Some(&signal.group), seq: 0, count: 0, dtype: None, bytes: 0 };
         dfx::traced(self, &ev, || {

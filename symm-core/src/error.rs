@@ -163,7 +163,11 @@ impl fmt::Display for TimeoutError {
             write!(f, "; ranks not arrived: {:?}", self.pending)?;
         }
         if let Some(s) = &self.flight_summary {
-            write!(f, "; flight recorder (latest operation per rank): {s}; full node dump logged to stderr and in TimeoutError::flight_dump")?;
+            write!(
+                f,
+                "; flight recorder (latest operation per rank): {s}; full node dump in TimeoutError::flight_dump, \
+                 also logged at error level"
+            )?;
         }
         write!(f, " (raise SYMMETRIC_MEMORY_TIMEOUT or the call's timeout if the peers are only slow)")
     }
@@ -342,7 +346,8 @@ mod tests {
     /// One error of every variant, so that a new variant without a listed code fails here.
     fn samples() -> Vec<Error> {
         let r = Rank(1);
-        let t = TimeoutError::new(r, "barrier".into(), None, "x".into(), "y".into(), "0".into(), vec![], Duration::ZERO);
+        let t =
+            TimeoutError::new(r, "barrier".into(), None, "x".into(), "y".into(), "0".into(), vec![], Duration::ZERO);
         vec![
             Error::InvalidArgument { rank: r, source: ArgError::invalid("x", 1, "bad") },
             Error::Group { rank: r, source: GroupError::NotMember { ranks: vec![] } },

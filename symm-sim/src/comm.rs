@@ -23,7 +23,7 @@ use symm_core::{
 };
 
 use crate::alloc;
-use crate::control::{Control, GroupSlot, Layout, CLOSED, EXITED, GRANULE, MAGIC, MAX_GROUPS};
+use crate::control::{Control, GroupSlot, Layout, CLOSED, EXITED, GRANULE, MAGIC, MAX_GROUPS, OPEN};
 use crate::recorder::SimNode;
 use crate::sys::{self, Mapping};
 use crate::wait::{self, ring, SpinPolicy, WaitEnd};
@@ -267,6 +267,20 @@ impl SimComm {
         comm._registration = Some(dfx::register(comm.node.clone()));
         dfx::install_dump_on_signal_from_env();
         comm.node.mark(Op::Init);
+        // Set up the world's collective workspace now, while every rank is here: send/recv in
+        // the world then never waits for ranks that take no part in it. A heap too small for
+        // it only defers the set-up to the world's first collective.
+        if comm.world.member().is_ok() {
+            match symm_core::coll::prepare(&comm, &comm.world) {
+                Ok(()) => {}
+                Err(Error::Heap { source, .. }) => symm_core::symm_log!(
+                    dfx::Level::Warn,
+                    rank,
+                    "collective workspace of the world not set up at start-up ({source}); it will be at the first collective"
+                ),
+                Err(e) => return Err(e),
+            }
+        }
         symm_core::symm_log!(
             dfx::Level::Info,
             rank,
@@ -378,6 +392,7 @@ impl SimComm {
                         group: Some(st.group.ranks().to_vec()),
                         location: format!("the group table of rank {global}"),
                         watch: Vec::new(),
+                        waiting_on: None,
                     },
                     format!("rank {global} to create the group"),
                     "group not created".into(),
@@ -385,7 +400,7 @@ impl SimComm {
                     started.elapsed(),
                 ));
             }
-            if let Err(e) = self.check_alive(&[global], "group set-up") {
+            if let Err(e) = self.check_alive(&[global], &[global], "group set-up") {
                 // The peer may have registered the group and ended since the last look.
                 let k = find().ok_or(e)?;
                 let _ = st.peer_slots[i].set(k);
@@ -417,25 +432,36 @@ impl SimComm {
     }
 
     /// `PeerLost` if one of `ranks` (on this host) has ended.
-    /// `PeerExited` if one of `ranks` closed its communicator or exited normally (its closed
-    /// mark), `PeerLost` if its process has ended otherwise.
-    fn check_alive(&self, ranks: &[Rank], op: &str) -> Result<()> {
-        for &r in ranks.iter().filter(|&&r| r != self.rank) {
+    /// `PeerExited` if one of `needed` left on purpose (its closed mark: it dropped its
+    /// communicator or its process exited normally); `PeerLost` if one of `ranks` ended without
+    /// leaving (its process is gone, its mark still open).
+    ///
+    /// The two lists differ for collectives: a member that died leaves every member stuck
+    /// (they all wait on each other), so the whole group is watched for that; a member that
+    /// left on purpose may have done its whole part already (another member may merely be
+    /// slow), so only the member a wait needs is blamed for leaving.
+    fn check_alive(&self, ranks: &[Rank], needed: &[Rank], op: &str) -> Result<()> {
+        let closed = |r: Rank| {
             // Acquire: pairs with the SeqCst mark of the leaving rank (nothing else is read
             // through it; the mark alone is the news).
-            let closed = self.ctrl(r).map_or(0, |c| c.header().closed.load(Ordering::Acquire));
-            if closed == CLOSED || closed == EXITED {
+            self.ctrl(r).map_or(OPEN, |c| c.header().closed.load(Ordering::Acquire))
+        };
+        for &r in needed.iter().filter(|&&r| r != self.rank) {
+            let how = closed(r);
+            if how == CLOSED || how == EXITED {
                 return Err(Error::PeerExited {
                     rank: self.rank,
                     peer: r,
                     op: op.to_string(),
-                    detail: if closed == CLOSED {
+                    detail: if how == CLOSED {
                         "it dropped its communicator".into()
                     } else {
                         format!("its process {} exited without dropping it", self.pids[r.index()])
                     },
                 });
             }
+        }
+        for &r in ranks.iter().filter(|&&r| r != self.rank && closed(r) == OPEN) {
             if self.pids[r.index()] != std::process::id() && !sys::process_alive(self.pids[r.index()]) {
                 return Err(Error::PeerLost {
                     rank: self.rank,
@@ -476,7 +502,10 @@ impl SimComm {
                 .collect()
         };
         let all_there = || slots.iter().all(|s| counter(s).load(Ordering::Acquire) >= target).then_some(());
-        let health = || self.check_alive(&behind(), op);
+        let health = || {
+            let b = behind();
+            self.check_alive(&b, &b, op)
+        };
         match wait::wait_until(self.me().header(), self.policy, deadline, all_there, health) {
             Ok(()) => Ok(()),
             Err(WaitEnd::Failed(e)) => Err(e),
@@ -489,6 +518,7 @@ impl SimComm {
                         group: Some(st.group.ranks().to_vec()),
                         location: what.to_string(),
                         watch: Vec::new(),
+                        waiting_on: None,
                     },
                     format!("every member to reach #{target}"),
                     format!("[{}] per member", seen.join(", ")),
@@ -733,7 +763,8 @@ impl Backend for SimComm {
         };
         let watched: Vec<Rank> =
             if site.watch.is_empty() { site.group.clone().unwrap_or_default() } else { site.watch.clone() };
-        let health = || self.check_alive(&watched, &site.op);
+        let needed: Vec<Rank> = site.waiting_on.map_or_else(|| watched.clone(), |r| vec![r]);
+        let health = || self.check_alive(&watched, &needed, &site.op);
         match wait::wait_until(self.me().header(), self.policy, start + timeout, check, health) {
             Ok(v) => Ok(v),
             Err(WaitEnd::Failed(e)) => Err(e),

@@ -362,6 +362,15 @@ pub trait Collectives: Communicator {
 
 impl<C: Communicator + ?Sized> Collectives for C {}
 
+/// Collective over `group`: sets up the group's collective workspace now rather than at its
+/// first collective. Backends call it for the world at start-up, so that send/recv between two
+/// ranks of the world never needs the other ranks; call it for a sub-group whose first use is
+/// a send/recv between some of its members.
+pub fn prepare<C: Communicator + ?Sized>(c: &C, group: &Group) -> Result<()> {
+    group.member().at(c.rank())?;
+    CollState::of(c, group).map(|_| ())
+}
+
 /// Checks op/dtype/format of a reduction; returns the transport format in effect (the
 /// option, else the group's default from the environment).
 fn check_reduction<C: Communicator + ?Sized>(

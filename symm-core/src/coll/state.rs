@@ -180,8 +180,23 @@ impl CollState {
             // SAFETY: the caller's copy of `flags` is `bytes()` long; nobody else writes it
             // until this rank has published something (the barrier below orders that).
             unsafe { std::ptr::write_bytes(b.local_heap_base().add(flags.heap_offset()), 0, flags.bytes()) };
-            let stage = b.alloc(group, tun.stage_bytes, DType::U8)?;
-            let mail = b.alloc(group, n * MAIL_SLOTS * tun.mail_chunk, DType::U8)?;
+            // Every member fails a collective allocation the same way, so a failure here can
+            // give back what was taken and leave the group as it was.
+            let stage = match b.alloc(group, tun.stage_bytes, DType::U8) {
+                Ok(s) => s,
+                Err(e) => {
+                    b.free(flags)?;
+                    return Err(e);
+                }
+            };
+            let mail = match b.alloc(group, n * MAIL_SLOTS * tun.mail_chunk, DType::U8) {
+                Ok(m) => m,
+                Err(e) => {
+                    b.free(stage)?;
+                    b.free(flags)?;
+                    return Err(e);
+                }
+            };
             b.barrier_group(group, b.default_timeout())?;
             let mapped = if tun.force_get {
                 None
@@ -329,6 +344,7 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
             // Collective waits watch every member: a member waiting on another that lost a
             // third is stuck too. Point-to-point waits concern their one peer.
             watch: if self.p2p { vec![self.group.ranks()[writer]] } else { Vec::new() },
+            waiting_on: Some(self.group.ranks()[writer]),
         };
         match self.b.wait_signal_at(
             self.word_offset(writer, word),

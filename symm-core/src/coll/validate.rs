@@ -107,8 +107,8 @@ pub fn round<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, plan: &Pla
             Some(mismatch(
                 format!("the validation round of collective call #{call}"),
                 format!(
-                    "an ordinary round (it is at collective call #{} of the group): the members do not run the same \
-                     sequence of collective calls, or SYMM_VALIDATE is not set on every rank",
+                    "an ordinary round (its latest collective call of the group: #{}): the members do not run the \
+                     same sequence of collective calls, or SYMM_VALIDATE is not set on every rank",
                     ctx.read_word(j, CALLS)
                 ),
             ))
@@ -196,16 +196,13 @@ fn share_pair_verdict<B: Backend + ?Sized>(
     }))
 }
 
-/// In validation mode, adds both members' collective call numbers to a mismatch raised by the
-/// call (rounds that do not line up show up there first).
+/// In validation mode, adds this member's collective call number to a mismatch raised by the
+/// call against a peer's validation round (rounds that do not line up show up there first; the
+/// peer's call number is already in the text, from its facts).
 pub fn annotate<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, e: &mut Error) {
-    if let Error::Mismatch { peer, mine, theirs, .. } = e {
-        if mine.contains("collective call #") || mine.contains("SYMM_VALIDATE") || ctx.p2p {
-            return;
-        }
-        if let Some(j) = ctx.group.to_local(*peer) {
-            mine.push_str(&format!(" [this rank: collective call #{}]", ctx.call));
-            theirs.push_str(&format!(" [global rank {peer}: collective call #{}]", ctx.read_word(j.index(), CALLS)));
+    if let Error::Mismatch { mine, theirs, .. } = e {
+        if !ctx.p2p && theirs.contains(VALIDATION_TEXT) && !mine.contains("collective call #") {
+            mine.push_str(&format!(" as collective call #{}", ctx.call));
         }
     }
 }
@@ -237,9 +234,12 @@ pub fn explain_timeout<B: Backend + ?Sized>(
     t.pending = pending;
 }
 
+/// What [`describe_validation`] says, for [`annotate`] to recognise.
+const VALIDATION_TEXT: &str = "the validation round of its collective call #";
+
 /// Text for the signature of a validation round, for `Call::describe`.
 pub fn describe_validation(len: i64) -> String {
-    format!("the validation round of its collective call #{len} (SYMM_VALIDATE=1)")
+    format!("{VALIDATION_TEXT}{len} (SYMM_VALIDATE=1)")
 }
 
 /// Used by the always-on first-round comparison: whether `sig` is a validation round.

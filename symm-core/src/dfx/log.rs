@@ -18,9 +18,11 @@ pub const LOG_LEVEL_VAR: &str = "SYMM_LOG_LEVEL";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
 pub enum Level {
-    /// Failures that end communication in a group: timeouts, lost or exited peers.
+    /// Failures that end communication in a group: timeouts (but those of `wait_until`), lost
+    /// or exited peers.
     Error = 1,
-    /// Every other failed operation (bad arguments, mismatches between ranks).
+    /// Every other failed operation (bad arguments, mismatches between ranks, `wait_until`
+    /// timeouts).
     Warn = 2,
     /// Life cycle: communicators started and closed, settings in effect.
     Info = 3,

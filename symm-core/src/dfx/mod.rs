@@ -192,12 +192,17 @@ pub fn refused<B: Backend + ?Sized>(b: &B, ev: &OpEvent<'_>, e: &Error) {
 
 #[cold]
 fn failed<B: Backend + ?Sized>(b: &B, ev: &OpEvent<'_>, e: &Error) {
-    let level = match e {
-        Error::Timeout(_) | Error::PeerLost { .. } | Error::PeerExited { .. } => Level::Error,
-        _ => Level::Warn,
+    // A wait_until that times out breaks nothing (signals are monotonic; the caller may wait
+    // again, or polls with a short bound on purpose): a warning without the dump. Every other
+    // timeout, and a lost or exited peer, leaves the group unusable: an error, with the dump.
+    let fatal = match e {
+        Error::Timeout(_) => ev.op != Op::WaitUntil,
+        Error::PeerLost { .. } | Error::PeerExited { .. } => true,
+        _ => false,
     };
+    let level = if fatal { Level::Error } else { Level::Warn };
     symm_log!(level, b.rank(), "{} failed ({}): {e}", describe(ev), e.code());
-    if let (Error::Timeout(t), true) = (e, log::enabled(Level::Error)) {
+    if let (Error::Timeout(t), true, true) = (e, fatal, log::enabled(Level::Error)) {
         if let Some(d) = &t.flight_dump {
             log::emit(Level::Error, &format!("[symm] error rank {}: flight recorder at the timeout:\n{d}", b.rank()));
         }

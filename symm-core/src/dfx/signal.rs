@@ -67,9 +67,21 @@ pub fn dump_all() -> String {
 extern "C" fn on_exit() {
     // Nothing may unwind out of an `extern "C"` function; a panic here only loses the marks.
     let _ = std::panic::catch_unwind(|| {
-        let sources = SOURCES.lock().unwrap_or_else(|e| e.into_inner());
-        for (_, s) in sources.iter() {
-            s.process_exiting();
+        // Another thread may hold the list (printing a dump) or have died holding it: wait a
+        // little, never forever, so that exiting cannot hang.
+        for _ in 0..200 {
+            let sources = match SOURCES.try_lock() {
+                Ok(s) => s,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    continue;
+                }
+            };
+            for (_, s) in sources.iter() {
+                s.process_exiting();
+            }
+            return;
         }
     });
 }

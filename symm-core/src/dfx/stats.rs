@@ -30,7 +30,8 @@ pub struct OpStats {
     pub op: &'static str,
     /// Calls made (failed ones included).
     pub calls: u64,
-    /// Payload bytes of those calls (the caller's input, see `docs/errors.md`).
+    /// Payload bytes of those calls: elements x dtype size of the caller's buffer (alltoall:
+    /// of everything it sends; send/recv: of the message; barrier, wait_until: 0).
     pub bytes: u64,
     /// Time spent in those calls, in nanoseconds.
     pub total_ns: u64,
