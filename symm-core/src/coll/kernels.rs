@@ -16,6 +16,9 @@ pub const BLOCK: usize = 1024;
 pub trait Reduce: Copy + 'static {
     /// The accumulator type.
     type Acc: Copy + Default;
+    /// Whether `Acc` is `Self` (no widening): the reduction can then run in place in `dst`,
+    /// two plain streams at a time, which vectorises much better.
+    const SAME: bool = false;
     /// Widens an element.
     fn widen(self) -> Self::Acc;
     /// Narrows an accumulator (rounding once).
@@ -34,6 +37,7 @@ macro_rules! float_reduce {
     ($t:ty, $acc:ty, $widen:expr, $narrow:expr) => {
         impl Reduce for $t {
             type Acc = $acc;
+            const SAME: bool = std::mem::size_of::<$t>() == std::mem::size_of::<$acc>();
             #[inline(always)]
             fn widen(self) -> $acc {
                 $widen(self)
@@ -81,6 +85,7 @@ macro_rules! int_reduce {
     ($($t:ty),*) => {$(
         impl Reduce for $t {
             type Acc = $t;
+            const SAME: bool = true;
             #[inline(always)]
             fn widen(self) -> $t { self }
             #[inline(always)]
@@ -150,6 +155,68 @@ fn combine<T: Reduce>(op: ReduceOp, acc: &mut [T::Acc], src: *const T) {
     }
 }
 
+/// `dst[i] = f(a[i], b[i])` for `len` elements (a plain, vectorisable pass).
+///
+/// # Safety
+/// `a` and `b` are valid for `len` reads, `dst` for `len` writes; `dst` is `a`, `b` or
+/// disjoint from both.
+#[inline(always)]
+unsafe fn pass2<T: Reduce>(a: *const T, b: *const T, dst: *mut T, len: usize, f: impl Fn(T::Acc, T::Acc) -> T::Acc) {
+    for i in 0..len {
+        // SAFETY: i < len (contract); reading both before writing keeps exact aliasing correct.
+        unsafe {
+            let v = f(a.add(i).read_unaligned().widen(), b.add(i).read_unaligned().widen());
+            dst.add(i).write_unaligned(T::narrow(v));
+        }
+    }
+}
+
+/// The reduction for types that accumulate in themselves: fold the sources into `dst` two
+/// streams at a time, block by block (so `dst` stays in cache between passes). Same order as
+/// [`reduce_typed`]: `((s0 op s1) op s2) ...`.
+///
+/// # Safety
+/// As [`reduce_typed`], and `dst` is not one of `srcs[2..]` (it would be overwritten before
+/// being read).
+unsafe fn reduce_same<T: Reduce>(op: ReduceOp, srcs: &[*const T], dst: *mut T, count: usize) {
+    let n = srcs.len();
+    macro_rules! fold {
+        ($f:path) => {{
+            let mut start = 0;
+            while start < count {
+                let len = (BLOCK * 8).min(count - start);
+                // SAFETY: `start + len <= count` for every source and `dst` (contract).
+                unsafe {
+                    let d = dst.add(start);
+                    if n == 1 {
+                        std::ptr::copy(srcs[0].add(start), d, len);
+                    } else {
+                        pass2::<T>(srcs[0].add(start), srcs[1].add(start), d, len, $f);
+                        for src in &srcs[2..] {
+                            pass2::<T>(d, src.add(start), d, len, $f);
+                        }
+                    }
+                }
+                start += len;
+            }
+        }};
+    }
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => fold!(T::add),
+        ReduceOp::Max => fold!(T::max),
+        ReduceOp::Min => fold!(T::min),
+    }
+    if op == ReduceOp::Avg {
+        for i in 0..count {
+            // SAFETY: i < count, inside `dst`.
+            unsafe {
+                let p = dst.add(i);
+                p.write_unaligned(T::narrow(T::div(p.read_unaligned().widen(), n)));
+            }
+        }
+    }
+}
+
 /// Typed n-ary reduction.
 ///
 /// # Safety
@@ -158,6 +225,10 @@ fn combine<T: Reduce>(op: ReduceOp, acc: &mut [T::Acc], src: *const T) {
 /// written) but must not partially overlap any source; nobody writes the sources meanwhile.
 pub unsafe fn reduce_typed<T: Reduce>(op: ReduceOp, srcs: &[*const T], dst: *mut T, count: usize) {
     let n = srcs.len();
+    if T::SAME && !srcs.iter().skip(2).any(|&s| std::ptr::eq(s, dst)) {
+        // SAFETY: forwarded; `dst` is not a source read after the first pass.
+        return unsafe { reduce_same(op, srcs, dst, count) };
+    }
     let mut acc = [T::Acc::default(); BLOCK];
     let mut start = 0;
     while start < count {

@@ -83,7 +83,7 @@ pub const MAIL_HEADER: usize = 16;
 pub struct Tunables {
     /// Bytes of the staging area (`SYMM_COLL_WORKSPACE`, default 16 MiB).
     pub stage_bytes: usize,
-    /// Largest allreduce (bytes) done one-shot (`SYMM_ALLREDUCE_ONESHOT_MAX`, default 256 KiB).
+    /// Largest allreduce (bytes) done one-shot (`SYMM_ALLREDUCE_ONESHOT_MAX`, default 8 KiB).
     pub oneshot_max: usize,
     /// Bytes of one mailbox chunk (`SYMM_P2P_CHUNK`, default 256 KiB).
     pub mail_chunk: usize,
@@ -113,7 +113,7 @@ impl Tunables {
         };
         Ok(Tunables {
             stage_bytes: size("SYMM_COLL_WORKSPACE", 16 << 20)?.max(64 << 10),
-            oneshot_max: size("SYMM_ALLREDUCE_ONESHOT_MAX", 256 << 10)?,
+            oneshot_max: size("SYMM_ALLREDUCE_ONESHOT_MAX", 8 << 10)?,
             mail_chunk: size("SYMM_P2P_CHUNK", 256 << 10)?.max(MAIL_HEADER + 64),
             force_get,
             default_low_precision: super::lowp::format_from_env(),
