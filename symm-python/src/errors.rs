@@ -8,8 +8,10 @@
 //! │   └── HeapExhausted                       SYMM_E_HEAP_EXHAUSTED
 //! ├── Timeout(SymmError, TimeoutError)        SYMM_E_TIMEOUT
 //! ├── PeerLost                                SYMM_E_PEER_LOST
+//! │   └── PeerExited                          SYMM_E_PEER_EXITED
 //! ├── Mismatch                                SYMM_E_MISMATCH
 //! ├── PeerRejected                            SYMM_E_PEER_REJECTED
+//! ├── ConcurrentUse                           SYMM_E_CONCURRENT_USE
 //! ├── BootstrapError                          SYMM_E_BOOTSTRAP
 //! ├── Unsupported                             SYMM_E_UNSUPPORTED
 //! └── SystemFailure(SymmError, OSError)       SYMM_E_SYSTEM
@@ -20,7 +22,12 @@
 //! (`except ValueError`), so the classes are made by calling `type(name, bases, namespace)` at
 //! module initialisation, from one table. The class is chosen from [`Error::code`], the stable
 //! contract: a code this table does not know yet (a newer core) still raises `SymmError` with the
-//! right `.code`.
+//! right `.code` (a test checks that every code of [`Error::CODES`] has its own class).
+//!
+//! `PeerExited` derives from `PeerLost`: both mean a peer is gone and the group cannot be used
+//! any more, so `except symm.PeerLost` keeps catching a peer that left on purpose (closed its
+//! communicator, or exited normally without closing it); `except symm.PeerExited` tells the two
+//! apart.
 
 use pyo3::exceptions::{PyException, PyOSError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
@@ -138,6 +145,23 @@ const CLASSES: &[Class] = &[
         builtin: Builtin::Os,
         code: Some("SYMM_E_SYSTEM"),
         doc: "An operating-system call failed at run time.",
+    },
+    // Added later: appended, so that the parent indices above stay valid.
+    Class {
+        name: "PeerExited",
+        parent: Some(6),
+        builtin: Builtin::None,
+        code: Some("SYMM_E_PEER_EXITED"),
+        doc: "A peer left on purpose (closed its communicator, or its process exited normally with \
+              it open) while this rank still depended on it. A PeerLost: the group is unusable.",
+    },
+    Class {
+        name: "ConcurrentUse",
+        parent: Some(0),
+        builtin: Builtin::None,
+        code: Some("SYMM_E_CONCURRENT_USE"),
+        doc: "Two threads of one rank called into the same group at the same time; the second \
+              one gets this error at once. Call the operations of one group from one thread.",
     },
 ];
 
@@ -276,6 +300,8 @@ mod tests {
                 std::time::Duration::ZERO,
             ))),
             Error::PeerLost { rank: r, peer: Rank(0), op: "barrier".into(), detail: "gone".into() },
+            Error::PeerExited { rank: r, peer: Rank(0), op: "barrier".into(), detail: "gone".into() },
+            Error::ConcurrentUse { rank: r, op: "barrier".into(), group: vec![], busy: "x".into() },
             Error::Bootstrap { rank: r, source: BootstrapError::Protocol("x".into()) },
             Error::Unsupported { rank: r, backend: "sim", what: "x".into() },
             Error::System { rank: r, what: "x".into(), source: std::io::Error::other("x") },
@@ -290,6 +316,17 @@ mod tests {
             assert_eq!(CLASSES[i].code, Some(e.code()));
         }
         assert_eq!(class_index("SYMM_E_SOMETHING_NEW"), 0);
+    }
+
+    #[test]
+    fn every_code_of_the_core_has_its_own_class() {
+        for code in Error::CODES {
+            let i = class_index(code);
+            assert_ne!(i, 0, "{code} falls back to SymmError: add a class to CLASSES");
+        }
+        let known = CLASSES.iter().filter_map(|c| c.code).count();
+        assert_eq!(known, Error::CODES.len(), "a class has a code the core does not list");
+        assert_eq!(CLASSES[CLASSES[class_index("SYMM_E_PEER_EXITED")].parent.unwrap()].name, "PeerLost");
     }
 
     #[test]

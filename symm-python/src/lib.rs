@@ -16,10 +16,12 @@
 //! - [`coll`]: collectives and send/recv, checked with the Python argument names.
 //! - [`store`]: the framework's store as a [`symm_core::Store`] for start-up.
 //! - [`errors`]: one exception class per error code, all under `symm.SymmError`.
+//! - [`dfx`]: diagnostics: logging into `logging`, statistics, flight-recorder dumps.
 //! - [`registry`]: live allocations by heap offset (recognising symmetric tensors).
 
 mod coll;
 mod comm;
+mod dfx;
 mod errors;
 mod registry;
 mod store;
@@ -36,5 +38,6 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<comm::HeapBlock>()?;
     m.add_function(wrap_pyfunction!(comm::init, m)?)?;
     errors::register(m)?;
+    dfx::register(m)?;
     Ok(())
 }

@@ -307,6 +307,33 @@ def against_gloo(group):
         assert torch.allclose(grads[0], grads[1], rtol=1e-12, atol=1e-12), (name, grads)
 
 
+def pipeline(rank, world):
+    """Two pipeline stages on ranks 0 and 1: stage 0 sends its activations, stage 1 computes
+    the loss; stage 0's weight gradient (through the gradient stage 1 sends back) equals the
+    single-process one. A tensor sent without grad arrives without grad."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(4, 3, dtype=torch.float64, generator=gen)
+    w0 = torch.randn(3, 5, dtype=torch.float64, generator=gen)
+    w1 = torch.randn(5, 2, dtype=torch.float64, generator=gen)
+    a, b = w0.clone().requires_grad_(), w1.clone().requires_grad_()
+    (torch.tanh(x @ a) @ b).pow(2).sum().backward()  # the reference, in one process
+    if rank == 0:
+        w = w0.clone().requires_grad_()
+        y = F.send(torch.tanh(x @ w), 1)
+        (0 * y.sum()).backward()  # reaches send's backward, which receives the gradient
+        assert torch.allclose(w.grad, a.grad, rtol=1e-12, atol=1e-12), (w.grad, a.grad)
+        F.send(torch.ones(3), 1)  # no grad: the receiver's tensor will not require grad
+    elif rank == 1:
+        w = w1.clone().requires_grad_()
+        h = F.recv((4, 5), 0, torch.float64)
+        assert h.requires_grad
+        (h @ w).pow(2).sum().backward()  # sends h's gradient to rank 0
+        assert torch.allclose(w.grad, b.grad, rtol=1e-12, atol=1e-12)
+        plain = F.recv(torch.empty(3), 0)
+        assert not plain.requires_grad and plain.tolist() == [1.0] * 3
+    dist.barrier()
+
+
 def autograd(rank, world):
     groups = [None, symm.create_group(list(reversed(range(world))))]
     for g in groups:
@@ -325,7 +352,8 @@ def autograd(rank, world):
     t = torch.ones(2)
     symm.shmem_allreduce(t)
     assert t.tolist() == [float(world)] * 2
-    dist.barrier()
+    # send/recv between two ranks of the world (whose workspace the collectives above made)
+    pipeline(rank, world)
 
 
 # --------------------------------------------------------------------------------------------

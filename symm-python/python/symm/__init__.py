@@ -23,6 +23,9 @@ contiguous CPU tensor; their differentiable forms are in ``symm.functional`` (Py
 Offsets and sizes count elements. ``target_rank`` is a rank of ``group`` (global when ``group``
 is None). Every blocking call is bounded by ``SYMMETRIC_MEMORY_TIMEOUT`` and releases the GIL.
 Errors are ``SymmError`` subclasses carrying a stable ``code`` and the ``rank`` that raised them.
+Diagnostics: the core logs into the ``symm`` logger (``SYMM_LOG_LEVEL``, ``set_log_level``);
+``stats``, ``reset_stats``, ``dump``, ``flight_records``, ``install_dump_on_signal``; every call
+shows up in ``torch.profiler`` as ``symm::<op>(<numel> x <dtype>, group=...)``.
 """
 
 from ._symm import (
@@ -33,6 +36,8 @@ from ._symm import (
     HeapExhausted,
     InvalidArgument,
     Mismatch,
+    ConcurrentUse,
+    PeerExited,
     PeerLost,
     PeerRejected,
     SymmError,
@@ -40,6 +45,15 @@ from ._symm import (
     Timeout,
     Unsupported,
     __version__,
+)
+from ._diag import (
+    dump,
+    flight_records,
+    get_log_level,
+    install_dump_on_signal,
+    reset_stats,
+    set_log_level,
+    stats,
 )
 from ._api import (
     barrier,
@@ -72,6 +86,8 @@ __all__ = [
     "HeapExhausted",
     "InvalidArgument",
     "Mismatch",
+    "ConcurrentUse",
+    "PeerExited",
     "PeerLost",
     "PeerRejected",
     "SymmError",
@@ -81,11 +97,17 @@ __all__ = [
     "__version__",
     "barrier",
     "create_group",
+    "dump",
     "empty",
+    "flight_records",
     "free",
+    "get_log_level",
     "init",
+    "install_dump_on_signal",
     "is_initialized",
     "is_symmetric",
+    "reset_stats",
+    "set_log_level",
     "shmem_allgather",
     "shmem_allreduce",
     "shmem_alltoall",
@@ -99,6 +121,7 @@ __all__ = [
     "shmem_signal_op",
     "shmem_wait_for_signal",
     "split_group",
+    "stats",
 ]
 
 

@@ -1,7 +1,7 @@
 """Type stubs of the public ``symm`` API."""
 
 import datetime
-from typing import Any, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed
@@ -15,6 +15,8 @@ from ._symm import (
     HeapExhausted as HeapExhausted,
     InvalidArgument as InvalidArgument,
     Mismatch as Mismatch,
+    ConcurrentUse as ConcurrentUse,
+    PeerExited as PeerExited,
     PeerLost as PeerLost,
     PeerRejected as PeerRejected,
     SymmError as SymmError,
@@ -117,3 +119,12 @@ def create_group(ranks: Sequence[int]) -> torch.distributed.ProcessGroup: ...
 def split_group(parent: GroupLike, ranks: Sequence[int]) -> Union[torch.distributed.ProcessGroup, int]: ...
 
 __all__: list[str]
+
+# Diagnostics
+def set_log_level(level: Union[str, int, None]) -> None: ...
+def get_log_level() -> str: ...
+def stats() -> List[Dict[str, Any]]: ...
+def reset_stats() -> None: ...
+def dump() -> str: ...
+def flight_records() -> List[Dict[str, Any]]: ...
+def install_dump_on_signal() -> None: ...

@@ -7,11 +7,13 @@ raises the ``symm.SymmError`` family with messages naming the argument, its valu
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import threading
-from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, TypeVar
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, TypeVar, cast
 
-from . import _symm
+from . import _diag, _symm
 from .platform import get_platform
 from .platform.base import Platform
 
@@ -63,6 +65,72 @@ def _int_list(rank: Optional[int], arg: str, values: Any) -> List[int]:
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# Profiler ranges: every public call shows up in the framework's profiler (torch.profiler) as
+# ``symm::<op>(<numel> x <dtype>, group=<ranks>)`` while a profiler records. Without one, the
+# cost is one attribute check per call.
+# --------------------------------------------------------------------------------------------
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _size(st: _State, tensor: Any) -> str:
+    d = st.platform.describe(tensor)
+    if d is None:
+        return "?"
+    return f"{d[1]} x {d[2].rpartition('.')[2]}"
+
+
+def _count(st: _State, n: Any, like: Any) -> str:
+    d = st.platform.describe(like)
+    dtype = "?" if d is None else d[2].rpartition(".")[2]
+    try:
+        numel = int(st.platform.scalar(n))
+    except (TypeError, ValueError):
+        numel = "?"  # type: ignore[assignment]
+    return f"{numel} x {dtype}"
+
+
+def _group_text(st: _State, group: Any) -> str:
+    if group is None:
+        return "group=world"
+    try:
+        return f"group={list(st.platform.group_ranks(group))}"
+    except Exception:
+        return f"group={group!r}"
+
+
+def _profiled(op: str, describe: Callable[[_State, Dict[str, Any]], str]) -> Callable[[F], F]:
+    """Wraps ``fn`` in ``record_function(f"symm::{op}({describe(...)})")`` while the framework's
+    profiler records; ``describe`` gets the call's arguments by name (defaults applied)."""
+
+    def deco(fn: F) -> F:
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            st = _state
+            if st is None or not st.platform.profiling():
+                return fn(*args, **kwargs)
+            try:
+                bound = sig.bind(*args, **kwargs)
+                bound.apply_defaults()
+                what = describe(st, bound.arguments)
+            except Exception:
+                what = "?"  # bad arguments: the call itself reports them
+            with st.platform.record_function(f"symm::{op}({what})"):
+                return fn(*args, **kwargs)
+
+        return cast(F, wrapper)
+
+    return deco
+
+
+def _on(arg: str) -> Callable[[_State, Dict[str, Any]], str]:
+    """Describes a call by the tensor argument ``arg`` and the ``group`` argument."""
+    return lambda st, a: f"{_size(st, a[arg])}, {_group_text(st, a.get('group'))}"
+
+
 def init(group: Any = None) -> None:
     """Starts symmetric memory on this process. Collective over ``group``.
 
@@ -86,6 +154,7 @@ def init(group: Any = None) -> None:
     """
     global _state, _attempts
     with _lock:
+        _diag.install_logging()
         platform = get_platform()
         if not platform.is_initialized():
             raise _error(
@@ -165,6 +234,7 @@ def _desc(st: _State, tensor: Any, arg: str) -> Any:
     return d
 
 
+@_profiled("alloc", lambda st, a: f"{a['shape']} x {a['dtype']}, {_group_text(st, a['group'])}")
 def empty(shape: Any, dtype: Any, group: Any = None) -> Any:
     """A tensor in symmetric memory: the same heap offset on every member of ``group``.
 
@@ -201,6 +271,7 @@ def empty(shape: Any, dtype: Any, group: Any = None) -> Any:
     return st.platform.wrap(block, dims, dtype)
 
 
+@_profiled("free", lambda st, a: _size(st, a["tensor"]))
 def free(tensor: Any) -> None:
     """Releases the symmetric allocation ``tensor`` lies in. Collective over the group that
     allocated it: every member frees the same allocation, in the same order.
@@ -223,6 +294,7 @@ def is_symmetric(tensor: Any) -> bool:
     return d is not None and d[4] == "cpu" and st.comm.is_symmetric(d[0])
 
 
+@_profiled("barrier", lambda st, a: _group_text(st, a["group"]))
 def barrier(group: Any = None) -> None:
     """Blocks until every member of ``group`` has called it; everything any member issued
     before is then complete and visible to every member. Bounded by
@@ -231,6 +303,7 @@ def barrier(group: Any = None) -> None:
     st.comm.barrier(_native_group(st, group))
 
 
+@_profiled("put", lambda st, a: f"{_count(st, a['size'], a['src'])}, {_group_text(st, a['group'])}")
 def shmem_put(
     target: Any, target_offset: Any, src: Any, src_offset: Any, size: Any, target_rank: Any, group: Any = None
 ) -> None:
@@ -254,6 +327,7 @@ def shmem_put(
     )
 
 
+@_profiled("get", lambda st, a: f"{_count(st, a['size'], a['src'])}, {_group_text(st, a['group'])}")
 def shmem_get(
     target: Any, target_offset: Any, src: Any, src_offset: Any, size: Any, target_rank: Any, group: Any = None
 ) -> None:
@@ -276,6 +350,7 @@ def shmem_get(
     )
 
 
+@_profiled("signal_op", lambda st, a: f"{_count(st, 1, a['signal'])}, {_group_text(st, a['group'])}")
 def shmem_signal_op(
     signal: Any, signal_offset: Any, signal_value: Any, signal_op: Any = 0, target_rank: Any = 0, group: Any = None
 ) -> None:
@@ -301,6 +376,7 @@ def shmem_signal_op(
     )
 
 
+@_profiled("put_with_signal", lambda st, a: f"{_count(st, a['size'], a['src'])}, {_group_text(st, a['group'])}")
 def shmem_put_with_signal(
     target: Any,
     target_offset: Any,
@@ -333,6 +409,7 @@ def shmem_put_with_signal(
     )
 
 
+@_profiled("wait_for_signal", lambda st, a: f"{_count(st, 1, a['signal'])}, {_group_text(st, a['group'])}")
 def shmem_wait_for_signal(
     depend_tensor: Any,
     signal: Any,
@@ -435,6 +512,7 @@ def _descs(st: _State, tensors: Any, arg: str) -> List[Any]:
     return out
 
 
+@_profiled("allreduce", _on("tensor"))
 def shmem_allreduce(tensor: Any, op: Any = "sum", group: Any = None, low_precision_dtype: Any = None) -> None:
     """In place: every member's ``tensor`` becomes the reduction of all members' ``tensor``.
 
@@ -462,6 +540,7 @@ def shmem_allreduce(tensor: Any, op: Any = "sum", group: Any = None, low_precisi
     st.comm.allreduce(g, t, op, lp)
 
 
+@_profiled("reduce_scatter", _on("input_tensor"))
 def shmem_reduce_scatter(
     output_tensor: Any, input_tensor: Any, op: Any = "sum", group: Any = None, low_precision_dtype: Any = None
 ) -> None:
@@ -487,6 +566,7 @@ def shmem_reduce_scatter(
     st.comm.reduce_scatter(g, o, i, op, lp)
 
 
+@_profiled("allgather", _on("input_tensor"))
 def shmem_allgather(output_tensor: Any, input_tensor: Any, group: Any = None) -> None:
     """Every member's ``output_tensor`` becomes the concatenation, in group-rank order, of the
     members' ``input_tensor``.
@@ -503,6 +583,15 @@ def shmem_allgather(output_tensor: Any, input_tensor: Any, group: Any = None) ->
     st.comm.allgather(g, o, i)
 
 
+def _alltoall_text(st: _State, a: Dict[str, Any]) -> str:
+    sends = a["send_tensor_list"]
+    ds = [st.platform.describe(t) for t in sends]
+    numel = sum(d[1] for d in ds if d is not None)
+    dtype = next((d[2].rpartition(".")[2] for d in ds if d is not None), "?")
+    return f"{numel} x {dtype}, {_group_text(st, a['group'])}"
+
+
+@_profiled("alltoall", _alltoall_text)
 def shmem_alltoall(send_tensor_list: Any, receive_tensor: Any, receive_list: Any, group: Any = None) -> None:
     """Personalised exchange: ``send_tensor_list[i]`` goes to group rank i; what group rank i
     sends lands in ``receive_tensor``, packed in source-rank order.
@@ -532,6 +621,7 @@ def shmem_alltoall(send_tensor_list: Any, receive_tensor: Any, receive_list: Any
     st.comm.alltoall(g, sends, r, counts)
 
 
+@_profiled("broadcast", _on("tensor"))
 def shmem_broadcast(tensor: Any, src_rank: Any, group: Any = None) -> None:
     """Every member's ``tensor`` becomes group rank ``src_rank``'s ``tensor``. Collective over
     ``group``; ``src_rank`` is a rank of ``group`` (global when ``group`` is None)."""
@@ -541,6 +631,7 @@ def shmem_broadcast(tensor: Any, src_rank: Any, group: Any = None) -> None:
     st.comm.broadcast(g, t, st.platform.scalar(src_rank))
 
 
+@_profiled("send", _on("tensor"))
 def shmem_send(tensor: Any, dst_rank: Any, group: Any = None) -> None:
     """Sends ``tensor`` to ``dst_rank`` (a rank of ``group``), which receives it with
     ``shmem_recv`` of the same element count and dtype. Messages between two ranks arrive in
@@ -556,6 +647,7 @@ def shmem_send(tensor: Any, dst_rank: Any, group: Any = None) -> None:
     st.comm.send(_native_group(st, group), _desc(st, tensor, "tensor"), st.platform.scalar(dst_rank))
 
 
+@_profiled("recv", _on("tensor"))
 def shmem_recv(tensor: Any, src_rank: Any, group: Any = None) -> None:
     """Receives the next message from ``src_rank`` (a rank of ``group``) into ``tensor``.
 

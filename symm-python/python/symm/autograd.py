@@ -19,7 +19,7 @@ AllReduce          reduce (sum, avg)               ``"identity"`` (default): the
 AllToAll           exchange rows by split sizes    all_to_all of the gradient, splits swapped
 Broadcast          rank src's input everywhere     sum of the gradients, to src (others: 0)
 Send               send to dst; output = input     gradient of the output + the gradient that
-                                                   dst's Recv sends back
+                   (after a flag: grad or not)     dst's Recv sends back
 Recv               receive from src                send the gradient back to src
 =================  ==============================  ============================================
 
@@ -40,7 +40,7 @@ Outputs that differ per rank (reduce_scatter, all_to_all, recv) have one correct
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -50,6 +50,28 @@ from . import _api
 __all__ = ["AllGather", "ReduceScatter", "AllReduce", "AllToAll", "Broadcast", "Send", "Recv"]
 
 _DIFFERENTIABLE_OPS = {"sum": "sum", "avg": "avg", 0: "sum", 1: "avg"}
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _traced(name: str, tensor_arg: str, group_arg: Optional[str] = None) -> Callable[[_F], _F]:
+    """A profiler range ``symm::<Function>.<forward|backward>(<numel> x <dtype>, group=...)``
+    around a forward or backward (group from the argument ``group_arg``, else ``ctx.group``)."""
+
+    def describe(st: Any, a: Dict[str, Any]) -> str:
+        group = a[group_arg] if group_arg is not None else getattr(a["ctx"], "group", None)
+        return f"{_api._size(st, a[tensor_arg])}, {_api._group_text(st, group)}"
+
+    return _api._profiled(name, describe)
+
+
+def _recv_text(st: Any, a: Dict[str, Any]) -> str:
+    shape = tuple(a["shape"]) if isinstance(a["shape"], (list, tuple)) else (a["shape"],)
+    numel = 1
+    for d in shape:
+        numel *= int(d)
+    return f"{numel} x {str(a['dtype']).rpartition('.')[2]}, {_api._group_text(st, a['group'])}"
 
 
 def differentiable_op(op: Any, group: Any) -> str:
@@ -118,6 +140,7 @@ class AllGather(torch.autograd.Function):
     input gives shape ``(n,)``). Backward: reduce_scatter(sum) of the gradient."""
 
     @staticmethod
+    @_traced("AllGather.forward", "input", "group")
     def forward(ctx: Any, input: torch.Tensor, group: Any) -> torch.Tensor:
         ctx.group = group
         ctx.shape = tuple(input.shape)
@@ -125,6 +148,7 @@ class AllGather(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @_traced("AllGather.backward", "grad")
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], None]:
         return _reduce_scatter(grad, "sum", ctx.group, ctx.shape), None
 
@@ -135,6 +159,7 @@ class ReduceScatter(torch.autograd.Function):
     all_gather of the gradient (divided by n for avg)."""
 
     @staticmethod
+    @_traced("ReduceScatter.forward", "input", "group")
     def forward(ctx: Any, input: torch.Tensor, op: str, group: Any, low_precision_dtype: Any = None) -> torch.Tensor:
         n, _ = _api._group_size_rank(group)
         rows, row = _dim0(input)
@@ -150,6 +175,7 @@ class ReduceScatter(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @_traced("ReduceScatter.backward", "grad")
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], None, None, None]:
         g = _all_gather(grad, ctx.group)
         if ctx.op == "avg":
@@ -164,6 +190,7 @@ class AllReduce(torch.autograd.Function):
     ``"all_reduce"`` (the sum-over-ranks convention)."""
 
     @staticmethod
+    @_traced("AllReduce.forward", "input", "group")
     def forward(
         ctx: Any, input: torch.Tensor, op: str, group: Any, backward: str, low_precision_dtype: Any = None
     ) -> torch.Tensor:
@@ -175,6 +202,7 @@ class AllReduce(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @_traced("AllReduce.backward", "grad")
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], None, None, None, None]:
         if ctx.mode == "identity":
             g = grad if ctx.op == "sum" else grad / ctx.n
@@ -191,6 +219,7 @@ class AllToAll(torch.autograd.Function):
     the gradient with the splits swapped."""
 
     @staticmethod
+    @_traced("AllToAll.forward", "input", "group")
     def forward(
         ctx: Any, input: torch.Tensor, output_split_sizes: List[int], input_split_sizes: List[int], group: Any
     ) -> torch.Tensor:
@@ -199,6 +228,7 @@ class AllToAll(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @_traced("AllToAll.backward", "grad")
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], None, None, None]:
         return _all_to_all(grad, ctx.in_splits, ctx.out_splits, ctx.group), None, None, None
 
@@ -208,6 +238,7 @@ class Broadcast(torch.autograd.Function):
     Backward: the sum of every rank's gradient goes to ``src``; the others get zeros."""
 
     @staticmethod
+    @_traced("Broadcast.forward", "input", "group")
     def forward(ctx: Any, input: torch.Tensor, src: int, group: Any) -> torch.Tensor:
         _, me = _api._group_size_rank(group)
         ctx.group, ctx.is_src = group, me == src
@@ -217,28 +248,47 @@ class Broadcast(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @_traced("Broadcast.backward", "grad")
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], None, None]:
         g = grad.contiguous().clone()
         _api.shmem_allreduce(g, "sum", ctx.group)
         return (g if ctx.is_src else torch.zeros_like(g)), None, None
 
 
+def _grad_flag(wants: bool) -> torch.Tensor:
+    return torch.tensor([1 if wants else 0], dtype=torch.int8)
+
+
+def recv_grad_flag(src: int, group: Any) -> bool:
+    """Receives the message ``Send`` puts before its data: whether the sender's backward will
+    wait for the gradient."""
+    flag = torch.empty(1, dtype=torch.int8)
+    _api.shmem_recv(flag, src, group)
+    return bool(flag.item())
+
+
 class Send(torch.autograd.Function):
     """``Send.apply(input, dst, group)``: sends ``input`` to group rank ``dst`` and returns it
-    (a new tensor with the same values, for local use). Backward: receives from ``dst`` the
-    gradient its Recv sends back and adds it to the gradient of the returned tensor (zeros when
-    the returned tensor is used only to reach the backward)."""
+    (a new tensor with the same values, for local use). Before the data goes a one-byte message
+    saying whether this backward will wait for a gradient (``input`` requires grad, grad mode
+    on), which ``symm.functional.recv`` reads to decide whether its result requires grad.
+    Backward: receives from ``dst`` the gradient its Recv sends back and adds it to the
+    gradient of the returned tensor (zeros when the returned tensor is used only to reach the
+    backward)."""
 
     @staticmethod
+    @_traced("Send.forward", "input", "group")
     def forward(ctx: Any, input: torch.Tensor, dst: int, group: Any) -> torch.Tensor:
         ctx.group, ctx.dst = group, dst
         x = input.contiguous()
+        _api.shmem_send(_grad_flag(bool(ctx.needs_input_grad[0])), dst, group)
         _api.shmem_send(x, dst, group)
         ctx.shape, ctx.dtype = tuple(x.shape), x.dtype
         return x.clone()
 
     @staticmethod
     @once_differentiable
+    @_traced("Send.backward", "grad")
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], None, None]:
         remote = torch.empty(ctx.shape, dtype=ctx.dtype)
         _api.shmem_recv(remote, ctx.dst, ctx.group)
@@ -252,6 +302,7 @@ class Recv(torch.autograd.Function):
     Backward: sends the gradient back to ``src`` (whose Send's backward receives it)."""
 
     @staticmethod
+    @_api._profiled("Recv.forward", _recv_text)
     def forward(
         ctx: Any, anchor: torch.Tensor, shape: Tuple[int, ...], dtype: torch.dtype, src: int, group: Any
     ) -> torch.Tensor:
@@ -262,6 +313,7 @@ class Recv(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @_traced("Recv.backward", "grad")
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[None, None, None, None, None]:
         _api.shmem_send(grad.contiguous(), ctx.src, ctx.group)
         return None, None, None, None, None

@@ -20,7 +20,17 @@ from typing import Any, List, Optional, Sequence, Union
 import torch
 
 from . import _api
-from .autograd import AllGather, AllReduce, AllToAll, Broadcast, Recv, ReduceScatter, Send, differentiable_op
+from .autograd import (
+    AllGather,
+    AllReduce,
+    AllToAll,
+    Broadcast,
+    Recv,
+    ReduceScatter,
+    Send,
+    differentiable_op,
+    recv_grad_flag,
+)
 
 __all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast", "send", "recv"]
 
@@ -183,10 +193,11 @@ def send(input: torch.Tensor, dst: int, group: Any = None) -> torch.Tensor:
     """Sends ``input`` to group rank ``dst`` (which calls ``recv``) and returns a copy of it.
 
     Gradient: the returned tensor's gradient plus the gradient of the received tensor, which
-    ``dst``'s backward sends back. The returned tensor is how autograd reaches this backward:
-    when it is not otherwise used, add it to the loss with a zero weight (``loss = loss +
-    0 * y.sum()``), or the receiver's gradient message is never consumed (a later receive from
-    ``dst`` would get it; see the README).
+    ``dst``'s backward sends back. ``send`` tells ``recv`` whether ``input`` requires grad, and
+    the received tensor requires grad exactly then, so the two backwards always pair. The
+    returned tensor is how autograd reaches this backward: when it is not otherwise used, add
+    it to the loss with a zero weight (``loss = loss + 0 * y.sum()``); a backward that never
+    runs leaves ``dst``'s gradient message unread (the next receive from ``dst`` would get it).
     """
     return Send.apply(_tensor(input, "input", group, collective=False), dst, group)
 
@@ -199,19 +210,20 @@ def recv(
     src: int,
     dtype: Optional[torch.dtype] = None,
     group: Any = None,
-    requires_grad: bool = True,
 ) -> torch.Tensor:
     """Receives a new tensor from group rank ``src`` (which calls ``send``).
 
     ``like``: a tensor whose shape and dtype the message has (it is not written), or a shape
-    (then ``dtype``, default float32). With ``requires_grad`` (default) and grad mode on, the
-    result requires grad and its backward sends the gradient back to ``src``, whose ``send``
-    backward waits for it.
+    (then ``dtype``, default float32). The result requires grad when the sender's tensor did
+    (``send`` says so first); its backward then sends the gradient back to ``src``, whose
+    ``send`` backward waits for it.
 
     Autograd runs that backward only when it reaches the node: ``loss.backward()`` always does;
     ``torch.autograd.grad(loss, inputs)`` only on paths to ``inputs``. When ``like`` is a tensor
     that requires grad, the received tensor hangs off ``like``'s graph (with a zero gradient),
-    so pass a tensor of the graph you differentiate (e.g. the stage's input) in that case.
+    so pass a tensor of the graph you differentiate (e.g. the stage's input) in that case. When
+    the gradient is not wanted here (grad mode off), the sender's backward waits in vain and
+    raises Timeout.
     """
     global _ANCHOR
     if isinstance(like, torch.Tensor):
@@ -226,7 +238,8 @@ def recv(
                 "like", repr(like), "expected a tensor or a shape (an int or a sequence of ints)"
             ) from None
         dt = dtype if dtype is not None else torch.float32
-    if not (requires_grad and torch.is_grad_enabled()):
+    sender_wants_grad = recv_grad_flag(src, group)
+    if not (sender_wants_grad and torch.is_grad_enabled()):
         anchor = torch.empty(0)
     elif isinstance(like, torch.Tensor) and like.requires_grad:
         anchor = like

@@ -12,7 +12,8 @@ Groups are whatever the framework uses: a ``ProcessGroup`` object for PyTorch, a
 from __future__ import annotations
 
 import abc
-from typing import Any, Hashable, Optional, Sequence, Tuple
+import contextlib
+from typing import Any, ContextManager, Hashable, Optional, Sequence, Tuple
 
 # (data_ptr, numel, dtype name, is_contiguous, device type, layout shown in errors or None)
 Desc = Tuple[int, int, str, bool, str, Optional[str]]
@@ -92,3 +93,12 @@ class Platform(abc.ABC):
     def detach_storage(self, tensor: Any) -> None:
         """Points ``tensor`` at empty storage, so that a freed symmetric tensor fails loudly
         when used again (other views of the same memory are not affected)."""
+
+    # -- profiling -------------------------------------------------------------------------
+    def profiling(self) -> bool:
+        """Whether the framework's profiler is recording now (checked on every call: cheap)."""
+        return False
+
+    def record_function(self, name: str) -> ContextManager[Any]:
+        """A context manager that shows ``name`` as a range in the framework's profiler."""
+        return contextlib.nullcontext()

@@ -13,9 +13,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Optional, Sequence
+from typing import Any, ContextManager, Hashable, Optional, Sequence
 
 import torch
+import torch.autograd.profiler as _autograd_profiler
 import torch.distributed as dist
 
 from .base import Desc, Platform
@@ -113,3 +114,11 @@ class TorchPlatform(Platform):
     def detach_storage(self, tensor: Any) -> None:
         with torch.no_grad():
             tensor.set_()
+
+    def profiling(self) -> bool:
+        # A module global that torch.profiler.profile and torch.autograd.profiler.profile set
+        # while they record: one attribute load, no call into C++.
+        return bool(_autograd_profiler._is_profiler_enabled)
+
+    def record_function(self, name: str) -> ContextManager[Any]:
+        return torch.profiler.record_function(name)

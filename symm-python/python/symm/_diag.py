@@ -1,0 +1,133 @@
+"""Diagnostics: the core's log lines in ``logging``, statistics, flight-recorder dumps.
+
+Log lines of the native core go to the logger ``symm`` (``logging.getLogger("symm")``) once
+symm starts (``symm.init``, explicit or implicit). Which lines the core produces is its own
+level: ``SYMM_LOG_LEVEL`` (``error`` by default; ``off``, ``warn``, ``info``, ``debug``,
+``trace``) or ``symm.set_log_level``; the logger's handlers and level filter them further as
+usual (``trace`` lines have level 5, below ``logging.DEBUG``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from typing import Any, Dict, List, Union
+
+from . import _symm
+
+#: The logger the core's lines go to.
+logger = logging.getLogger("symm")
+
+#: Core level (1 error ... 5 trace) -> ``logging`` level.
+_LEVELS = {1: logging.ERROR, 2: logging.WARNING, 3: logging.INFO, 4: logging.DEBUG, 5: 5}
+TRACE = 5
+logging.addLevelName(TRACE, "TRACE")
+
+_installed = False
+_install_lock = threading.Lock()
+
+
+def _forward(level: int, line: str) -> None:
+    """Called by the native sink (GIL held) for each line."""
+    logger.log(_LEVELS.get(level, logging.ERROR), "%s", line)
+
+
+def install_logging() -> None:
+    """Routes the core's log lines into the ``symm`` logger (idempotent)."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        _symm.install_log_sink(_forward)
+        # Before the interpreter shuts down: lines of a later exit hook go to stderr.
+        atexit.register(_symm.remove_log_sink)
+        _installed = True
+
+
+def set_log_level(level: Union[str, int, None]) -> None:
+    """Sets which lines the core logs, for the whole process: ``"off"``, ``"error"`` (the
+    default, also from ``SYMM_LOG_LEVEL``), ``"warn"``, ``"info"``, ``"debug"``, ``"trace"``, or a
+    ``logging`` level (``logging.INFO``; None: off)."""
+    if level is None:
+        level = "off"
+    elif isinstance(level, int) and not isinstance(level, bool):
+        if level >= logging.CRITICAL + 1:
+            level = "off"
+        elif level > logging.WARNING:
+            level = "error"
+        elif level > logging.INFO:
+            level = "warn"
+        elif level > logging.DEBUG:
+            level = "info"
+        elif level > TRACE:
+            level = "debug"
+        else:
+            level = "trace"
+    _symm.set_log_level(level)
+
+
+def get_log_level() -> str:
+    """The core's log level in effect (``"off"`` when nothing is logged)."""
+    return _symm.log_level()
+
+
+def _comm() -> Any:
+    from . import _api
+
+    st = _api._state
+    return None if st is None else st.comm
+
+
+def stats() -> List[Dict[str, Any]]:
+    """Per-operation statistics of this rank since start (or ``reset_stats``): one dict per
+    operation called at least once, with ``op`` (``"allreduce"``, ``"barrier"``, ...), ``calls``
+    (failed ones included), ``bytes`` (payload: elements x dtype size of the caller's buffer;
+    reduce_scatter and allgather: of the input, alltoall: of everything sent), ``time``
+    (seconds spent in the calls), ``time_ns`` and ``errors``. The counters cover every group
+    of this rank. Empty before symm starts (this call does not start it)."""
+    comm = _comm()
+    if comm is None:
+        return []
+    return _symm.stats(comm)
+
+
+def reset_stats() -> None:
+    """Sets this rank's statistics back to zero."""
+    comm = _comm()
+    if comm is not None:
+        _symm.reset_stats(comm)
+
+
+def dump() -> str:
+    """The node-wide flight-recorder dump: the last operations (``SYMM_FLIGHT_RECORDER_ENTRIES``,
+    default 64) of every rank on this node, with group, sequence number, size, state and
+    times. Local: no other rank takes part, so it works while the others hang."""
+    comm = _comm()
+    if comm is None:
+        return "symm: not initialised in this process (no flight recorder)\n"
+    return _symm.dump(comm)
+
+
+def flight_records() -> List[Dict[str, Any]]:
+    """The flight recorder as data: one dict per rank of the node (``rank``, ``pid``, ``total``
+    operations recorded, ``unreadable``, ``records``), this rank first; each record has
+    ``index``, ``op``, ``group`` (global ranks, or None), ``group_id``, ``group_size``,
+    ``seq``, ``count``, ``dtype``, ``state`` (``started``/``completed``/``failed``),
+    ``start_ns`` and ``end_ns`` (CLOCK_MONOTONIC). Empty before symm starts.
+
+    Raises:
+        Unsupported: the recorder is off (``SYMM_FLIGHT_RECORDER_ENTRIES=0``).
+    """
+    comm = _comm()
+    if comm is None:
+        return []
+    return _symm.flight_records(comm)
+
+
+def install_dump_on_signal() -> None:
+    """Makes SIGUSR1 print the flight-recorder dump of every communicator of this process to
+    stderr (from a background thread; the handler itself only writes a byte to a pipe), as
+    ``SYMM_DUMP_ON_SIGNAL=1`` does at start. Idempotent. ``kill -USR1 <pid>`` on a hung rank
+    then shows what every rank of its node was doing."""
+    _symm.install_dump_on_signal()
