@@ -383,6 +383,35 @@ fn free_stage<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress) -> Result
     Ok(())
 }
 
+/// The chunks `(start, len)` of `total` elements, `chunk` at most each; one empty chunk when
+/// `total` is 0 (the call still takes a round, so members agree even on empty calls).
+fn chunks(total: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
+    let chunk = chunk.max(1);
+    (0..total.div_ceil(chunk).max(1)).map(move |i| (i * chunk, chunk.min(total - (i * chunk).min(total))))
+}
+
+/// Where peers read `bytes` at `src` this round: in place when the memory is in the caller's
+/// heap (`zero_copy`: its heap offset), else copied into the workspace (once peers are done
+/// with it).
+///
+/// # Safety
+/// `src` is valid for `bytes` reads and `bytes` fits the workspace.
+unsafe fn expose<B: Backend + ?Sized>(
+    ctx: &Ctx<'_, B>,
+    p: &mut Progress,
+    zero_copy: Option<usize>,
+    src: *const u8,
+    bytes: usize,
+) -> Result<usize> {
+    if let Some(off) = zero_copy {
+        return Ok(off);
+    }
+    free_stage(ctx, p)?;
+    // SAFETY: the bytes fit the workspace (contract); user memory is disjoint from it.
+    unsafe { copy(src, ctx.my_stage(), bytes) };
+    Ok(ctx.st.stage.heap_offset())
+}
+
 /// reduce_scatter: `inp` holds `n * m` elements, `out` gets `m`, the reduction of part `me`.
 ///
 /// # Safety
@@ -403,9 +432,7 @@ pub unsafe fn reduce_scatter<B: Backend + ?Sized>(
     .max(1);
     let zc = if call.lp.is_none() { ctx.heap_offset_of(inp, n * m * size) } else { None };
     let op = call.op.expect("reduce_scatter has an op");
-    let mut c0 = 0;
-    loop {
-        let cm = per_part.min(m - c0);
+    for (c0, cm) in chunks(m, per_part) {
         let seq = next_round(p);
         let (src_off, stride) = match (zc, call.lp) {
             (Some(off), _) => (off + c0 * size, m * size),
@@ -457,11 +484,8 @@ pub unsafe fn reduce_scatter<B: Backend + ?Sized>(
             }
         }
         finish_round(ctx, p, seq, zc.is_some())?;
-        c0 += cm;
-        if c0 >= m {
-            return Ok(());
-        }
     }
+    Ok(())
 }
 
 /// allgather: `inp` holds `m` elements, `out` gets `n * m` in member order.
@@ -477,23 +501,13 @@ pub unsafe fn allgather<B: Backend + ?Sized>(
     out: *mut u8,
 ) -> Result<()> {
     let (n, m, size) = (ctx.n, call.count, call.dtype.size());
-    let chunk = (ctx.st.tun.stage_bytes / size).max(1);
     let zc = ctx.heap_offset_of(inp, m * size);
-    let mut c0 = 0;
-    loop {
-        let cm = chunk.min(m - c0);
+    for (c0, cm) in chunks(m, ctx.st.tun.stage_bytes / size) {
         let seq = next_round(p);
-        // SAFETY: the chunk lies inside `inp`.
+        // SAFETY: the chunk lies inside `inp` and fits the workspace.
         let src = unsafe { inp.add(c0 * size) };
-        let src_off = match zc {
-            Some(off) => off + c0 * size,
-            None => {
-                free_stage(ctx, p)?;
-                // SAFETY: the chunk fits the workspace; user memory is disjoint from it.
-                unsafe { copy(src, ctx.my_stage(), cm * size) };
-                ctx.st.stage.heap_offset()
-            }
-        };
+        // SAFETY: as above.
+        let src_off = unsafe { expose(ctx, p, zc.map(|off| off + c0 * size), src, cm * size)? };
         ctx.publish(seq, [src_off as i64, 0, call.sig(), m as i64, 0])?;
         agree(ctx, seq, &call, true)?;
         let mut tmp = Vec::new();
@@ -507,11 +521,8 @@ pub unsafe fn allgather<B: Backend + ?Sized>(
             unsafe { copy(from, dst, cm * size) };
         }
         finish_round(ctx, p, seq, zc.is_some())?;
-        c0 += cm;
-        if c0 >= m {
-            return Ok(());
-        }
     }
+    Ok(())
 }
 
 /// broadcast of `count` elements from member `root` into every member's `buf`.
@@ -525,24 +536,17 @@ pub unsafe fn broadcast<B: Backend + ?Sized>(
     buf: *mut u8,
 ) -> Result<()> {
     let (count, size) = (call.count, call.dtype.size());
-    let chunk = (ctx.st.tun.stage_bytes / size).max(1);
     let is_root = ctx.me == call.root;
     let zc = if is_root { ctx.heap_offset_of(buf, count * size) } else { None };
-    let mut c0 = 0;
-    loop {
-        let c = chunk.min(count - c0);
+    for (c0, c) in chunks(count, ctx.st.tun.stage_bytes / size) {
         let seq = next_round(p);
         // SAFETY: the chunk lies inside `buf`.
         let here = unsafe { buf.add(c0 * size) };
-        let src_off = match (is_root, zc) {
-            (true, Some(off)) => off + c0 * size,
-            (true, None) => {
-                free_stage(ctx, p)?;
-                // SAFETY: the chunk fits the workspace; user memory is disjoint from it.
-                unsafe { copy(here, ctx.my_stage(), c * size) };
-                ctx.st.stage.heap_offset()
-            }
-            (false, _) => 0,
+        let src_off = if is_root {
+            // SAFETY: the chunk lies inside `buf` and fits the workspace.
+            unsafe { expose(ctx, p, zc.map(|off| off + c0 * size), here, c * size)? }
+        } else {
+            0
         };
         ctx.publish(seq, [src_off as i64, 0, call.sig(), count as i64, 0])?;
         agree(ctx, seq, &call, true)?;
@@ -553,11 +557,8 @@ pub unsafe fn broadcast<B: Backend + ?Sized>(
             unsafe { copy(from, here, c * size) };
         }
         finish_round(ctx, p, seq, zc.is_some())?;
-        c0 += c;
-        if c0 >= count {
-            return Ok(());
-        }
     }
+    Ok(())
 }
 
 /// alltoall: `send[d]` (pointer, count) goes to member d; what member j sends lands at

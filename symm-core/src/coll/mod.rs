@@ -58,6 +58,45 @@ impl CollOptions {
     }
 }
 
+/// One buffer argument of a collective, as the checks see it.
+struct Part {
+    arg: &'static str,
+    ptr: *const u8,
+    len: usize,
+    dtype: DType,
+}
+
+/// Checks a collective whose `whole` buffer holds `n` parts the size of `part` (reduce_scatter's
+/// input and output, allgather's output and input): same dtype, the size relation, and `part`
+/// either the caller's own part of `whole` (in place) or disjoint from it.
+fn check_parts(whole: Part, part: Part, n: usize, me: usize) -> Option<ArgError> {
+    if part.dtype != whole.dtype {
+        return Some(ArgError::DTypeMismatch {
+            arg: part.arg,
+            expected: whole.dtype.to_string(),
+            actual: part.dtype.to_string(),
+        });
+    }
+    if whole.len != n * part.len {
+        return Some(ArgError::invalid(
+            whole.arg,
+            format!("{} elements", whole.len),
+            format!("must hold group size {n} x {}'s {} elements = {}", part.arg, part.len, n * part.len),
+        ));
+    }
+    let size = whole.dtype.size();
+    let own = whole.ptr.wrapping_add(me * part.len * size);
+    if !std::ptr::eq(own, part.ptr) && ranges_partially_overlap(whole.ptr, whole.len * size, part.ptr, part.len * size)
+    {
+        return Some(ArgError::invalid(
+            part.arg,
+            format!("overlapping {}", whole.arg),
+            format!("must be the caller's part of {} or disjoint from it", whole.arg),
+        ));
+    }
+    None
+}
+
 fn ranges_partially_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usize) -> bool {
     let (a, b) = (a as usize, b as usize);
     let disjoint = a + a_len <= b || b + b_len <= a;
@@ -132,41 +171,11 @@ pub trait Collectives: Communicator {
             Ok(lp) => lp,
             Err(e) => return reject(self, group, Op::ReduceScatter, e),
         };
-        let size = input.dtype().size();
-        let bad = if output.dtype() != input.dtype() {
-            Some(ArgError::DTypeMismatch {
-                arg: "output",
-                expected: input.dtype().to_string(),
-                actual: output.dtype().to_string(),
-            })
-        } else if input.len() != n * output.len() {
-            Some(ArgError::invalid(
-                "input",
-                format!("{} elements", input.len()),
-                format!("must hold group size {n} x output's {} elements = {}", output.len(), n * output.len()),
-            ))
-        } else {
-            None
-        };
-        if let Some(e) = bad {
-            return reject(self, group, Op::ReduceScatter, e);
-        }
         let me = group.member().at(self.rank())?.index();
-        let own = input.as_ptr().wrapping_add(me * output.len() * size);
-        let in_place = std::ptr::eq(own, output.as_mut_ptr());
-        if !in_place
-            && ranges_partially_overlap(input.as_ptr(), input.len() * size, output.as_mut_ptr(), output.len() * size)
-        {
-            return reject(
-                self,
-                group,
-                Op::ReduceScatter,
-                ArgError::invalid(
-                    "output",
-                    "overlapping the input",
-                    "must be the caller's part of the input or disjoint from it",
-                ),
-            );
+        let whole = Part { arg: "input", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
+        let part = Part { arg: "output", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
+        if let Some(e) = check_parts(whole, part, n, me) {
+            return reject(self, group, Op::ReduceScatter, e);
         }
         let call =
             Call { kind: K::ReduceScatter, dtype: input.dtype(), op: Some(op), lp, root: 0, count: output.len() };
@@ -185,40 +194,11 @@ pub trait Collectives: Communicator {
         opts: &CollOptions,
     ) -> Result<()> {
         let n = group.size();
-        let size = input.dtype().size();
-        let bad = if output.dtype() != input.dtype() {
-            Some(ArgError::DTypeMismatch {
-                arg: "output",
-                expected: input.dtype().to_string(),
-                actual: output.dtype().to_string(),
-            })
-        } else if output.len() != n * input.len() {
-            Some(ArgError::invalid(
-                "output",
-                format!("{} elements", output.len()),
-                format!("must hold group size {n} x input's {} elements = {}", input.len(), n * input.len()),
-            ))
-        } else {
-            None
-        };
-        if let Some(e) = bad {
-            return reject(self, group, Op::AllGather, e);
-        }
         let me = group.member().at(self.rank())?.index();
-        let own = output.as_mut_ptr().wrapping_add(me * input.len() * size);
-        if !std::ptr::eq(own, input.as_ptr())
-            && ranges_partially_overlap(input.as_ptr(), input.len() * size, output.as_mut_ptr(), output.len() * size)
-        {
-            return reject(
-                self,
-                group,
-                Op::AllGather,
-                ArgError::invalid(
-                    "input",
-                    "overlapping the output",
-                    "must be the caller's part of the output or disjoint from it",
-                ),
-            );
+        let whole = Part { arg: "output", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
+        let part = Part { arg: "input", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
+        if let Some(e) = check_parts(whole, part, n, me) {
+            return reject(self, group, Op::AllGather, e);
         }
         let call = Call { kind: K::AllGather, dtype: input.dtype(), op: None, lp: None, root: 0, count: input.len() };
         with_ctx(self, group, opts, Plan::new(Op::AllGather, input.len(), input.dtype()), |ctx, p| {
