@@ -19,6 +19,7 @@ use std::hint::black_box;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use symm_benches::{allowed_cpus, cpu_model, pin_to};
 use symm_core::{Backend, CmpOp, Communicator, DType, LocalRef, SignalOp, SymmetricHeap};
 use symm_sim::launch::RANK_VAR;
 use symm_sim::SimComm;
@@ -123,11 +124,7 @@ fn launch(args: &[String], opts: Options) -> i32 {
         }
     };
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim().to_string()))
-        .unwrap_or_else(|| "unknown (no model name in /proc/cpuinfo)".into());
+    let model = cpu_model().unwrap_or_else(|| "unknown (no model name in /proc/cpuinfo)".into());
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let spin = std::env::var("SYMM_SPIN_US")
         .map_or("default (2 ms while every rank has a core)".into(), |v| format!("{v} us"));
@@ -146,39 +143,7 @@ fn launch(args: &[String], opts: Options) -> i32 {
         println!("# WARNING: debug build; build with --release for meaningful figures");
     }
     let _ = std::io::stdout().flush();
-    // A failed rank makes the other one fail quickly (lost peer); 10 s is ample for that.
-    match symm_sim::spawn_ranks(RANKS, &exe, args, &env, Duration::from_secs(10)) {
-        Ok(statuses) => {
-            let failed: Vec<String> = statuses
-                .iter()
-                .enumerate()
-                .filter(|(_, st)| !st.success())
-                .map(|(r, st)| format!("rank {r}: {st}"))
-                .collect();
-            if failed.is_empty() {
-                0
-            } else {
-                eprintln!("symm-microbench: FAILED: {}", failed.join("; "));
-                1
-            }
-        }
-        Err(e) => {
-            eprintln!("symm-microbench: could not start the ranks: {e}");
-            2
-        }
-    }
-}
-
-/// The CPUs this process may run on.
-fn allowed_cpus() -> std::io::Result<Vec<usize>> {
-    // SAFETY: an all-zero cpu_set_t is a valid, empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a live cpu_set_t and the size passed is its size; pid 0 is this thread.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: every index is below CPU_SETSIZE, the capacity of the set.
-    Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+    symm_benches::launch("symm-microbench", RANKS, &exe, args, &env, "")
 }
 
 /// Pins the calling thread to the CPU of `rank`; a line saying what was done, for the output.
@@ -191,13 +156,8 @@ fn pin_self(rank: usize) -> String {
         return format!("not pinned (only {} CPU(s) allowed: {cpus:?}; the ranks share them)", cpus.len());
     }
     let cpu = cpus[rank % cpus.len()];
-    // SAFETY: an all-zero cpu_set_t is a valid, empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` comes from the allowed set, so it is below CPU_SETSIZE.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: `set` is a live cpu_set_t and the size passed is its size; pid 0 is this thread.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        return format!("not pinned (sched_setaffinity to cpu {cpu} failed: {})", std::io::Error::last_os_error());
+    if let Err(e) = pin_to(cpu) {
+        return format!("not pinned (sched_setaffinity to cpu {cpu} failed: {e})");
     }
     format!("pinned to cpu {cpu} (of allowed {cpus:?})")
 }

@@ -253,34 +253,59 @@ impl PyCommunicator {
         }
     }
 
-    /// The checks of a put or get, with the names of the Python arguments (the core checks
-    /// again, with its own names, and then finds nothing to reject).
+    /// The arguments a put, get or put-with-signal share, converted and checked with the names
+    /// of the Python arguments (the core checks again, with its own names, and then finds
+    /// nothing to reject).
     #[allow(clippy::too_many_arguments)] // the transfer's own arguments, checked together
-    fn check_transfer(
+    fn transfer(
         &self,
+        py: Python<'_>,
         group: &Group,
-        target: &SymmBuffer,
-        target_offset: usize,
-        src: &Local,
-        src_offset: usize,
-        size: usize,
-        target_rank: i64,
-    ) -> Result<(), Error> {
+        target: &Desc,
+        target_offset: &Bound<'_, PyAny>,
+        src: &Desc,
+        src_offset: &Bound<'_, PyAny>,
+        size: &Bound<'_, PyAny>,
+        target_rank: &Bound<'_, PyAny>,
+    ) -> PyResult<Transfer> {
         let me = self.rank_id();
-        group.member().at(me)?;
-        let (_, peer) = group.resolve("target_rank", target_rank).at(me)?;
-        if target.group().to_local(peer).is_none() {
-            return Err(GroupError::BufferNotOnRank {
-                arg: "target",
-                alloc_ranks: target.group().ranks().to_vec(),
-                target: peer,
-            })
-            .at(me);
-        }
-        check_dtype("src", src.dtype, target.dtype()).at(me)?;
-        check_range("target_offset/size", target_offset, size, target.len()).at(me)?;
-        check_range("src_offset/size", src_offset, size, src.len).at(me)
+        let t = Transfer {
+            target: self.symmetric(py, target, "target")?,
+            src: self.local(py, src, "src")?,
+            target_offset: count_arg(py, me, "target_offset", target_offset)?,
+            src_offset: count_arg(py, me, "src_offset", src_offset)?,
+            size: count_arg(py, me, "size", size)?,
+            target_rank: int_arg(py, me, "target_rank", target_rank)?,
+        };
+        let check = || -> Result<(), Error> {
+            group.member().at(me)?;
+            let (_, peer) = group.resolve("target_rank", t.target_rank).at(me)?;
+            if t.target.group().to_local(peer).is_none() {
+                return Err(GroupError::BufferNotOnRank {
+                    arg: "target",
+                    alloc_ranks: t.target.group().ranks().to_vec(),
+                    target: peer,
+                })
+                .at(me);
+            }
+            check_dtype("src", t.src.dtype, t.target.dtype()).at(me)?;
+            check_range("target_offset/size", t.target_offset, t.size, t.target.len()).at(me)?;
+            check_range("src_offset/size", t.src_offset, t.size, t.src.len).at(me)
+        };
+        check().py(py)?;
+        Ok(t)
     }
+}
+
+/// The checked arguments of a put, get or put-with-signal.
+struct Transfer {
+    target: SymmBuffer,
+    src: Local,
+    target_offset: usize,
+    src_offset: usize,
+    size: usize,
+    /// Checked to be a rank of the group (so it converts to `usize`).
+    target_rank: i64,
 }
 
 #[pymethods]
@@ -460,21 +485,15 @@ impl PyCommunicator {
         size: &Bound<'_, PyAny>,
         target_rank: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let me = self.rank_id();
         let g = &group.get().g;
-        let t = self.symmetric(py, &target, "target")?;
-        let s = self.local(py, &src, "src")?;
-        let to = count_arg(py, me, "target_offset", target_offset)?;
-        let so = count_arg(py, me, "src_offset", src_offset)?;
-        let n = count_arg(py, me, "size", size)?;
-        let tr = int_arg(py, me, "target_rank", target_rank)?;
-        self.check_transfer(g, &t, to, &s, so, n, tr).py(py)?;
+        let x = self.transfer(py, g, &target, target_offset, &src, src_offset, size, target_rank)?;
+        let (t, s, to, so, n, tr) = (&x.target, &x.src, x.target_offset, x.src_offset, x.size, x.target_rank);
         let comm = self.comm();
         py.detach(|| {
             // SAFETY: `s` describes the `src` tensor, held by the caller for this call (the
             // `Desc` contract), checked to be contiguous host memory of `s.len` elements.
             let src = unsafe { LocalRef::from_raw(s.ptr as *const u8, s.len, s.dtype) };
-            comm.put(g, &t, to, src, so, n, tr as usize)
+            comm.put(g, t, to, src, so, n, tr as usize)
         })
         .py(py)
     }
@@ -495,15 +514,9 @@ impl PyCommunicator {
         size: &Bound<'_, PyAny>,
         target_rank: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let me = self.rank_id();
         let g = &group.get().g;
-        let t = self.symmetric(py, &target, "target")?;
-        let s = self.local(py, &src, "src")?;
-        let to = count_arg(py, me, "target_offset", target_offset)?;
-        let so = count_arg(py, me, "src_offset", src_offset)?;
-        let n = count_arg(py, me, "size", size)?;
-        let tr = int_arg(py, me, "target_rank", target_rank)?;
-        self.check_transfer(g, &t, to, &s, so, n, tr).py(py)?;
+        let x = self.transfer(py, g, &target, target_offset, &src, src_offset, size, target_rank)?;
+        let (t, s, to, so, n, tr) = (&x.target, &x.src, x.target_offset, x.src_offset, x.size, x.target_rank);
         let comm = self.comm();
         py.detach(|| {
             // SAFETY: `s` describes the `src` tensor, held by the caller for this call (the
@@ -511,7 +524,7 @@ impl PyCommunicator {
             // caller does not touch it while the call copies into it (the GIL is released, but
             // the call returns only after the copy).
             let dst = unsafe { LocalMut::from_raw(s.ptr as *mut u8, s.len, s.dtype) };
-            comm.get(g, dst, so, &t, to, n, tr as usize)
+            comm.get(g, dst, so, t, to, n, tr as usize)
         })
         .py(py)
     }
@@ -562,22 +575,17 @@ impl PyCommunicator {
     ) -> PyResult<()> {
         let me = self.rank_id();
         let g = &group.get().g;
-        let t = self.symmetric(py, &target, "target")?;
-        let s = self.local(py, &src, "src")?;
+        let x = self.transfer(py, g, &target, target_offset, &src, src_offset, size, target_rank)?;
+        let (t, s, to, so, n, tr) = (&x.target, &x.src, x.target_offset, x.src_offset, x.size, x.target_rank);
         let sig = self.symmetric(py, &signal, "signal")?;
-        let to = count_arg(py, me, "target_offset", target_offset)?;
-        let so = count_arg(py, me, "src_offset", src_offset)?;
-        let n = count_arg(py, me, "size", size)?;
         let off = count_arg(py, me, "signal_offset", signal_offset)?;
         let value = int_arg(py, me, "signal_value", signal_value)?;
         let op = code_arg(py, me, "signal_op", signal_op, SignalOp::from_code)?;
-        let tr = int_arg(py, me, "target_rank", target_rank)?;
-        self.check_transfer(g, &t, to, &s, so, n, tr).py(py)?;
         let comm = self.comm();
         py.detach(|| {
             // SAFETY: as in `put`: `s` describes the caller's contiguous host tensor `src`.
             let src = unsafe { LocalRef::from_raw(s.ptr as *const u8, s.len, s.dtype) };
-            comm.put_with_signal(g, &t, to, src, so, n, &sig, off, value, op, tr as usize)
+            comm.put_with_signal(g, t, to, src, so, n, &sig, off, value, op, tr as usize)
         })
         .py(py)
     }

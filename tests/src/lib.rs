@@ -10,6 +10,7 @@
 pub mod accuracy;
 pub mod cases;
 pub mod coll_cases;
+pub mod debris;
 pub mod gen;
 
 pub use cases::{run_case, CASES};

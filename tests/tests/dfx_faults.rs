@@ -12,12 +12,12 @@
 //!
 //! Every job must leave nothing behind: no new entry in `/dev/shm`, no process.
 
-use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+use symm_tests::debris::{processes_with_env, shm_entries};
 
 /// Bound on each survivor's detection of a lost or exited peer (it checks every 100 ms).
 const DETECT_LIMIT_MS: u64 = 2000;
@@ -26,27 +26,6 @@ const WAIT_BOUND_S: u64 = 60;
 
 fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_symm-dfx-rank"))
-}
-
-fn shm_entries() -> BTreeSet<String> {
-    match std::fs::read_dir("/dev/shm") {
-        Ok(dir) => dir.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
-        // No /dev/shm at all: nothing can be left there either.
-        Err(_) => BTreeSet::new(),
-    }
-}
-
-/// Processes whose environment holds `entry` (`NAME=value`).
-fn processes_with_env(entry: &str) -> Vec<u32> {
-    let Ok(proc_dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    proc_dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .map(|env| env.split(|&b| b == 0).any(|kv| kv == entry.as_bytes()))
-                .unwrap_or(false)
-        })
-        .collect()
 }
 
 fn tag(mode: &str) -> String {

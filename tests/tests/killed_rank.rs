@@ -8,10 +8,10 @@
 #[path = "../src/bin/symm-fault-rank/codes.rs"]
 mod codes;
 
-use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use symm_tests::debris::{processes_with_env, shm_entries};
 
 const RANKS: usize = 3;
 const VICTIM: usize = 2;
@@ -21,28 +21,6 @@ const DETECT_LIMIT_MS: u64 = 3000;
 const WAIT_BOUND_S: u64 = 60;
 /// Bound on the whole job, start-up included (far below `WAIT_BOUND_S`).
 const JOB_LIMIT: Duration = Duration::from_secs(8);
-
-fn shm_entries() -> BTreeSet<String> {
-    match std::fs::read_dir("/dev/shm") {
-        Ok(dir) => dir.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
-        // No /dev/shm at all: nothing can be left there either.
-        Err(_) => BTreeSet::new(),
-    }
-}
-
-/// Processes whose environment holds `entry` (`NAME=value`); only those of this user are
-/// readable, which includes every rank this test started.
-fn processes_with_env(entry: &str) -> Vec<u32> {
-    let Ok(proc_dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    proc_dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .map(|env| env.split(|&b| b == 0).any(|kv| kv == entry.as_bytes()))
-                .unwrap_or(false)
-        })
-        .collect()
-}
 
 fn run_job(mode: &str) {
     let exe = Path::new(env!("CARGO_BIN_EXE_symm-fault-rank"));

@@ -64,6 +64,7 @@ use std::cell::Cell;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use symm_benches::{allowed_cpus, cpu_model, pin_to};
 use symm_core::{
     bf16, f16, AtRank, Backend, CmpOp, CollOptions, Collectives, Communicator, DType, Element, Group, LocalMut,
     LocalRef, ReduceOp, SignalOp, SymmBuffer, SymmetricHeap, F8E4M3, F8E5M2,
@@ -432,31 +433,6 @@ impl CopyBw {
     }
 }
 
-/// The CPUs this process may run on.
-fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: an all-zero cpu_set_t is a valid, empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a live cpu_set_t and the size passed is its size; pid 0 is this thread.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
-        return Vec::new();
-    }
-    // SAFETY: every index is below CPU_SETSIZE, the capacity of the set.
-    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
-}
-
-/// Pins the calling thread (and threads it starts later) to `cpu`.
-fn pin_to(cpu: usize) -> std::io::Result<()> {
-    // SAFETY: an all-zero cpu_set_t is a valid, empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: callers pass a CPU from `allowed_cpus`, below CPU_SETSIZE.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: `set` is a live cpu_set_t and the size passed is its size; pid 0 is this thread.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// memcpy bandwidth of `threads` threads at once, each copying its share of [`COPY_BYTES`]
 /// between its own buffers: bytes copied per second, the best of [`COPY_ROUNDS`] rounds (a
 /// round lasts until the slowest thread is done).
@@ -502,7 +478,7 @@ fn copy_bandwidth(threads: usize, cpus: &[usize], pin: bool) -> f64 {
 }
 
 fn measure_copy(ranks: usize, pin: bool) -> CopyBw {
-    let cpus = allowed_cpus();
+    let cpus = allowed_cpus().unwrap_or_default();
     let threads = ranks.min(cpus.len().max(1));
     let one = copy_bandwidth(1, &cpus, pin);
     let all = if threads == 1 { one } else { copy_bandwidth(threads, &cpus, pin) };
@@ -536,7 +512,7 @@ fn main() {
         }
     };
     if o.pin {
-        let cpus = allowed_cpus();
+        let cpus = allowed_cpus().unwrap_or_default();
         if cpus.is_empty() {
             eprintln!("symm-bench: rank {rank}: not pinned (sched_getaffinity failed)");
         } else if let Err(e) = pin_to(cpus[rank % cpus.len()]) {
@@ -578,11 +554,7 @@ fn launch(args: &[String], o: &Options) -> i32 {
         }
     };
     let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim().to_string()))
-        .unwrap_or_else(|| "unknown".into());
+    let model = cpu_model().unwrap_or_else(|| "unknown".into());
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let yes = |b: bool| if b { "yes" } else { "no" };
     out.note(&format!(
@@ -634,27 +606,7 @@ fn launch(args: &[String], o: &Options) -> i32 {
         out.note("# WARNING: debug build; build with --release for meaningful figures");
     }
     let _ = std::io::stdout().flush();
-    // A failed rank makes the others fail quickly (lost peer); 10 s is ample for that.
-    let code = match symm_sim::spawn_ranks(o.ranks, &exe, args, &env, Duration::from_secs(10)) {
-        Ok(statuses) => {
-            let failed: Vec<String> = statuses
-                .iter()
-                .enumerate()
-                .filter(|(_, st)| !st.success())
-                .map(|(r, st)| format!("rank {r}: {st}"))
-                .collect();
-            if failed.is_empty() {
-                0
-            } else {
-                eprintln!("symm-bench: FAILED ({}; exit status 3: wrong results)", failed.join("; "));
-                1
-            }
-        }
-        Err(e) => {
-            eprintln!("symm-bench: could not start the ranks: {e}");
-            2
-        }
-    };
+    let code = symm_benches::launch("symm-bench", o.ranks, &exe, args, &env, "; exit status 3: wrong results");
     out.note(&format!("# wall time: {:.2} s", start.elapsed().as_secs_f64()));
     code
 }

@@ -1,0 +1,75 @@
+//! What the benchmark binaries share: CPU affinity, the machine's description, and launching
+//! the ranks of a run.
+
+use std::path::Path;
+use std::time::Duration;
+
+/// The CPUs this process may run on.
+pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
+    // SAFETY: an all-zero cpu_set_t is a valid, empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a live cpu_set_t and the size passed is its size; pid 0 is this thread.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: every index is below CPU_SETSIZE, the capacity of the set.
+    Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+}
+
+/// Pins the calling thread (and threads it starts later) to `cpu`, one of [`allowed_cpus`].
+pub fn pin_to(cpu: usize) -> std::io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("cpu {cpu} is out of range")));
+    }
+    // SAFETY: an all-zero cpu_set_t is a valid, empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below CPU_SETSIZE (checked above).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a live cpu_set_t and the size passed is its size; pid 0 is this thread.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The CPU model named in /proc/cpuinfo, or `None`.
+pub fn cpu_model() -> Option<String> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim().to_string()))
+}
+
+/// Runs `exe args` on `ranks` ranks and returns the process exit code for the run: 0 when every
+/// rank succeeded, 1 when one failed (its status is printed, with `failure_hint`), 2 when the
+/// ranks could not be started. A failed rank makes the others fail quickly (lost peer), so 10 s
+/// of grace is ample before the rest are killed.
+pub fn launch(
+    name: &str,
+    ranks: usize,
+    exe: &Path,
+    args: &[String],
+    env: &[(String, String)],
+    failure_hint: &str,
+) -> i32 {
+    match symm_sim::spawn_ranks(ranks, exe, args, env, Duration::from_secs(10)) {
+        Ok(statuses) => {
+            let failed: Vec<String> = statuses
+                .iter()
+                .enumerate()
+                .filter(|(_, st)| !st.success())
+                .map(|(r, st)| format!("rank {r}: {st}"))
+                .collect();
+            if failed.is_empty() {
+                0
+            } else {
+                eprintln!("{name}: FAILED ({}{failure_hint})", failed.join("; "));
+                1
+            }
+        }
+        Err(e) => {
+            eprintln!("{name}: could not start the ranks: {e}");
+            2
+        }
+    }
+}
