@@ -7,7 +7,7 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::GroupError;
 use crate::rank::{GroupRank, Rank};
@@ -45,8 +45,10 @@ struct GroupInner {
     /// Whether the group may be used from this rank: Err when it spans hosts.
     usable: Result<(), GroupError>,
     /// State that layers above the backend keep per group (the collectives' workspace and
-    /// sequence numbers), created on first use.
-    extension: Mutex<Option<Arc<dyn Any + Send + Sync>>>,
+    /// sequence numbers), created on first use; read without a lock on every call.
+    extension: OnceLock<Box<dyn Any + Send + Sync>>,
+    /// Serialises first uses, so that concurrent ones create the extension once.
+    extension_init: Mutex<()>,
 }
 
 impl Group {
@@ -79,7 +81,8 @@ impl Group {
             local_of,
             me,
             usable,
-            extension: Mutex::new(None),
+            extension: OnceLock::new(),
+            extension_init: Mutex::new(()),
         })))
     }
 
@@ -128,16 +131,20 @@ impl Group {
     }
 
     /// The per-group state of type `T`, created by `init` on first use (under a lock, so
-    /// concurrent first uses create it once). A failed `init` leaves nothing behind.
-    pub fn extension<T: Any + Send + Sync, E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<Arc<T>, E> {
-        // A poisoned lock means a thread panicked in `init`; the slot is still None or valid.
-        let mut slot = self.0.extension.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(existing) = slot.as_ref().and_then(|e| e.clone().downcast::<T>().ok()) {
-            return Ok(existing);
+    /// concurrent first uses create it once). A failed `init` leaves nothing behind. Once
+    /// created, a call is a lock-free read. `None` when the group already holds an extension
+    /// of another type (one layer owns a group's extension).
+    pub fn extension<T: Any + Send + Sync, E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<Option<&T>, E> {
+        if let Some(existing) = self.0.extension.get() {
+            return Ok(existing.downcast_ref::<T>());
         }
-        let created = Arc::new(init()?);
-        *slot = Some(created.clone());
-        Ok(created)
+        // A poisoned lock means a thread panicked in `init`; nothing was set.
+        let _first = self.0.extension_init.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = self.0.extension.get() {
+            return Ok(existing.downcast_ref::<T>());
+        }
+        let created: Box<dyn Any + Send + Sync> = Box::new(init()?);
+        Ok(self.0.extension.get_or_init(|| created).downcast_ref::<T>())
     }
 
     /// Whether two handles are the same cached group object.

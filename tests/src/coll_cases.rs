@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use symm_core::coll::lowp::FORMATS;
+use symm_core::coll::{eager_max_bytes, Tunables};
 use symm_core::{
     bf16, f16, CollOptions, Collectives, Communicator, DType, Error, Group, LocalMut, LocalRef, ReduceOp, SymmBuffer,
     F8E4M3, F8E5M2,
@@ -13,8 +14,18 @@ use symm_core::{
 use crate::gen::{draw, seed};
 
 /// Collective cases, by name.
-pub const COLL_CASES: &[&str] =
-    &["allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall", "sendrecv", "coll_errors", "coll_groups"];
+pub const COLL_CASES: &[&str] = &[
+    "allreduce",
+    "reduce_scatter",
+    "allgather",
+    "broadcast",
+    "alltoall",
+    "sendrecv",
+    "sendrecv_heap",
+    "sendrecv_both",
+    "coll_errors",
+    "coll_groups",
+];
 
 /// Runs collective case `name` on this rank; `None` if the name is not a collective case.
 pub fn run_coll_case<C: Collectives>(name: &str, comm: &C) -> Option<()> {
@@ -26,6 +37,8 @@ pub fn run_coll_case<C: Collectives>(name: &str, comm: &C) -> Option<()> {
         "broadcast" => broadcast(comm, cases(16)),
         "alltoall" => alltoall(comm, cases(16)),
         "sendrecv" => sendrecv(comm, cases(16)),
+        "sendrecv_heap" => sendrecv_heap(comm),
+        "sendrecv_both" => sendrecv_both(comm, cases(16)),
         "coll_errors" => errors(comm),
         "coll_groups" => groups(comm),
         _ => return None,
@@ -394,8 +407,8 @@ pub fn alltoall<C: Collectives>(comm: &C, cases: usize) {
     let me = comm.rank().index();
     let world = comm.world();
     let n = world.size();
-    for (k, (dtype, scale, single)) in draw(
-        (any_dtype(), prop_oneof![Just(0usize), Just(1), Just(300), Just(70_000)], any::<bool>()),
+    for (k, (dtype, scale, single, heap)) in draw(
+        (any_dtype(), prop_oneof![Just(0usize), Just(1), Just(300), Just(70_000)], any::<bool>(), any::<u8>()),
         cases,
         seed("alltoall"),
     )
@@ -408,27 +421,47 @@ pub fn alltoall<C: Collectives>(comm: &C, cases: usize) {
         let seg = |s: usize, d: usize| {
             encode(dtype, &(0..count(s, d)).map(|i| value(dtype, s, k * 31 + d, i)).collect::<Vec<_>>())
         };
-        let sends: Vec<Vec<u8>> = (0..n).map(|d| seg(me, d)).collect();
+        let flat: Vec<u8> = (0..n).flat_map(|d| seg(me, d)).collect();
+        let send_counts: Vec<usize> = (0..n).map(|d| count(me, d)).collect();
         let recv_counts: Vec<usize> = (0..n).map(|s| count(s, me)).collect();
         let total: usize = recv_counts.iter().sum();
-        let mut recv = vec![0u8; total * size];
-        // SAFETY: `recv` holds `total` elements.
-        let recv_ref = unsafe { LocalMut::from_raw(recv.as_mut_ptr(), total, dtype) };
+        // Buffers are allocated collectively: every rank asks for the largest total sent or
+        // received by anyone. Ranks whose bit of `heap` is set send from the heap (peers read
+        // it in place), the others from plain memory (staged); receive buffers take the
+        // opposite placement.
+        let sent = |s: usize| (0..n).map(|d| count(s, d)).sum::<usize>();
+        let received = |d: usize| (0..n).map(|s| count(s, d)).sum::<usize>();
+        let largest = (0..n).map(|r| sent(r).max(received(r))).max().unwrap_or(0);
+        let mut send = Mem::new(comm, &world, heap, dtype, largest);
+        send.fill(&flat);
+        let mut recv = Mem::new(comm, &world, !heap, dtype, largest);
+        recv.fill(&vec![0xEE; total * size]);
+        let recv_ref = recv.local_mut(dtype, total);
         if single {
-            let flat = sends.concat();
-            let send_counts: Vec<usize> = (0..n).map(|d| count(me, d)).collect();
-            // SAFETY: `flat` holds the sum of send_counts elements.
-            let send_ref = unsafe { LocalRef::from_raw(flat.as_ptr(), flat.len() / size, dtype) };
-            comm.alltoall_single(&world, send_ref, &send_counts, recv_ref, &recv_counts, &CollOptions::default())
-                .expect("alltoall_single");
+            comm.alltoall_single(
+                &world,
+                send.local_ref(dtype, flat.len() / size),
+                &send_counts,
+                recv_ref,
+                &recv_counts,
+                &CollOptions::default(),
+            )
+            .expect("alltoall_single");
         } else {
-            // SAFETY: each segment holds its count elements.
-            let refs: Vec<LocalRef<'_>> =
-                sends.iter().map(|s| unsafe { LocalRef::from_raw(s.as_ptr(), s.len() / size, dtype) }).collect();
+            let base = send.ptr();
+            let starts = send_counts.iter().scan(0, |acc, &c| Some(std::mem::replace(acc, *acc + c)));
+            // SAFETY: segment d lies inside the send buffer (`flat` fills it in order).
+            let refs: Vec<LocalRef<'_>> = starts
+                .zip(&send_counts)
+                .map(|(lo, &c)| unsafe { LocalRef::from_raw(base.add(lo * size), c, dtype) })
+                .collect();
             comm.alltoall(&world, &refs, recv_ref, &recv_counts, &CollOptions::default()).expect("alltoall");
         }
         let want: Vec<u8> = (0..n).flat_map(|s| seg(s, me)).collect();
-        assert_eq!(recv, want, "rank {me}: case {k}: alltoall {dtype} scale {scale} single {single}");
+        let got = recv.bytes(total * size);
+        assert_eq!(got, want, "rank {me}: case {k}: alltoall {dtype} scale {scale} single {single} heap {heap:#x}");
+        recv.release();
+        send.release();
     }
 }
 
@@ -482,6 +515,206 @@ pub fn sendrecv<C: Collectives>(comm: &C, cases: usize) {
             assert_eq!(got, msg(prev, 100 + j, len), "rank {me}: case {k}: large message {j}");
         }
     }
+}
+
+/// The largest eager message under the settings of this run (larger messages from the heap
+/// go rendezvous).
+fn eager_max() -> usize {
+    eager_max_bytes(&Tunables::from_env().expect("settings from the environment"))
+}
+
+/// Message `j` of rank `r` in case `k`: `len` bytes that differ between ranks, cases,
+/// messages and positions, so a misplaced or stale chunk shows.
+fn p2p_bytes(r: usize, k: usize, j: usize, len: usize) -> Vec<u8> {
+    let seed = (r as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ((k as u64) << 24) ^ ((j as u64) << 44);
+    (0..len).map(|i| ((i as u64 ^ seed).wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 56) as u8).collect()
+}
+
+/// send/recv of buffers in the symmetric heap: sizes below, at and above the rendezvous
+/// threshold (messages larger than the mailbox go zero-copy) up to several MiB, into heap and
+/// plain memory, each behind eager messages still in flight; then a rendezvous message that
+/// does not match the receiver's buffer (size, then dtype): the receiver fails naming both, the
+/// sender is released, and the pair stays usable.
+pub fn sendrecv_heap<C: Collectives>(comm: &C) {
+    let me = comm.rank().index();
+    let world = comm.world();
+    let n = world.size();
+    if n == 1 {
+        // A message larger than the mailbox to oneself needs the receiver inside recv while
+        // the send is still going: sendrecv_both covers it.
+        return;
+    }
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    let opts = CollOptions { timeout: Some(Duration::from_secs(60)), ..CollOptions::default() };
+    let t = eager_max();
+    let sizes = [t - 1, t, t + 1, 2 * t + 3, (3 << 20) + 5];
+    let max = *sizes.iter().max().expect("sizes");
+    let mut send = Mem::new(comm, &world, 0xff, DType::U8, max);
+    // Even ranks send first, odd ranks receive first: a send larger than the mailbox returns
+    // only once its receiver has taken the message.
+    let in_order = |send: &mut dyn FnMut(), recv: &mut dyn FnMut()| {
+        if me % 2 == 0 {
+            send();
+            recv();
+        } else {
+            recv();
+            send();
+        }
+    };
+    for (k, &len) in sizes.iter().enumerate() {
+        let mut recv = Mem::new(comm, &world, if k % 2 == 0 { 0xff } else { 0 }, DType::U8, len);
+        send.fill(&p2p_bytes(me, k, 0, len));
+        let small = [p2p_bytes(me, k, 1, 10), p2p_bytes(me, k, 2, 100)];
+        in_order(
+            &mut || {
+                for m in &small {
+                    comm.send(&world, LocalRef::from(&m[..]), next, &opts).expect("send small");
+                }
+                comm.send(&world, send.local_ref(DType::U8, len), next, &opts).expect("send from the heap");
+            },
+            &mut || {
+                for (j, m) in [10, 100].into_iter().enumerate() {
+                    let mut got = vec![0u8; m];
+                    comm.recv(&world, LocalMut::from(&mut got), prev, &opts).expect("recv small");
+                    assert!(got == p2p_bytes(prev, k, j + 1, m), "rank {me}: size {len}: small message {j}");
+                }
+                comm.recv(&world, recv.local_mut(DType::U8, len), prev, &opts).expect("recv of a heap message");
+            },
+        );
+        assert!(recv.bytes(len) == p2p_bytes(prev, k, 0, len), "rank {me}: heap message of {len} bytes (case {k})");
+        recv.release();
+    }
+    // Mismatches on rendezvous messages: the sender is released (its send succeeds), the
+    // receiver fails naming both, and the next message goes through.
+    let len = t + 100;
+    send.fill(&p2p_bytes(me, 90, 0, len));
+    let mut short = vec![0u8; len - 1];
+    let mut wide = vec![0i16; len / 2];
+    in_order(
+        &mut || {
+            comm.send(&world, send.local_ref(DType::U8, len), next, &opts).expect("send (size mismatch at recv)");
+            comm.send(&world, send.local_ref(DType::U8, len), next, &opts).expect("send (dtype mismatch at recv)");
+        },
+        &mut || {
+            let e = comm.recv(&world, LocalMut::from(&mut short), prev, &opts).unwrap_err();
+            assert!(matches!(e, Error::Mismatch { .. }), "rank {me}: {e}");
+            let text = e.to_string();
+            assert!(text.contains(&format!("{} elements", len - 1)) && text.contains(&format!("{len} bytes")), "{e}");
+            let e = comm.recv(&world, LocalMut::from(&mut wide), prev, &opts).unwrap_err();
+            assert!(e.to_string().contains("int16") && e.to_string().contains("uint8"), "rank {me}: {e}");
+        },
+    );
+    let mut got = vec![0u8; len];
+    in_order(
+        &mut || comm.send(&world, send.local_ref(DType::U8, len), next, &opts).expect("send after mismatches"),
+        &mut || comm.recv(&world, LocalMut::from(&mut got), prev, &opts).expect("recv after mismatches"),
+    );
+    assert!(got == p2p_bytes(prev, 90, 0, len), "rank {me}: message after the mismatches");
+    send.release();
+}
+
+/// sendrecv: both directions at once, around the ring and between pairs (a rank without a
+/// partner exchanges with itself), with heap and plain buffers on either side, sizes from 0 to
+/// several MiB on both sides of the rendezvous threshold and different in the two directions,
+/// and with a partner using plain send/recv in either order; then sendrecv mixed with queued
+/// plain messages, mismatching receives and bad arguments.
+pub fn sendrecv_both<C: Collectives>(comm: &C, cases: usize) {
+    let me = comm.rank().index();
+    let world = comm.world();
+    let n = world.size();
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    let opts = CollOptions { timeout: Some(Duration::from_secs(60)), ..CollOptions::default() };
+    let t = eager_max();
+    let base = prop_oneof![
+        Just(0usize),
+        1usize..64,
+        64usize..4096,
+        Just(t - 1),
+        Just(t),
+        Just(t + 1),
+        t..4 * t,
+        (1usize << 20)..(3usize << 20)
+    ];
+    let dtypes = [DType::U8, DType::F32, DType::I64];
+    let strategy =
+        (base, prop_oneof![Just(0usize), Just(3), Just(4093)], 0usize..3, 0usize..3, any::<u8>(), any::<u8>());
+    for (k, (base, skew, mode, d, send_mask, recv_mask)) in
+        draw(strategy, cases, seed("sendrecv_both")).into_iter().enumerate()
+    {
+        let dtype = dtypes[d];
+        let size = dtype.size();
+        // Rank r sends count(r) elements (to every destination).
+        let count = |r: usize| (base + r * skew) / size;
+        let partner = if me ^ 1 < n { me ^ 1 } else { me };
+        let (dst, src) = if mode == 0 { (next, prev) } else { (partner, partner) };
+        let max = (0..n).map(count).max().unwrap_or(0);
+        let mut send = Mem::new(comm, &world, send_mask, dtype, max);
+        let mut recv = Mem::new(comm, &world, recv_mask, dtype, max);
+        send.fill(&p2p_bytes(me, k, 0, count(me) * size));
+        let (sref, rmut) = (send.local_ref(dtype, count(me)), recv.local_mut(dtype, count(src)));
+        let what = format!("case {k}: mode {mode} base {base} skew {skew} {dtype} masks {send_mask:#x}/{recv_mask:#x}");
+        if mode == 2 && me % 2 == 1 && partner != me {
+            // The partner's sendrecv must serve this rank whichever order it uses.
+            if k % 2 == 0 {
+                comm.send(&world, sref, dst, &opts).expect("plain send to a sendrecv");
+                comm.recv(&world, rmut, src, &opts).expect("plain recv from a sendrecv");
+            } else {
+                comm.recv(&world, rmut, src, &opts).expect("plain recv from a sendrecv");
+                comm.send(&world, sref, dst, &opts).expect("plain send to a sendrecv");
+            }
+        } else {
+            comm.sendrecv(&world, sref, dst, rmut, src, &opts).unwrap_or_else(|e| panic!("rank {me}: {what}: {e}"));
+        }
+        assert!(
+            recv.bytes(count(src) * size) == p2p_bytes(src, k, 0, count(src) * size),
+            "rank {me}: {what}: wrong data from {src}"
+        );
+        send.release();
+        recv.release();
+    }
+    // Plain and combined calls mix, in order: a queued plain message is what sendrecv
+    // receives, and sendrecv's message is what the next plain recv gets.
+    let (m0, m1) = (p2p_bytes(me, 50, 0, 33), p2p_bytes(me, 50, 1, 700));
+    comm.send(&world, LocalRef::from(&m0[..]), next, &opts).expect("plain send before sendrecv");
+    let mut got0 = vec![0u8; 33];
+    comm.sendrecv(&world, LocalRef::from(&m1[..]), next, LocalMut::from(&mut got0), prev, &opts).expect("sendrecv");
+    let mut got1 = vec![0u8; 700];
+    comm.recv(&world, LocalMut::from(&mut got1), prev, &opts).expect("plain recv after sendrecv");
+    assert!(got0 == p2p_bytes(prev, 50, 0, 33) && got1 == p2p_bytes(prev, 50, 1, 700), "rank {me}: order");
+    // A receive that does not match fails naming both sizes, after the send is complete (one
+    // message from the heap, rendezvous, one eager); the pair stays usable.
+    let len = t + 50;
+    let mut heap = Mem::new(comm, &world, 0xff, DType::U8, len);
+    heap.fill(&p2p_bytes(me, 60, 0, len));
+    let small = p2p_bytes(me, 60, 1, 40);
+    let mut long = vec![0u8; len + 1];
+    let e = comm.sendrecv(&world, heap.local_ref(DType::U8, len), next, LocalMut::from(&mut long), prev, &opts);
+    let e = e.unwrap_err();
+    assert!(matches!(e, Error::Mismatch { .. }), "rank {me}: {e}");
+    assert!(
+        e.to_string().contains(&format!("{} elements", len + 1)) && e.to_string().contains(&format!("{len} bytes"))
+    );
+    let mut long = vec![0u8; 41];
+    let e = comm.sendrecv(&world, LocalRef::from(&small[..]), next, LocalMut::from(&mut long), prev, &opts);
+    assert!(e.unwrap_err().to_string().contains("40 bytes"), "rank {me}: eager mismatch");
+    let mut got = vec![0u8; len];
+    comm.sendrecv(&world, heap.local_ref(DType::U8, len), next, LocalMut::from(&mut got), prev, &opts)
+        .expect("sendrecv after mismatches");
+    assert!(got == p2p_bytes(prev, 60, 0, len), "rank {me}: sendrecv after mismatches");
+    heap.release();
+    // Bad arguments fail on the calling rank and touch no peer.
+    let mut buf = vec![0u8; 64];
+    let p = buf.as_mut_ptr();
+    // SAFETY: both views lie in `buf`; the call rejects them before touching either.
+    let (a, b) = unsafe { (LocalRef::from_raw(p, 32, DType::U8), LocalMut::from_raw(p.add(16), 32, DType::U8)) };
+    let e = comm.sendrecv(&world, a, next, b, prev, &opts).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("overlap"), "rank {me}: {e}");
+    assert_eq!(e.rank().index(), me, "{e}");
+    let (x, mut y) = (vec![0u8; 4], vec![0u8; 4]);
+    let e = comm.sendrecv(&world, LocalRef::from(&x[..]), n, LocalMut::from(&mut y), prev, &opts).unwrap_err();
+    assert!(e.to_string().contains("dst_rank"), "rank {me}: {e}");
+    let e = comm.sendrecv(&world, LocalRef::from(&x[..]), next, LocalMut::from(&mut y), n + 3, &opts).unwrap_err();
+    assert!(e.to_string().contains("src_rank"), "rank {me}: {e}");
 }
 
 /// Bad input: errors on the calling rank, an error (not a hang) on the others, and the group

@@ -44,5 +44,7 @@ case!(allgather);
 case!(broadcast);
 case!(alltoall);
 case!(sendrecv);
+case!(sendrecv_heap);
+case!(sendrecv_both);
 case!(coll_errors);
 case!(coll_groups);

@@ -918,16 +918,10 @@ impl<'c> Bench<'c> {
             }
             (Op::Broadcast, _) => comm.broadcast(g, a.m(0, c), 0, opts),
             (Op::SendRecv, _) => {
-                // A ring. Sends of large messages stream as the receiver consumes them, so odd
-                // ranks receive first: no cycle of senders waiting for each other.
+                // A ring, like nccl-tests' sendrecv: every rank sends to the next and receives
+                // from the previous one, both at once (with 2 ranks: both directions of one pair).
                 let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
-                if me % 2 == 0 {
-                    comm.send(g, a.r(0, c), next, opts)?;
-                    comm.recv(g, b.m(0, c), prev, opts)
-                } else {
-                    comm.recv(g, b.m(0, c), prev, opts)?;
-                    comm.send(g, a.r(0, c), next, opts)
-                }
+                comm.sendrecv(g, a.r(0, c), next, b.m(0, c), prev, opts)
             }
             (Op::Put, _) if me == 0 => comm.put(g, a.sym(), 0, b.r(0, c), 0, c, 1),
             (Op::PingPong, _) if me < 2 => {

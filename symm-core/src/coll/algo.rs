@@ -1,12 +1,16 @@
 //! The collective algorithms, written once on the round protocol of [`state`](super::state).
 //!
 //! Data moves by *reading* peers' memory (pull): direct loads where the backend maps peers'
-//! heaps, `get` otherwise. Members publish where their data is each round, so one member may
-//! pass a heap buffer (zero-copy) while another passes ordinary memory (staged).
-//! Chunk sizes and algorithm choices depend only on arguments every member agrees on (counts,
-//! dtype, format, group size, workspace size), never on where a member's data lives, so every
-//! member runs the same rounds.
+//! heaps, `get` otherwise; the one exception is the two-shot allreduce, whose reducers *write*
+//! each reduced part into the outputs of the members that published a heap output (push: one
+//! write instead of a write and a read back). Members publish where their data is each round,
+//! so one member may pass a heap buffer (zero-copy) while another passes ordinary memory
+//! (staged). Chunk sizes and algorithm choices depend only on arguments every member agrees on
+//! (counts, dtype, format, group size, workspace size) and on facts every member published in
+//! the round, never on where one member's data lives alone, so every member runs the same
+//! rounds.
 
+use super::copy::{copy, fence, Stores};
 use super::kernels;
 use super::lowp::{self, SubRun, SCALE_BLOCK};
 use super::state::{Ctx, Progress, DONE, LEN, MAX, READY, RED, REDUCED, SIG, SRC};
@@ -126,17 +130,6 @@ fn stage_capacity(bytes: usize, dtype: DType, lp: Option<DType>) -> usize {
     .max(1)
 }
 
-/// Copies `bytes` from `src` to `dst` unless they are the same memory.
-///
-/// # Safety
-/// Both ranges are valid; they are either identical or disjoint.
-unsafe fn copy(src: *const u8, dst: *mut u8, bytes: usize) {
-    if bytes > 0 && !std::ptr::eq(src, dst) {
-        // SAFETY: forwarded; identical ranges were excluded.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
-    }
-}
-
 /// The part of a chunk of `c` elements that member `k` of `n` reduces (two-shot).
 fn part(c: usize, n: usize, k: usize) -> (usize, usize) {
     let p = c.div_ceil(n).div_ceil(SCALE_BLOCK) * SCALE_BLOCK;
@@ -206,7 +199,7 @@ unsafe fn one_shot<B: Backend + ?Sized>(
         }
         // SAFETY: the half holds at least `bytes` (one-shot limit); the stage and the user's
         // buffer are disjoint (a user buffer cannot be inside the workspace).
-        None => unsafe { copy(inp, stage, count * call.dtype.size()) },
+        None => unsafe { copy(inp, stage, count * call.dtype.size(), Stores::Cached) },
     }
     p.stage_round[half] = seq;
     ctx.publish(seq, [src_off as i64, 0, call.sig(), count as i64, 0])?;
@@ -215,10 +208,16 @@ unsafe fn one_shot<B: Backend + ?Sized>(
         Some(lp) => lowp::encoded_bytes(lp, count),
         None => count * call.dtype.size(),
     };
-    let mut tmps: Vec<Vec<u8>> = vec![Vec::new(); ctx.n];
+    // Copies fetched with `get` land here; mapped heaps are read in place (no allocation).
+    let mut tmps: Vec<Vec<u8>> = vec![Vec::new(); if ctx.mapped.is_some() { 0 } else { ctx.n }];
+    let mut unused = Vec::new();
     let mut srcs = Vec::with_capacity(ctx.n);
-    for (j, tmp) in tmps.iter_mut().enumerate() {
+    for j in 0..ctx.n {
         let off = if j == ctx.me { src_off } else { ctx.read_fact(j, seq, SRC) as usize };
+        let tmp = match tmps.get_mut(j) {
+            Some(t) => t,
+            None => &mut unused,
+        };
         srcs.push(ctx.fetch(j, off, bytes, tmp)?);
     }
     match call.lp {
@@ -271,14 +270,19 @@ unsafe fn two_shot<B: Backend + ?Sized>(
         }
         (None, None) => {
             // SAFETY: the chunk fits the workspace; user memory is disjoint from it.
-            unsafe { copy(inp, stage, c * size) };
+            unsafe { copy(inp, stage, c * size, Stores::Cached) };
             stage_off
         }
     };
     let red_off = zc_out.unwrap_or(stage_off);
-    ctx.publish(seq, [src_off as i64, red_off as i64, call.sig(), call.count as i64, 0])?;
+    // Members whose output is in their heap take every part pushed into it by its reducer
+    // (one write, no read back); the others read each part from where its reducer left it.
+    let push_to_me = zc_out.is_some();
+    ctx.publish(seq, [src_off as i64, red_off as i64, call.sig(), call.count as i64, i64::from(push_to_me)])?;
     agree(ctx, seq, &call, true)?;
     let op = call.op.expect("allreduce has an op");
+    let pushed = |j: usize| if j == ctx.me { push_to_me } else { ctx.read_fact(j, seq, MAX) == 1 };
+    let stores = Stores::for_bytes(call.count * size, ctx.st.tun.stream_min);
 
     // Reduce my part of every member's data.
     let (lo, hi) = part(c, ctx.n, ctx.me);
@@ -314,14 +318,33 @@ unsafe fn two_shot<B: Backend + ?Sized>(
                     let base = if j == ctx.me { src_off } else { ctx.read_fact(j, seq, SRC) as usize };
                     srcs.push(ctx.fetch(j, base + lo * size, len * size, tmp)?);
                 }
-                let dst = ctx.b.local_heap_base().wrapping_add(red_off + lo * size);
-                // SAFETY: sources hold `len` elements each; `dst` is my result part (my
-                // output if it is in the heap, else my workspace), identical to my own source
-                // part or disjoint from every source.
-                unsafe { kernels::reduce(call.dtype, op, &srcs, dst, len) };
-                if zc_out.is_none() {
-                    // SAFETY: `out` holds the chunk; the workspace part is disjoint from it.
-                    unsafe { copy(dst, out.add(lo * size), len * size) };
+                // My part goes into my output, into my workspace when a member reads it from
+                // there (my output is not in the heap and someone takes no pushes), and into
+                // the output of every member that takes pushes: directly where its heap is
+                // mapped, with `put` after the reduction otherwise.
+                let mut dsts = vec![out.wrapping_add(lo * size)];
+                if zc_out.is_none() && (0..ctx.n).any(|j| j != ctx.me && !pushed(j)) {
+                    dsts.push(stage.wrapping_add(lo * size));
+                }
+                let mut puts = Vec::new();
+                for j in (0..ctx.n).filter(|&j| j != ctx.me && pushed(j)) {
+                    let off = ctx.read_fact(j, seq, RED) as usize + lo * size;
+                    match ctx.mapped {
+                        Some(bases) => dsts.push(bases[j].0.wrapping_add(off)),
+                        None => puts.push((ctx.group.ranks()[j], off)),
+                    }
+                }
+                // SAFETY: sources hold `len` elements each. The destinations hold `len`
+                // elements each and are pairwise disjoint: my output part (identical to my own
+                // source part in place, else disjoint from every source), my workspace part,
+                // and member j's output part `lo..hi`, which only I write this round and which
+                // is member j's source part (in place, read in the same block) or disjoint
+                // from every source.
+                unsafe { kernels::reduce_fan_out(call.dtype, op, &srcs, &dsts, len, stores) };
+                for (peer, off) in puts {
+                    // SAFETY: my output part holds the `len` reduced elements; member j
+                    // published its output, which holds the chunk, at `off - lo * size`.
+                    unsafe { ctx.b.put_bytes(peer, off, out.add(lo * size), len * size)? };
                 }
             }
         }
@@ -329,8 +352,8 @@ unsafe fn two_shot<B: Backend + ?Sized>(
     ctx.signal_all(REDUCED, seq)?;
     ctx.wait_all(REDUCED, seq, "reduced")?;
 
-    // Gather every other member's part.
-    for k in (0..ctx.n).filter(|&k| k != ctx.me) {
+    // Gather every other member's part, unless they pushed it.
+    for k in (0..ctx.n).filter(|&k| k != ctx.me && !push_to_me) {
         let (lo, hi) = part(c, ctx.n, k);
         if hi == lo {
             continue;
@@ -350,10 +373,11 @@ unsafe fn two_shot<B: Backend + ?Sized>(
                 let src = ctx.fetch(k, base + lo * size, len * size, &mut tmps[0])?;
                 // SAFETY: `src` holds `len` elements of member k's result; `out` holds the
                 // chunk and is disjoint from member k's memory.
-                unsafe { copy(src, out.add(lo * size), len * size) };
+                unsafe { copy(src, out.add(lo * size), len * size, stores) };
             }
         }
     }
+    fence(stores);
     ctx.signal_all(DONE, seq)?;
     // Peers read my input and my result part: wait until they are done before the caller may
     // touch either again.
@@ -408,7 +432,7 @@ unsafe fn expose<B: Backend + ?Sized>(
     }
     free_stage(ctx, p)?;
     // SAFETY: the bytes fit the workspace (contract); user memory is disjoint from it.
-    unsafe { copy(src, ctx.my_stage(), bytes) };
+    unsafe { copy(src, ctx.my_stage(), bytes, Stores::Cached) };
     Ok(ctx.st.stage.heap_offset())
 }
 
@@ -432,6 +456,7 @@ pub unsafe fn reduce_scatter<B: Backend + ?Sized>(
     .max(1);
     let zc = if call.lp.is_none() { ctx.heap_offset_of(inp, n * m * size) } else { None };
     let op = call.op.expect("reduce_scatter has an op");
+    let stores = Stores::for_bytes(m * size, ctx.st.tun.stream_min);
     for (c0, cm) in chunks(m, per_part) {
         let seq = next_round(p);
         let (src_off, stride) = match (zc, call.lp) {
@@ -451,7 +476,7 @@ pub unsafe fn reduce_scatter<B: Backend + ?Sized>(
                                 let run = lowp::sub_run(dst, l, cm, 0, cm);
                                 lowp::encode(call.dtype, l, src, cm, run.exps.cast_mut(), run.payload.cast_mut());
                             }
-                            None => copy(src, dst, cm * size),
+                            None => copy(src, dst, cm * size, Stores::Cached),
                         }
                     }
                 }
@@ -480,7 +505,7 @@ pub unsafe fn reduce_scatter<B: Backend + ?Sized>(
                     let runs: Vec<SubRun> = srcs.iter().map(|&s| lowp::sub_run(s, l, cm, 0, cm)).collect();
                     lowp::reduce_encoded(call.dtype, l, op, &runs, cm, dst);
                 }
-                None => kernels::reduce(call.dtype, op, &srcs, dst, cm),
+                None => kernels::reduce_fan_out(call.dtype, op, &srcs, &[dst], cm, stores),
             }
         }
         finish_round(ctx, p, seq, zc.is_some())?;
@@ -502,6 +527,7 @@ pub unsafe fn allgather<B: Backend + ?Sized>(
 ) -> Result<()> {
     let (n, m, size) = (ctx.n, call.count, call.dtype.size());
     let zc = ctx.heap_offset_of(inp, m * size);
+    let stores = Stores::for_bytes(n * m * size, ctx.st.tun.stream_min);
     for (c0, cm) in chunks(m, ctx.st.tun.stage_bytes / size) {
         let seq = next_round(p);
         // SAFETY: the chunk lies inside `inp` and fits the workspace.
@@ -518,8 +544,9 @@ pub unsafe fn allgather<B: Backend + ?Sized>(
                 if j == ctx.me { src } else { ctx.fetch(j, ctx.read_fact(j, seq, SRC) as usize, cm * size, &mut tmp)? };
             // SAFETY: `from` holds the chunk; `dst` is in `out`; my own slot may be exactly my
             // input (in-place), which `copy` skips.
-            unsafe { copy(from, dst, cm * size) };
+            unsafe { copy(from, dst, cm * size, stores) };
         }
+        fence(stores);
         finish_round(ctx, p, seq, zc.is_some())?;
     }
     Ok(())
@@ -538,6 +565,7 @@ pub unsafe fn broadcast<B: Backend + ?Sized>(
     let (count, size) = (call.count, call.dtype.size());
     let is_root = ctx.me == call.root;
     let zc = if is_root { ctx.heap_offset_of(buf, count * size) } else { None };
+    let stores = Stores::for_bytes(count * size, ctx.st.tun.stream_min);
     for (c0, c) in chunks(count, ctx.st.tun.stage_bytes / size) {
         let seq = next_round(p);
         // SAFETY: the chunk lies inside `buf`.
@@ -554,7 +582,8 @@ pub unsafe fn broadcast<B: Backend + ?Sized>(
             let mut tmp = Vec::new();
             let from = ctx.fetch(call.root, ctx.read_fact(call.root, seq, SRC) as usize, c * size, &mut tmp)?;
             // SAFETY: `from` holds the chunk; `here` is inside my buffer, disjoint from root's.
-            unsafe { copy(from, here, c * size) };
+            unsafe { copy(from, here, c * size, stores) };
+            fence(stores);
         }
         finish_round(ctx, p, seq, zc.is_some())?;
     }
@@ -563,6 +592,10 @@ pub unsafe fn broadcast<B: Backend + ?Sized>(
 
 /// alltoall: `send[d]` (pointer, count) goes to member d; what member j sends lands at
 /// `recv + displ[j]` and must be `recv_counts[j]` elements.
+///
+/// A member whose every piece lies in its heap lets the receivers read them in place (one copy
+/// per byte); otherwise it stages its pieces through the workspace, a window per round. When
+/// every member is zero-copy the call takes one round whatever the sizes.
 ///
 /// # Safety
 /// Every send pointer is valid for its count; `recv` for `sum(recv_counts)` writes at the
@@ -579,30 +612,44 @@ pub unsafe fn alltoall<B: Backend + ?Sized>(
     let window = (ctx.st.tun.stage_bytes / n / size).max(1);
     let my_max = send.iter().map(|s| s.1).max().unwrap_or(0);
     let displ: Vec<usize> = recv_counts.iter().scan(0, |acc, &c| Some(std::mem::replace(acc, *acc + c))).collect();
+    // An empty piece is read by nobody: it does not make its sender stage.
+    let zero_copy: Option<Vec<usize>> =
+        send.iter().map(|&(ptr, len)| if len == 0 { Some(0) } else { ctx.heap_offset_of(ptr, len * size) }).collect();
+    let stores = Stores::for_bytes(recv_counts.iter().sum::<usize>() * size, ctx.st.tun.stream_min);
     let mut rounds = 1usize;
+    let mut all_zero_copy = false;
     let mut mismatch: Option<Error> = None;
     let mut r = 0;
     while r < rounds {
         let seq = next_round(p);
-        free_stage(ctx, p)?;
-        let stage = ctx.my_stage();
-        for (d, &(ptr, len)) in send.iter().enumerate() {
-            let lo = (r * window).min(len);
-            let piece = (len - lo).min(window);
-            // SAFETY: the piece lies inside send[d]; slot d of the workspace holds `window`.
-            unsafe { copy(ptr.add(lo * size), stage.add(d * window * size), piece * size) };
+        let stage_off = ctx.st.stage.heap_offset();
+        if zero_copy.is_none() {
+            free_stage(ctx, p)?;
+            let stage = ctx.my_stage();
+            for (d, &(ptr, len)) in send.iter().enumerate().filter(|&(d, _)| d != ctx.me) {
+                let lo = (r * window).min(len);
+                let piece = (len - lo).min(window);
+                // SAFETY: the piece lies inside send[d]; slot d of the workspace holds `window`.
+                unsafe { copy(ptr.add(lo * size), stage.add(d * window * size), piece * size, Stores::Cached) };
+            }
         }
-        let stage_off = ctx.st.stage.heap_offset() as i64;
         for j in (0..n).filter(|&j| j != ctx.me) {
-            // Each peer learns what I send to it (to check against its recv_counts).
-            let facts = [stage_off, 0, call.sig(), send[j].1 as i64, my_max as i64];
+            // Each peer learns where its piece of this round is, whether I am zero-copy, and
+            // what I send to it (to check against its recv_counts).
+            let src = match &zero_copy {
+                Some(offs) => offs[j] + (r * window).min(send[j].1) * size,
+                None => stage_off + j * window * size,
+            };
+            let facts = [src as i64, i64::from(zero_copy.is_some()), call.sig(), send[j].1 as i64, my_max as i64];
             ctx.publish_to(j, seq, facts)?;
         }
         agree(ctx, seq, &call, false)?;
         if r == 0 {
+            all_zero_copy =
+                (0..n).all(|j| if j == ctx.me { zero_copy.is_some() } else { ctx.read_fact(j, seq, RED) == 1 });
             let global_max =
                 (0..n).map(|j| if j == ctx.me { my_max } else { ctx.read_fact(j, seq, MAX) as usize }).max();
-            rounds = global_max.unwrap_or(0).div_ceil(window).max(1);
+            rounds = if all_zero_copy { 1 } else { global_max.unwrap_or(0).div_ceil(window).max(1) };
             for j in 0..n {
                 let sends = if j == ctx.me { send[j].1 } else { ctx.read_fact(j, seq, LEN) as usize };
                 if sends != recv_counts[j] && mismatch.is_none() {
@@ -619,22 +666,28 @@ pub unsafe fn alltoall<B: Backend + ?Sized>(
         if mismatch.is_none() {
             let mut tmp = Vec::new();
             for j in 0..n {
-                let lo = (r * window).min(recv_counts[j]);
-                let piece = (recv_counts[j] - lo).min(window);
+                let (lo, piece) = if all_zero_copy {
+                    (0, recv_counts[j])
+                } else {
+                    let lo = (r * window).min(recv_counts[j]);
+                    (lo, (recv_counts[j] - lo).min(window))
+                };
                 if piece == 0 {
                     continue;
                 }
-                let from = ctx.fetch(
-                    j,
-                    ctx.read_fact_or(j, seq, SRC, stage_off) as usize + ctx.me * window * size,
-                    piece * size,
-                    &mut tmp,
-                )?;
-                // SAFETY: the piece fits j's segment of `recv`; `from` holds it.
-                unsafe { copy(from, recv.add((displ[j] + lo) * size), piece * size) };
+                let from = if j == ctx.me {
+                    // SAFETY: my own piece is send[me], `recv_counts[me]` elements (no mismatch).
+                    unsafe { send[j].0.add(lo * size) }
+                } else {
+                    ctx.fetch(j, ctx.read_fact(j, seq, SRC) as usize, piece * size, &mut tmp)?
+                };
+                // SAFETY: the piece fits j's segment of `recv`; `from` holds it and is disjoint
+                // from `recv` (contract for my own pieces; peers' memory otherwise).
+                unsafe { copy(from, recv.add((displ[j] + lo) * size), piece * size, stores) };
             }
         }
-        finish_round(ctx, p, seq, false)?;
+        fence(stores);
+        finish_round(ctx, p, seq, zero_copy.is_some())?;
         r += 1;
     }
     mismatch.map_or(Ok(()), Err)

@@ -6,6 +6,7 @@
 //! Work proceeds in blocks of [`BLOCK`] elements through an accumulator array on the stack, so
 //! each inner loop is a simple vectorisable pass over one source.
 
+use super::copy::{copy, fence, Stores};
 use crate::dtype::{bf16, f16, DType, F8E4M3, F8E5M2};
 use crate::op::ReduceOp;
 
@@ -312,6 +313,61 @@ pub unsafe fn reduce(dtype: DType, op: ReduceOp, srcs: &[*const u8], dst: *mut u
     }
 }
 
+/// Bytes of the block [`reduce_fan_out`] reduces before writing it out: inside L2, so
+/// the result is read back from there for every destination.
+const FAN_BLOCK_BYTES: usize = 64 << 10;
+
+/// Reduces the sources once and writes the result to every destination in `dsts` (the
+/// caller's own output and peers' outputs: the push of a reduced part), block by block
+/// through a buffer in L2, with the given stores (ordinary ones for a destination that is
+/// also a source). Fences streaming stores before returning, so a release store that follows
+/// publishes the results.
+///
+/// # Safety
+/// As [`reduce`] for every destination: each is valid for `count` writes, may be exactly one
+/// of the sources (each block is read from every source before any destination is written)
+/// and partially overlaps none of them; destinations are pairwise disjoint.
+pub unsafe fn reduce_fan_out(
+    dtype: DType,
+    op: ReduceOp,
+    srcs: &[*const u8],
+    dsts: &[*mut u8],
+    count: usize,
+    stores: Stores,
+) {
+    let size = dtype.size();
+    // A destination that is also a source (in place) is in the cache once its block has been
+    // read: ordinary stores cost no extra read there, and streaming would only evict it.
+    let per_dst: Vec<Stores> =
+        dsts.iter().map(|&d| if srcs.contains(&d.cast_const()) { Stores::Cached } else { stores }).collect();
+    if let ([dst], [Stores::Cached]) = (dsts, per_dst.as_slice()) {
+        // One destination in the cache: reduce straight into it.
+        // SAFETY: forwarded.
+        return unsafe { reduce(dtype, op, srcs, *dst, count) };
+    }
+    // u64 words keep the block aligned for every dtype.
+    let mut block = [0u64; FAN_BLOCK_BYTES / 8];
+    let tmp = block.as_mut_ptr().cast::<u8>();
+    let per_block = FAN_BLOCK_BYTES / size;
+    let mut moved: Vec<*const u8> = srcs.to_vec();
+    let mut start = 0;
+    while start < count {
+        let len = per_block.min(count - start);
+        for (m, s) in moved.iter_mut().zip(srcs) {
+            *m = s.wrapping_add(start * size);
+        }
+        // SAFETY: every source holds `start + len` elements (contract); `tmp` holds
+        // `per_block >= len` and is disjoint from all of them.
+        unsafe { reduce(dtype, op, &moved, tmp, len) };
+        for (&dst, &how) in dsts.iter().zip(&per_dst) {
+            // SAFETY: `dst` holds `count` elements (contract); `tmp` is disjoint from it.
+            unsafe { copy(tmp, dst.add(start * size), len * size, how) };
+        }
+        start += len;
+    }
+    fence(stores);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,5 +415,24 @@ mod tests {
         // SAFETY: all buffers hold `n` elements; dst is exactly the first source.
         unsafe { reduce_typed(ReduceOp::Sum, &ptrs, inout.as_mut_ptr(), n) };
         assert!(inout.iter().enumerate().all(|(i, &v)| v == (3 * i) as f32));
+    }
+
+    #[test]
+    fn fan_out_writes_the_same_result_everywhere() {
+        let n = FAN_BLOCK_BYTES / 4 * 2 + 5;
+        let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let b: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+        for stores in [Stores::Cached, Stores::Streaming] {
+            let mut inout = a.clone();
+            let mut other = vec![0f32; n];
+            let srcs = [inout.as_ptr().cast::<u8>(), b.as_ptr().cast::<u8>()];
+            let dsts = [inout.as_mut_ptr().cast::<u8>(), other.as_mut_ptr().cast::<u8>()];
+            // SAFETY: every buffer holds `n` elements; the first destination is exactly the
+            // first source, the second is disjoint from both.
+            unsafe { reduce_fan_out(DType::F32, ReduceOp::Sum, &srcs, &dsts, n, stores) };
+            let want: Vec<f32> = (0..n).map(|i| (i + i % 7) as f32).collect();
+            assert_eq!(inout, want, "{stores:?}");
+            assert_eq!(other, want, "{stores:?}");
+        }
     }
 }

@@ -1,8 +1,8 @@
 //! Collectives on symmetric memory, written once for every backend.
 //!
 //! [`Collectives`] is implemented for every [`Communicator`] (blanket impl): allreduce,
-//! reduce_scatter, allgather, alltoall (list and single-buffer forms), broadcast, send and recv,
-//! all group-aware. Arguments are validated on the calling rank; arguments that must agree
+//! reduce_scatter, allgather, alltoall (list and single-buffer forms), broadcast, send, recv
+//! and sendrecv, all group-aware. Arguments are validated on the calling rank; arguments that must agree
 //! across ranks (counts, dtypes, ops, roots, low-precision formats) are compared in the first
 //! round of every call, so a disagreement is an error on every rank instead of a hang or
 //! corrupted data. Any memory is accepted: buffers inside the symmetric heap are read by peers
@@ -18,6 +18,7 @@
 //! numbers).
 
 mod algo;
+pub mod copy;
 pub mod kernels;
 pub mod lowp;
 mod p2p;
@@ -37,6 +38,7 @@ use crate::group::Group;
 use crate::op::ReduceOp;
 pub use algo::Kind;
 use algo::{Call, Kind as K};
+pub use p2p::eager_max_bytes;
 pub use state::Tunables;
 use state::{CollState, Ctx};
 use validate::Plan;
@@ -314,8 +316,10 @@ pub trait Collectives: Communicator {
         })
     }
 
-    /// Sends `buf` to group rank `dst`. Returns once the data is out of `buf` (buffered at the
-    /// receiver for small messages; streamed for large ones as the receiver consumes it).
+    /// Sends `buf` to group rank `dst`. Returns once the data is out of `buf`: buffered at the
+    /// receiver for messages that fit its mailbox ([`eager_max_bytes`]), which therefore never
+    /// wait for the receiver; larger ones stream as the receiver consumes them, or, when `buf`
+    /// lies in the symmetric heap, are copied by the receiver straight out of `buf` (zero-copy).
     fn send(&self, group: &Group, buf: LocalRef<'_>, dst: usize, opts: &CollOptions) -> Result<()> {
         let rank = self.rank();
         group.member().at(rank)?;
@@ -336,6 +340,62 @@ pub trait Collectives: Communicator {
         with_ctx(self, group, opts, Plan::new(Op::Recv, buf.len(), dtype), |ctx, p| {
             // SAFETY: LocalMut contract.
             unsafe { p2p::recv(ctx, p, buf.as_mut_ptr(), bytes, dtype, src) }
+        })
+    }
+
+    /// Sends `send` to group rank `dst` and receives into `recv` the next message from group
+    /// rank `src`, both at once (MPI_Sendrecv, HcclBatchSendRecv with one send and one recv):
+    /// neither direction waits for the other, so rings and pairwise exchanges of any size
+    /// complete without ordering the calls by rank. The send is an ordinary message (the peer
+    /// may take it with `recv` or `sendrecv`) and the receive takes any message (from `send`
+    /// or `sendrecv`); order between a pair is kept. `dst` and `src` may be equal, and may be
+    /// the caller itself (a message to oneself, any size). `send` and `recv` must not overlap.
+    /// An incoming message of another size or dtype is consumed and fails the call naming both,
+    /// after the send is complete. Returns once both are complete.
+    fn sendrecv(
+        &self,
+        group: &Group,
+        send: LocalRef<'_>,
+        dst: usize,
+        mut recv: LocalMut<'_>,
+        src: usize,
+        opts: &CollOptions,
+    ) -> Result<()> {
+        let rank = self.rank();
+        group.member().at(rank)?;
+        group.resolve("dst_rank", i64::try_from(dst).unwrap_or(i64::MAX)).at(rank)?;
+        group.resolve("src_rank", i64::try_from(src).unwrap_or(i64::MAX)).at(rank)?;
+        let (send_bytes, recv_bytes) = (send.len() * send.dtype().size(), recv.len() * recv.dtype().size());
+        let (s, r) = (send.as_ptr() as usize, recv.as_mut_ptr() as usize);
+        // The peer may read `send` in place while `recv` is being written.
+        if send_bytes > 0 && recv_bytes > 0 && s < r + recv_bytes && r < s + send_bytes {
+            return Err(ArgError::invalid(
+                "recv",
+                format!("{recv_bytes} bytes at {r:#x}"),
+                format!("must not overlap send ({send_bytes} bytes at {s:#x})"),
+            ))
+            .at(rank);
+        }
+        // Recorded with the count and dtype of what it sends; the statistics count the bytes
+        // of both directions.
+        let plan = Plan { bytes: send_bytes + recv_bytes, ..Plan::new(Op::SendRecv, send.len(), send.dtype()) };
+        with_ctx(self, group, opts, plan, |ctx, p| {
+            let ctx = Ctx { op: "sendrecv", ..*ctx };
+            // SAFETY: LocalRef/LocalMut contracts; disjoint (checked above).
+            unsafe {
+                p2p::sendrecv(
+                    &ctx,
+                    p,
+                    send.as_ptr(),
+                    send_bytes,
+                    send.dtype(),
+                    dst,
+                    recv.as_mut_ptr(),
+                    recv_bytes,
+                    recv.dtype(),
+                    src,
+                )
+            }
         })
     }
 }
@@ -391,7 +451,7 @@ fn with_ctx<C: Communicator + ?Sized, T>(
     let rank = c.rank();
     group.member().at(rank)?;
     let st = CollState::of(c, group)?;
-    let p2p = matches!(plan.op, Op::Send | Op::Recv);
+    let p2p = matches!(plan.op, Op::Send | Op::Recv | Op::SendRecv);
     let mut ev = dfx::OpEvent {
         op: plan.op,
         group: Some(group),
@@ -434,7 +494,7 @@ fn with_ctx<C: Communicator + ?Sized, T>(
     };
     // Relaxed: read only for the message of a thread that finds the lock taken.
     st.busy.store(u64::from(plan.op.code()) | (call << 8), Ordering::Relaxed);
-    let mut ctx = Ctx::new(c, group, &st, opts.timeout.unwrap_or(c.default_timeout()), plan.op.name())?;
+    let mut ctx = Ctx::new(c, group, st, opts.timeout.unwrap_or(c.default_timeout()), plan.op.name())?;
     (ctx.call, ctx.p2p, ev.seq) = (call, p2p, call);
     let started = dfx::start(c, &ev);
     let validate = st.tun.validate && !p2p;

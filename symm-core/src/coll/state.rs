@@ -87,6 +87,10 @@ pub struct Tunables {
     pub oneshot_max: usize,
     /// Bytes of one mailbox chunk (`SYMM_P2P_CHUNK`, default 256 KiB).
     pub mail_chunk: usize,
+    /// Calls moving at least this many bytes per member write their outputs with streaming
+    /// (non-temporal) stores (`SYMM_STREAM_STORES_MIN`, default 16 MiB: half the L3 of the
+    /// machines measured; smaller outputs stay in the cache for the caller).
+    pub stream_min: usize,
     /// Read peers with `get` even when their heaps are mapped (`SYMM_COLL_ACCESS=get`), to
     /// exercise the path device backends without load/store access take.
     pub force_get: bool,
@@ -115,6 +119,7 @@ impl Tunables {
             stage_bytes: size("SYMM_COLL_WORKSPACE", 16 << 20)?.max(64 << 10),
             oneshot_max: size("SYMM_ALLREDUCE_ONESHOT_MAX", 8 << 10)?,
             mail_chunk: size("SYMM_P2P_CHUNK", 256 << 10)?.max(MAIL_HEADER + 64),
+            stream_min: size("SYMM_STREAM_STORES_MIN", 16 << 20)?,
             force_get,
             default_low_precision: super::lowp::format_from_env(),
             validate: crate::dfx::validate_from_env(),
@@ -170,8 +175,8 @@ unsafe impl Sync for SendPtr {}
 
 impl CollState {
     /// The state of `group`, allocating the workspace collectively on first use.
-    pub fn of<B: Backend + ?Sized>(b: &B, group: &Group) -> Result<std::sync::Arc<CollState>> {
-        group.extension(|| {
+    pub fn of<'g, B: Backend + ?Sized>(b: &B, group: &'g Group) -> Result<&'g CollState> {
+        let st = group.extension(|| {
             let rank = b.rank();
             let tun = Tunables::from_env().at(rank)?;
             let n = group.size();
@@ -212,6 +217,11 @@ impl CollState {
                 busy: AtomicU64::new(0),
                 tun,
             })
+        })?;
+        st.ok_or_else(|| Error::Unsupported {
+            rank: b.rank(),
+            backend: "symm-core",
+            what: format!("collectives in group {:?}: its extension slot holds another layer's state", group.ranks()),
         })
     }
 }
@@ -293,16 +303,6 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
                 SignalOp::Set,
                 seq as i64,
             )
-        }
-    }
-
-    /// `read_fact(j, seq, fact)` for a peer, `mine` for the caller itself (its own facts are
-    /// not in its own copy).
-    pub fn read_fact_or(&self, j: usize, seq: u64, fact: usize, mine: i64) -> i64 {
-        if j == self.me {
-            mine
-        } else {
-            self.read_fact(j, seq, fact)
         }
     }
 

@@ -90,6 +90,8 @@ ops! {
     Send = 13, "send";
     /// `recv`.
     Recv = 14, "recv";
+    /// `sendrecv`.
+    SendRecv = 15, "sendrecv";
 }
 
 impl Op {

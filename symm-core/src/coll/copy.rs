@@ -1,0 +1,133 @@
+//! Copies that write a result nobody will read soon: streaming (non-temporal) stores.
+//!
+//! An ordinary store to a line that is not in the cache first reads the line from memory
+//! (read-for-ownership), so writing `S` fresh bytes costs `2S` of memory traffic. Streaming
+//! stores write whole lines without reading them, which is what large collectives want for
+//! outputs far bigger than the caches. They are wrong for small outputs (the data would be
+//! evicted from the cache the caller is about to read it from), so callers choose per call
+//! ([`Tunables::stream_min`](super::state::Tunables::stream_min)).
+//!
+//! Streaming stores are weakly ordered: after the last one, [`fence`] must run before a
+//! release store (a flag) tells a peer the data is there.
+
+/// How a copy writes its destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stores {
+    /// Ordinary stores (the destination ends up in the cache).
+    Cached,
+    /// Non-temporal stores where the CPU has them (x86-64), ordinary stores elsewhere; call
+    /// [`fence`] before publishing the data.
+    Streaming,
+}
+
+impl Stores {
+    /// Streaming for calls moving at least `min` bytes.
+    pub fn for_bytes(bytes: usize, min: usize) -> Stores {
+        if bytes >= min {
+            Stores::Streaming
+        } else {
+            Stores::Cached
+        }
+    }
+}
+
+/// Copies `bytes` from `src` to `dst`, nothing when they are the same memory.
+///
+/// # Safety
+/// `src` is valid for `bytes` reads, `dst` for `bytes` writes; the ranges are identical or
+/// disjoint.
+pub unsafe fn copy(src: *const u8, dst: *mut u8, bytes: usize, stores: Stores) {
+    if bytes == 0 || std::ptr::eq(src, dst) {
+        return;
+    }
+    match stores {
+        // SAFETY: forwarded (disjoint: identical ranges returned above).
+        Stores::Streaming => unsafe { stream(src, dst, bytes) },
+        // SAFETY: as above.
+        Stores::Cached => unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) },
+    }
+}
+
+/// Orders every streaming store made so far before later stores (x86-64 `sfence`); a no-op
+/// for [`Stores::Cached`] and on CPUs without streaming stores.
+pub fn fence(stores: Stores) {
+    #[cfg(target_arch = "x86_64")]
+    if stores == Stores::Streaming {
+        // SAFETY: `sfence` has no preconditions (SSE, part of the x86-64 baseline).
+        unsafe { std::arch::x86_64::_mm_sfence() };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = stores;
+}
+
+/// Bytes per streaming loop step: one cache line, four 16-byte stores, which the CPU's
+/// write-combining buffers merge into one full-line write.
+#[cfg(target_arch = "x86_64")]
+const LINE: usize = 64;
+
+/// # Safety
+/// As [`copy`], ranges disjoint.
+#[cfg(target_arch = "x86_64")]
+unsafe fn stream(src: *const u8, dst: *mut u8, bytes: usize) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+    // Ordinary stores up to the first 16-byte boundary of `dst` (streaming stores need it
+    // aligned), streaming stores for whole lines, ordinary stores for the rest.
+    let head = dst.align_offset(16).min(bytes);
+    // SAFETY: `head <= bytes`, inside both ranges (contract).
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, head) };
+    let mut i = head;
+    while i + LINE <= bytes {
+        // SAFETY: `i + LINE <= bytes`, so the four 16-byte loads and stores are inside the
+        // ranges; `dst + i` is 16-aligned (head, then steps of 64); loads may be unaligned.
+        // SSE2 is part of the x86-64 baseline.
+        unsafe {
+            let s = src.add(i).cast::<__m128i>();
+            let d = dst.add(i).cast::<__m128i>();
+            let (a, b, c, e) =
+                (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
+            _mm_stream_si128(d, a);
+            _mm_stream_si128(d.add(1), b);
+            _mm_stream_si128(d.add(2), c);
+            _mm_stream_si128(d.add(3), e);
+        }
+        i += LINE;
+    }
+    // SAFETY: the rest, `bytes - i` bytes, lies inside both ranges.
+    unsafe { std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), bytes - i) };
+}
+
+/// # Safety
+/// As [`copy`], ranges disjoint.
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn stream(src: *const u8, dst: *mut u8, bytes: usize) {
+    // SAFETY: forwarded.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_every_alignment_and_length() {
+        let src: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
+        for stores in [Stores::Cached, Stores::Streaming] {
+            for dst_shift in 0..17 {
+                for len in [0, 1, 15, 16, 17, 63, 64, 65, 200, 900] {
+                    let mut dst = vec![0xAAu8; 1000];
+                    // SAFETY: `len + 17 <= 1000` for both buffers; they are disjoint.
+                    unsafe { copy(src.as_ptr().add(3), dst.as_mut_ptr().add(dst_shift), len, stores) };
+                    fence(stores);
+                    assert_eq!(&dst[dst_shift..dst_shift + len], &src[3..3 + len], "{stores:?} {dst_shift} {len}");
+                    assert!(dst[..dst_shift].iter().chain(&dst[dst_shift + len..]).all(|&b| b == 0xAA));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn chooses_streaming_from_the_size() {
+        assert_eq!(Stores::for_bytes(100, 1 << 20), Stores::Cached);
+        assert_eq!(Stores::for_bytes(1 << 20, 1 << 20), Stores::Streaming);
+    }
+}
