@@ -34,8 +34,10 @@ const BATCH_BYTES: usize = 64 << 20;
 const WARMUP: usize = 200;
 /// Ping-pong message sizes.
 const LATENCY_SIZES: [usize; 3] = [8, 1 << 10, 64 << 10];
-/// Heap room beyond the largest put, for the latency and signal buffers.
-const HEAP_SLACK: usize = 4 << 20;
+/// Heap room beyond the largest put: the world's collective workspace (staging area and
+/// mailboxes, reserved at start-up, 16 MiB + 2 MiB by default) and the latency and signal
+/// buffers.
+const HEAP_SLACK: usize = 32 << 20;
 
 const USAGE: &str = "usage: symm-microbench [--iters N] [--max-bytes SIZE]
   --iters N          round trips per latency size, and the most puts per bandwidth batch (default 10000)

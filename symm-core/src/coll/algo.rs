@@ -13,7 +13,7 @@
 use super::copy::{copy, fence, Stores};
 use super::kernels;
 use super::lowp::{self, SubRun, SCALE_BLOCK};
-use super::state::{Ctx, Progress, DONE, LEN, MAX, READY, RED, REDUCED, SIG, SRC};
+use super::state::{ready, Ctx, Progress, DONE, LEN, MAX, RED, REDUCED, SIG, SRC};
 use crate::backend::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -86,7 +86,7 @@ fn next_round(p: &mut Progress) -> u64 {
 /// disagreement every member sees the same facts, so all of them fail the same way; they
 /// still finish the round (DONE) so the group stays usable.
 fn agree<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, seq: u64, call: &Call, compare_len: bool) -> Result<()> {
-    ctx.wait_all(READY, seq, "ready")?;
+    ctx.wait_all(ready(seq), seq, "ready")?;
     let (mine_sig, mine_len) = (call.sig(), call.count as i64);
     for j in (0..ctx.n).filter(|&j| j != ctx.me) {
         let (sig, len) = (ctx.read_fact(j, seq, SIG), ctx.read_fact(j, seq, LEN));

@@ -54,12 +54,13 @@ use crate::op::SignalOp;
 /// never collides with one.
 const RENDEZVOUS: i64 = 1 << 32;
 
-/// Reads of the awaited words before [`wait_any`] starts yielding the core between reads.
+/// Reads of the awaited words between two looks at the clock in [`wait_any`].
 const FAST_POLLS: u32 = 512;
-/// How long [`wait_any`] polls both words (yielding between polls) before it blocks, when
-/// every rank of the job has a core / when ranks outnumber cores: the CPU backend's spin budget
-/// and yield window. A poller that shares its core hands it over at every poll, but the peers
-/// it waits for run sooner once it sleeps.
+/// How long [`wait_any`] polls both words before it blocks, when every rank of the job has a
+/// core / when ranks outnumber cores: the CPU backend's spin budget and yield window. With a
+/// core of its own the poller spins (a `sched_yield` costs about a microsecond, which a small
+/// message would pay at every poll); sharing its core, it hands the core over at every poll,
+/// but the peers it waits for run sooner once it sleeps.
 const POLL_FOR: Duration = Duration::from_millis(2);
 const POLL_FOR_SHARED: Duration = Duration::from_micros(200);
 /// First and largest slice of one word's blocking wait in [`wait_any`]: a change of the other
@@ -489,21 +490,22 @@ fn wait_any<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, needs: [Need; 2]) -> Result<(
     let met = || needs.iter().any(|n| reached(ctx, n.writer, n.word, n.value));
     let start = Instant::now();
     let deadline = start + ctx.timeout;
-    let poll_for = if ctx.b.world_size() <= online_cpus() { POLL_FOR } else { POLL_FOR_SHARED };
+    let shared = ctx.b.world_size() > online_cpus();
+    let poll_for = if shared { POLL_FOR_SHARED } else { POLL_FOR };
     let mut polls = 0u32;
     loop {
         if met() {
             return Ok(());
         }
         polls += 1;
-        if polls < FAST_POLLS {
+        if shared && polls >= FAST_POLLS {
+            std::thread::yield_now();
+        } else {
             std::hint::spin_loop();
-            continue;
         }
-        if start.elapsed() >= poll_for {
+        if polls % FAST_POLLS == 0 && start.elapsed() >= poll_for {
             break;
         }
-        std::thread::yield_now();
     }
     let mut slice = FIRST_SLICE;
     let mut next_health = start + HEALTH_EVERY;

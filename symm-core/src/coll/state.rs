@@ -3,9 +3,10 @@
 //! # Workspace (allocated collectively in the group on its first collective)
 //! - `flags`: one record of [`RECORD_WORDS`] `i64` words per member. Member `j` writes record
 //!   `j` of the other members' copies; each record is written by one writer only, and sits on
-//!   its own 128-byte line pair. Words: [`READY`], [`DONE`], [`REDUCED`] (monotonic round
-//!   numbers), two sets (even and odd rounds) of facts [`SRC`], [`RED`], [`SIG`], [`LEN`],
-//!   [`MAX`] (about the writer's round, written before `READY`), [`SENT`], [`ACK`]
+//!   its own 128-byte line pairs. Words: `READY` ([`ready`]: one word for even rounds, one
+//!   for odd rounds), [`DONE`], [`REDUCED`] (monotonic round numbers), two sets (even and odd
+//!   rounds) of facts [`SRC`], [`RED`], [`SIG`], [`LEN`], [`MAX`] (about the writer's round,
+//!   written before `READY`, on the same cache line), [`SENT`], [`ACK`]
 //!   (point-to-point counters), [`CALLS`] (the writer's collective call number, validation
 //!   mode only).
 //! - `stage`: staging area for inputs that are not in the heap, encoded low-precision data,
@@ -35,18 +36,25 @@ use crate::error::{ArgError, AtRank, Error, Result};
 use crate::group::Group;
 use crate::op::{CmpOp, SignalOp};
 
-/// Words per member record (16 words: 128 bytes, one line pair).
-pub const RECORD_WORDS: usize = 16;
-/// Round number of the writer's published data.
-pub const READY: usize = 0;
+/// Words per member record (32 words: 256 bytes, two 128-byte line pairs).
+///
+/// Layout, by 64-byte line: (0) `READY` of even rounds, the facts of even rounds, [`DONE`],
+/// [`REDUCED`]; (1) `READY` of odd rounds, the facts of odd rounds; (2) the point-to-point
+/// counters and [`CALLS`]. A round's flag and facts share one line, so a reader that sees the
+/// flag has the facts in the same transfer.
+pub const RECORD_WORDS: usize = 32;
+/// Round number of the writer's published data, for even rounds (see [`ready`]).
+const READY_EVEN: usize = 0;
+/// Round number of the writer's published data, for odd rounds.
+const READY_ODD: usize = 8;
+/// Facts of a round follow its `READY` word: a writer may be one round ahead of a reader (it
+/// only waits for the reader's DONE of the round before), so it must not overwrite the facts
+/// of the round the reader is still in; even and odd rounds use different words.
+const FACTS_OFFSET: usize = 1;
 /// Round number up to which the writer has finished reading the reader's memory.
-pub const DONE: usize = 1;
+pub const DONE: usize = 6;
 /// Round number of the writer's reduced part (two-shot allreduce).
-pub const REDUCED: usize = 2;
-/// Facts of even rounds start here, facts of odd rounds [`FACT_WORDS`] further: a writer may
-/// be one round ahead of a reader (it only waits for the reader's DONE of the round before),
-/// so it must not overwrite the facts of the round the reader is still in.
-const FACTS: usize = 3;
+pub const REDUCED: usize = 7;
 /// Heap offset of the writer's source data for the round (index into the facts).
 pub const SRC: usize = 0;
 /// Heap offset of the writer's result data for the round.
@@ -61,13 +69,28 @@ pub const MAX: usize = 4;
 /// Number of published fact words (SRC..=MAX), sent with READY in one put.
 pub const FACT_WORDS: usize = 5;
 /// Chunks the writer has sent to the reader (point-to-point).
-pub const SENT: usize = FACTS + 2 * FACT_WORDS;
+pub const SENT: usize = 16;
 /// Chunks of the reader's the writer has consumed (point-to-point).
-pub const ACK: usize = SENT + 1;
+pub const ACK: usize = 17;
 /// The writer's current collective call number in the group, independent of rounds (written
 /// in validation mode only, see [`validate`](super::validate)).
-pub const CALLS: usize = ACK + 1;
-const _: () = assert!(CALLS < RECORD_WORDS);
+pub const CALLS: usize = 18;
+const _: () = assert!(READY_EVEN + FACTS_OFFSET + FACT_WORDS <= DONE && READY_ODD + FACTS_OFFSET + FACT_WORDS <= 16);
+const _: () = assert!(REDUCED < READY_ODD && CALLS < RECORD_WORDS);
+
+/// The word that carries `READY = seq` (the round's published data).
+pub const fn ready(seq: u64) -> usize {
+    if seq % 2 == 0 {
+        READY_EVEN
+    } else {
+        READY_ODD
+    }
+}
+
+/// The first fact word of round `seq`.
+const fn facts_word(seq: u64) -> usize {
+    ready(seq) + FACTS_OFFSET
+}
 
 /// Reads of a flag before a wait falls back to the backend's blocking wait (about a
 /// microsecond).
@@ -258,7 +281,7 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
 
     /// Reads fact `fact` of round `seq` from `writer`'s record in the caller's own copy.
     pub fn read_fact(&self, writer: usize, seq: u64, fact: usize) -> i64 {
-        self.read_word(writer, FACTS + (seq % 2) as usize * FACT_WORDS + fact)
+        self.read_word(writer, facts_word(seq) + fact)
     }
 
     /// Reads word `word` of `writer`'s record in the caller's own copy.
@@ -295,10 +318,10 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
         unsafe {
             self.b.put_signal_bytes(
                 self.group.ranks()[j],
-                self.word_offset(self.me, FACTS + (seq % 2) as usize * FACT_WORDS),
+                self.word_offset(self.me, facts_word(seq)),
                 bytes.as_ptr(),
                 bytes.len(),
-                self.word_offset(self.me, READY),
+                self.word_offset(self.me, ready(seq)),
                 SignalWidth::W64,
                 SignalOp::Set,
                 seq as i64,

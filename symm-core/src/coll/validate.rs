@@ -24,7 +24,7 @@
 //!
 //! Cost: one extra round (two for alltoall) per collective call, plus one signal per peer.
 
-use super::state::{Ctx, Progress, CALLS, DONE, FACT_WORDS, LEN, MAX, READY, RED, SIG, SRC};
+use super::state::{ready, Ctx, Progress, CALLS, DONE, FACT_WORDS, LEN, MAX, RED, SIG, SRC};
 use crate::backend::Backend;
 use crate::dfx::Op;
 use crate::dtype::DType;
@@ -93,7 +93,7 @@ pub fn round<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, plan: &Pla
         };
         ctx.publish_to(j, seq, [a as i64, b as i64, VALIDATION_SIG, call as i64, word])?;
     }
-    ctx.wait_all(READY, seq, "validation ready")?;
+    ctx.wait_all(ready(seq), seq, "validation ready")?;
     let me = ctx.b.rank();
     let mut verdict: Option<Error> = None;
     // Alltoall pairs that disagree: (sender, receiver, sent, expected), in group ranks.
@@ -163,7 +163,7 @@ fn share_pair_verdict<B: Backend + ?Sized>(
     };
     let mine = encode(pair);
     ctx.publish(seq, mine)?;
-    ctx.wait_all(READY, seq, "validation verdict")?;
+    ctx.wait_all(ready(seq), seq, "validation verdict")?;
     let mut first = None;
     for j in 0..ctx.n {
         let read = |f: usize| if j == ctx.me { mine[f] } else { ctx.read_fact(j, seq, f) };
