@@ -112,13 +112,13 @@ impl PyCommunicator {
 
     /// Runs the argument checks of a collective of `g`; when they fail, rejects the round
     /// first (see [`PyCommunicator::reject_round`]).
-    fn checked<T>(&self, py: Python<'_>, g: &Group, check: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    pub(crate) fn checked<T>(&self, py: Python<'_>, g: &Group, check: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
         check().inspect_err(|_| self.reject_round(py, g))
     }
 
     /// Fails with GroupError unless this rank is a member of `g` (a non-member takes no part in
     /// the group's rounds, so nothing is rejected).
-    fn member_of(&self, py: Python<'_>, g: &Group) -> PyResult<()> {
+    pub(crate) fn member_of(&self, py: Python<'_>, g: &Group) -> PyResult<()> {
         g.member().map(|_| ()).at(self.rank_id()).py(py)
     }
 
@@ -135,12 +135,43 @@ impl PyCommunicator {
         let (t, op, lp) = self.checked(py, g, || {
             Ok((self.local(py, tensor, "tensor")?, op_arg(py, me, op)?, low_precision_arg(py, me, low_precision)?))
         })?;
+        self.run_allreduce(py, g, t, op, lp)
+    }
+
+    /// The in-place allreduce of a checked tensor, the GIL released: what the full path and
+    /// the fast path ([`crate::fast`]) both end in.
+    pub(crate) fn run_allreduce(
+        &self,
+        py: Python<'_>,
+        g: &Group,
+        t: Local,
+        op: ReduceOp,
+        lp: Option<DType>,
+    ) -> PyResult<()> {
         let comm = self.comm();
         py.detach(|| {
-            // SAFETY: `t` describes the caller's contiguous host tensor `tensor`, held for the
-            // call (the `Desc` contract); the call returns only when it is done writing it.
+            // SAFETY: `t` describes the caller's contiguous host tensor, held by the caller for
+            // the call (the `Desc` contract, which the fast path keeps too: it reads the tensor
+            // object the caller passed); the call returns only when it is done writing it.
             let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };
             comm.allreduce(g, buf, op, &options(lp))
+        })
+        .py(py)
+    }
+
+    /// Seconds taken by `iters` in-place sum allreduces of `t`, in one native loop with the GIL
+    /// released (the Rust API's figure next to the Python API's in `symm.perf`).
+    pub(crate) fn time_allreduce(&self, py: Python<'_>, g: &Group, t: Local, iters: usize) -> PyResult<f64> {
+        let comm = self.comm();
+        py.detach(|| {
+            let opts = CollOptions::default();
+            let t0 = std::time::Instant::now();
+            for _ in 0..iters {
+                // SAFETY: as in `run_allreduce`: `t` is the caller's tensor, held for the call.
+                let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };
+                comm.allreduce(g, buf, ReduceOp::Sum, &opts)?;
+            }
+            Ok(t0.elapsed().as_secs_f64())
         })
         .py(py)
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
+use pyo3::types::{PyDict, PyString, PyTuple, PyType};
 use symm_core::buffer::{check_dtype, check_range};
 use symm_core::{
     ArgError, AtRank, Backend, Bootstrap, CmpOp, Communicator, DType, Error, Group, GroupError, HeapError, LocalMut,
@@ -20,6 +20,7 @@ use symm_core::{
 use symm_sim::{SimComm, SimConfig};
 
 use crate::errors::{self, invalid, IntoPyResult};
+use crate::fast::{self, FastSpec};
 use crate::registry::{Miss, Registry};
 use crate::store::PyStore;
 
@@ -46,7 +47,7 @@ pub(crate) struct Shared {
 pub(crate) struct Desc(usize, usize, String, bool, String, Option<String>);
 
 /// A checked local memory range: address, elements, dtype.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Local {
     pub(crate) ptr: usize,
     pub(crate) len: usize,
@@ -709,6 +710,59 @@ impl PyCommunicator {
         self.p2p_recv(py, &group.get().g, &tensor, src_rank)
     }
 
+    /// Makes this communicator the one the fast path of the public collectives runs on
+    /// (`symm._symm.shmem_allreduce`), with what it needs to read the platform's tensors
+    /// itself. Called once, by `symm.init` (one runtime per process); later calls are ignored.
+    ///
+    /// Args:
+    ///     tensor_types: the tensor types read directly (exact types; others take the full path).
+    ///     dtypes: the framework's dtype objects -> their names (`torch.float32: "torch.float32"`).
+    ///     profiler: `(mapping, key)` whose value is true while the profiler records.
+    ///     groups: the API's cache of native groups by group object, when the platform keys
+    ///         groups by the object itself (the fast path only reads it).
+    ///     shim: torch's stable C shim: `{"functions": {name: address}, "strided": code,
+    ///         "cpu": code, "dtypes": {code: name}}` with the addresses of `aoti_torch_<name>`
+    ///         for `get_layout`, `get_device_type`, `get_dtype`, `is_contiguous`, `get_numel`,
+    ///         `get_data_ptr` in the libtorch this process loaded. Used only when it reads each
+    ///         of `probes` as the descriptors do.
+    ///     probes: tensors of every kind the fast path must tell apart (dtypes, views, devices,
+    ///         layouts), to check the shim against.
+    ///
+    /// Returns:
+    ///     Optional[str]: how tensors are read: `"shim"`, `"descriptors"` (the tensor types'
+    ///     C attributes `dtype`, `is_cpu`, `is_contiguous()`, `numel()`, `data_ptr()`), or None
+    ///     when the tensor types have no such attributes (no fast path).
+    #[pyo3(signature = (tensor_types, dtypes, profiler=None, groups=None, shim=None, probes=Vec::new()))]
+    #[allow(clippy::too_many_arguments)] // the platform's description, field by field
+    fn enable_fast_path(
+        slf: &Bound<'_, Self>,
+        tensor_types: Vec<Bound<'_, PyType>>,
+        dtypes: &Bound<'_, PyDict>,
+        profiler: Option<(Bound<'_, PyDict>, Bound<'_, PyString>)>,
+        groups: Option<Bound<'_, PyDict>>,
+        shim: Option<Bound<'_, PyDict>>,
+        probes: Vec<Bound<'_, PyAny>>,
+    ) -> PyResult<Option<&'static str>> {
+        let world = slf.get().comm().world();
+        let Some(spec) = FastSpec::new(tensor_types, dtypes, profiler, groups, shim, &probes, world)? else {
+            return Ok(None);
+        };
+        let reader = spec.reader();
+        fast::enable(slf.py(), slf.clone().unbind(), spec);
+        Ok(Some(reader))
+    }
+
+    /// Runs `iters` in-place sum allreduces of `tensor` over `group` in a native loop (the GIL
+    /// released throughout) and returns the seconds they took: the Rust API's time for the
+    /// same call, for `python -m symm.perf --native`. Each iteration is the core call that
+    /// `symm-bench all_reduce` times in place (`Collectives::allreduce` with default options).
+    fn bench_allreduce(&self, py: Python<'_>, group: &Bound<'_, PyGroup>, tensor: Desc, iters: usize) -> PyResult<f64> {
+        let g = &group.get().g;
+        self.member_of(py, g)?;
+        let t = self.checked(py, g, || self.local(py, &tensor, "tensor"))?;
+        self.time_allreduce(py, g, t, iters)
+    }
+
     /// Takes part in `group`'s next collective round only to reject it, so that members
     /// waiting in a collective fail with PeerRejected (for argument errors found in Python).
     fn reject(&self, py: Python<'_>, group: &Bound<'_, PyGroup>) {
@@ -732,6 +786,13 @@ impl PyCommunicator {
 /// Validates a group-local rank (the error names `target_rank`) and returns it as an index.
 fn group_rank(py: Python<'_>, me: Rank, g: &Group, r: i64) -> PyResult<usize> {
     g.resolve("target_rank", r).map(|(l, _)| l.index()).at(me).py(py)
+}
+
+impl PyGroup {
+    /// The core's group.
+    pub(crate) fn group(&self) -> &Group {
+        &self.g
+    }
 }
 
 #[pymethods]

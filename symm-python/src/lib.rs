@@ -7,13 +7,15 @@
 //! symm (Python)            empty / barrier / shmem_* / groups / errors, RFC names and argument order
 //!   symm.platform.*        the framework: ranks, groups, the key-value store, tensor <-> Desc
 //!         │  descriptors (address, elements, dtype, layout), native groups, heap blocks
-//! symm._symm (this crate)  validation with the Python argument names, GIL released while blocking
-//!         │
+//! symm._symm (this crate)  validation with the Python argument names, GIL released while blocking;
+//!         │                `shmem_allreduce` itself: its common case in one call (fast.rs)
 //! symm-core / symm-sim     Communicator over the CPU shared-memory backend
 //! ```
 //!
 //! - [`comm`]: `Communicator`, `Group`, `HeapBlock` (buffer protocol: zero-copy tensors).
 //! - [`coll`]: collectives and send/recv, checked with the Python argument names.
+//! - [`fast`]: the public `shmem_allreduce`: the common case in one native call, the rest
+//!   through the full path in Python.
 //! - [`store`]: the framework's store as a [`symm_core::Store`] for start-up.
 //! - [`errors`]: one exception class per error code, all under `symm.SymmError`.
 //! - [`dfx`]: diagnostics: logging into `logging`, statistics, flight-recorder dumps.
@@ -23,6 +25,7 @@ mod coll;
 mod comm;
 mod dfx;
 mod errors;
+mod fast;
 mod registry;
 mod store;
 
@@ -37,6 +40,8 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<comm::PyGroup>()?;
     m.add_class::<comm::HeapBlock>()?;
     m.add_function(wrap_pyfunction!(comm::init, m)?)?;
+    m.add_function(wrap_pyfunction!(fast::set_full_path, m)?)?;
+    m.add_function(wrap_pyfunction!(fast::shmem_allreduce, m)?)?;
     errors::register(m)?;
     dfx::register(m)?;
     Ok(())

@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import logging
+import os
 import threading
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, TypeVar, cast
 
@@ -31,9 +33,13 @@ class _State:
         self.init_key = init_key
         #: Native group per framework group object, built once.
         self.groups: Dict[Hashable, _symm.Group] = {}
+        #: How the fast path of ``shmem_allreduce`` reads tensors (``"shim"``, ``"descriptors"``),
+        #: or None when it is off (``SYMM_FAST_PATH=0``, or a platform without one).
+        self.fast_path: Optional[str] = None
 
 
 T = TypeVar("T")
+
 
 _lock = threading.RLock()
 _state: Optional[_State] = None
@@ -185,7 +191,18 @@ def init(group: Any = None) -> None:
         store = platform.store(f"symm/{len(ranks)}-{digest}/")
         _attempts += 1
         comm = _symm.init(ranks.index(me), len(ranks), store, prefix=f"boot{_attempts}")
-        _state = _State(platform, comm, ranks, key)
+        state = _State(platform, comm, ranks, key)
+        if os.environ.get("SYMM_FAST_PATH", "1").strip() != "0":
+            try:
+                fast = platform.fast_path()
+                if fast is not None:
+                    groups = state.groups if fast.groups_by_identity else None
+                    state.fast_path = comm.enable_fast_path(
+                        fast.tensor_types, fast.dtypes, fast.profiler, groups, fast.shim, list(fast.probes)
+                    )
+            except Exception as e:  # an optimisation only: without it every call takes the full path
+                logging.getLogger("symm").warning("rank %d: the fast path of shmem_allreduce is off: %r", me, e)
+        _state = state
 
 
 def is_initialized() -> bool:
@@ -513,31 +530,21 @@ def _descs(st: _State, tensors: Any, arg: str) -> List[Any]:
 
 
 @_profiled("allreduce", _on("tensor"))
-def shmem_allreduce(tensor: Any, op: Any = "sum", group: Any = None, low_precision_dtype: Any = None) -> None:
-    """In place: every member's ``tensor`` becomes the reduction of all members' ``tensor``.
-
-    Collective over ``group``. The result is bit-identical on every member (elements are reduced
-    in group-rank order, in float32 for 16- and 8-bit floats, float64 for float64).
-
-    Args:
-        tensor: a contiguous CPU tensor, the same element count and dtype on every member.
-        op: ``"sum"``, ``"avg"`` (floating dtypes: the sum divided by the group size), ``"max"``,
-            ``"min"``, or their codes 0, 1, 2, 3.
-        group: the members (``None``: every rank symm was initialised for).
-        low_precision_dtype: the format data travels in (``torch.float16``, ``torch.bfloat16``,
-            ``torch.float8_e4m3fn``, ``torch.float8_e5m2``, or their names), for float32/64,
-            float16 and bfloat16 tensors; accumulation stays in full precision. ``None``: the
-            default from ``SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`` (unset: full precision).
-
-    Raises:
-        InvalidArgument: a bad tensor, op or format (on this rank; the others get PeerRejected).
-        Mismatch: the members disagree on count, dtype, op or format (on every member).
-        GroupError: this rank is not a member. Timeout: a member did not come in time.
-    """
+def _shmem_allreduce(tensor: Any, op: Any = "sum", group: Any = None, low_precision_dtype: Any = None) -> None:
+    """The full path of ``shmem_allreduce``: every call that is not the common case the native
+    function runs itself (see ``symm._symm.shmem_allreduce``, which is the public function and
+    holds its documentation)."""
     st = _current()
     g = _native_group(st, group)
     t, lp = _prepared(st, g, lambda: (_desc(st, tensor, "tensor"), _low_precision(st, low_precision_dtype)))
     st.comm.allreduce(g, t, op, lp)
+
+
+# The public function is native: it runs the common case (a plain contiguous CPU tensor, group
+# None or one already used, no profiler recording, no low-precision format) in one call, and
+# passes every other call to the full path above before doing anything (src/fast.rs).
+_symm.set_full_path("allreduce", _shmem_allreduce)
+shmem_allreduce = _symm.shmem_allreduce
 
 
 @_profiled("reduce_scatter", _on("input_tensor"))

@@ -22,6 +22,13 @@ port of 127.0.0.1). Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) it uses tho
 MPI columns appear when the ranks were started by an MPI launcher and ``mpi4py`` imports
 (``mpirun -n 2 python -m symm.perf``); otherwise they are left out silently.
 
+``--backends`` picks the backends (e.g. ``--backends symm`` for symm alone). ``--native 1`` adds
+the column ``rust``: the same all_reduce (in place, on the same symmetric tensor, in the same
+processes, right after the Python timing) timed by a loop in Rust
+(``Communicator.bench_allreduce``: each iteration is the core call that ``symm-bench all_reduce``
+times in place), and ``py/rust``, symm's time through the Python API divided by that: the cost
+of the Python API measured in one run. Other operations show ``N/A`` there.
+
 ``SYMMETRIC_MEMORY_HEAP_SIZE`` defaults to what the largest size needs when it is not set.
 """
 
@@ -29,13 +36,22 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import os
 import socket
 import sys
 import time
+from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "alltoall", "sendrecv", "broadcast")
+BACKENDS = ("symm", "gloo", "mpi")
+#: Ratio columns: name -> (time a, time b, meaning); the column is time a / time b, shown when
+#: both backends run.
+RATIOS = {
+    "symm/gloo": ("gloo", "symm", "busbw ratio (> 1: symm faster)"),
+    "py/rust": ("symm", "rust", "symm's time through the Python API / through the Rust API (rust column)"),
+}
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
 
 
@@ -69,6 +85,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--ops", default=",".join(OPS), help=f"comma-separated subset of {','.join(OPS)}")
     p.add_argument("-d", "--dtype", default="float32", choices=DTYPES, help="element type (default float32)")
     p.add_argument("-c", "--check", type=int, default=1, help="check the results (1, default) or not (0)")
+    p.add_argument(
+        "--backends",
+        default=",".join(BACKENDS),
+        help=f"comma-separated subset of {','.join(BACKENDS)} (default: all; mpi only under an MPI launcher)",
+    )
+    p.add_argument(
+        "--pin",
+        type=int,
+        default=0,
+        help="1: pin rank r to allowed CPU r %% CPUs after start-up, as symm-bench --pin 1 does (default 0)",
+    )
+    p.add_argument(
+        "--native",
+        type=int,
+        default=0,
+        help="1: add the Rust API's time of symm's all_reduce (a loop in Rust, same run) and py/rust",
+    )
     return p
 
 
@@ -86,6 +119,19 @@ def validate(args: argparse.Namespace) -> None:
         raise SystemExit(f"symm.perf: -g {args.ranks}: needs at least 2 ranks")
     if args.minbytes > args.maxbytes:
         raise SystemExit(f"symm.perf: -b {args.minbytes} is larger than -e {args.maxbytes}")
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown or not backends:
+        raise SystemExit(
+            f"symm.perf: --backends {args.backends!r}: unknown backends {unknown}; accepted: {', '.join(BACKENDS)}"
+        )
+    args.backends = backends
+    if args.pin not in (0, 1):
+        raise SystemExit(f"symm.perf: --pin {args.pin}: expected 0 or 1")
+    if args.native not in (0, 1):
+        raise SystemExit(f"symm.perf: --native {args.native}: expected 0 or 1")
+    if args.native and "symm" not in backends:
+        raise SystemExit("symm.perf: --native 1 times symm's all_reduce in Rust: it needs the symm backend")
 
 
 def sizes(args: argparse.Namespace) -> List[int]:
@@ -110,17 +156,27 @@ def bus_factor(op: str, n: int) -> float:
 
 
 class Backend:
-    """One way to run the operations: ``setup`` makes the buffers of one (op, count), the
-    returned closure runs one iteration, ``result`` is what ``check`` compares."""
+    """One way to run the operations: ``alloc`` makes the buffers of one (op, count), the
+    callable ``run`` returns runs one iteration, ``loop`` times iterations of it. A single call
+    is returned as a ``functools.partial`` of the API function, so that the time is the call's,
+    without a Python frame of the harness around it."""
 
     name = "?"
 
     def alloc(self, numel: int) -> Any:
         raise NotImplementedError
 
-    def run(self, op: str, bufs: Dict[str, Any], rank: int, n: int) -> Callable[[], Any]:
-        """One iteration of ``op`` on ``bufs`` (``send``, ``recv``, ``count``)."""
+    def run(self, op: str, bufs: Dict[str, Any], rank: int, n: int) -> Optional[Callable[[], Any]]:
+        """One iteration of ``op`` on ``bufs`` (``send``, ``recv``, ``count``); None when the
+        backend does not run ``op`` (its columns show N/A)."""
         raise NotImplementedError
+
+    def loop(self, step: Callable[[], Any], iters: int) -> float:
+        """Seconds taken by ``iters`` iterations of ``step``."""
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            step()
+        return time.perf_counter() - t0
 
     def release(self, t: Any) -> None:
         pass
@@ -144,23 +200,23 @@ class SymmBackend(Backend):
 
         symm.free(t)
 
-    def run(self, op: str, bufs: Dict[str, Any], rank: int, n: int) -> Callable[[], Any]:
+    def run(self, op: str, bufs: Dict[str, Any], rank: int, n: int) -> Optional[Callable[[], Any]]:
         import symm
 
         send, recv = bufs["send"], bufs["recv"]
         c = bufs["count"]
         if op == "all_reduce":
-            return lambda: symm.shmem_allreduce(recv)
+            return partial(symm.shmem_allreduce, recv)
         if op == "reduce_scatter":
-            return lambda: symm.shmem_reduce_scatter(recv, send)
+            return partial(symm.shmem_reduce_scatter, recv, send)
         if op == "all_gather":
-            return lambda: symm.shmem_allgather(recv, send)
+            return partial(symm.shmem_allgather, recv, send)
         if op == "alltoall":
             parts = [send[i * c : (i + 1) * c] for i in range(n)]
             counts = [c] * n
-            return lambda: symm.shmem_alltoall(parts, recv, counts)
+            return partial(symm.shmem_alltoall, parts, recv, counts)
         if op == "broadcast":
-            return lambda: symm.shmem_broadcast(recv, 0)
+            return partial(symm.shmem_broadcast, recv, 0)
         nxt, prv = (rank + 1) % n, (rank - 1) % n
         if rank % 2 == 0:
 
@@ -177,6 +233,40 @@ class SymmBackend(Backend):
         return ring
 
 
+class NativeAllreduce:
+    """symm's in-place sum all_reduce of one symmetric tensor, run by a loop in Rust."""
+
+    def __init__(self, tensor: Any) -> None:
+        from symm import _api
+
+        st = _api._current()
+        self.comm, self.world = st.comm, st.world
+        self.tensor = tensor  # keeps the memory the descriptor points to alive
+        desc = st.platform.describe(tensor)
+        assert desc is not None, "a tensor of the platform"
+        self.desc = desc
+
+    def __call__(self) -> None:
+        self.comm.bench_allreduce(self.world, self.desc, 1)
+
+    def loop(self, iters: int) -> float:
+        return float(self.comm.bench_allreduce(self.world, self.desc, iters))
+
+
+class RustBackend(SymmBackend):
+    """symm's all_reduce timed by a loop in Rust (``Communicator.bench_allreduce``): the Rust
+    API's time for the same call on the same symmetric tensor, in the same processes."""
+
+    name = "rust"
+
+    def run(self, op: str, bufs: Dict[str, Any], rank: int, n: int) -> Optional[Callable[[], Any]]:
+        return NativeAllreduce(bufs["recv"]) if op == "all_reduce" else None
+
+    def loop(self, step: Callable[[], Any], iters: int) -> float:
+        assert isinstance(step, NativeAllreduce)
+        return step.loop(iters)
+
+
 class GlooBackend(Backend):
     name = "gloo"
 
@@ -190,15 +280,15 @@ class GlooBackend(Backend):
 
         send, recv = bufs["send"], bufs["recv"]
         if op == "all_reduce":
-            return lambda: dist.all_reduce(recv)
+            return partial(dist.all_reduce, recv)
         if op == "reduce_scatter":
-            return lambda: dist.reduce_scatter_tensor(recv, send)
+            return partial(dist.reduce_scatter_tensor, recv, send)
         if op == "all_gather":
-            return lambda: dist.all_gather_into_tensor(recv, send)
+            return partial(dist.all_gather_into_tensor, recv, send)
         if op == "alltoall":
-            return lambda: dist.all_to_all_single(recv, send)
+            return partial(dist.all_to_all_single, recv, send)
         if op == "broadcast":
-            return lambda: dist.broadcast(recv, 0)
+            return partial(dist.broadcast, recv, 0)
         nxt, prv = (rank + 1) % n, (rank - 1) % n
 
         def ring() -> None:
@@ -230,17 +320,17 @@ class MpiBackend(Backend):
         comm = self.comm
         send, recv = bufs["send"].numpy(), bufs["recv"].numpy()
         if op == "all_reduce":
-            return lambda: comm.Allreduce(MPI.IN_PLACE, recv)
+            return partial(comm.Allreduce, MPI.IN_PLACE, recv)
         if op == "reduce_scatter":
-            return lambda: comm.Reduce_scatter_block(send, recv)
+            return partial(comm.Reduce_scatter_block, send, recv)
         if op == "all_gather":
-            return lambda: comm.Allgather(send, recv)
+            return partial(comm.Allgather, send, recv)
         if op == "alltoall":
-            return lambda: comm.Alltoall(send, recv)
+            return partial(comm.Alltoall, send, recv)
         if op == "broadcast":
-            return lambda: comm.Bcast(recv, root=0)
+            return partial(comm.Bcast, recv, root=0)
         nxt, prv = (rank + 1) % n, (rank - 1) % n
-        return lambda: comm.Sendrecv(send, nxt, 0, recv, prv, 0)
+        return partial(comm.Sendrecv, send, nxt, 0, recv, prv, 0)
 
 
 DT: Any = None  # the torch dtype of the run (set in each rank)
@@ -293,13 +383,16 @@ def measure(be: Backend, op: str, size: int, rank: int, n: int, args: argparse.N
 
     fill()
     step = be.run(op, bufs, rank, n)
+    if step is None:  # not run by this backend (the same on every rank)
+        be.barrier()
+        if send is not None:
+            be.release(send)
+        be.release(recv)
+        return math.nan, 0
     for _ in range(args.warmup_iters):
         step()
     be.barrier()
-    t0 = time.perf_counter()
-    for _ in range(args.iters):
-        step()
-    took = (time.perf_counter() - t0) / args.iters
+    took = be.loop(step, args.iters) / args.iters
     wrong = 0
     if args.check:
         be.barrier()
@@ -325,17 +418,30 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
     DT = getattr(torch, args.dtype)
     torch.set_num_threads(1)
     symm.init()
-    backends: List[Backend] = [SymmBackend(), GlooBackend()]
-    if mpi_comm is not None and args.dtype not in ("bfloat16", "float16"):
+    if args.pin:
+        # After start-up, as symm-bench does: the core sizes its spin budget from the CPUs a
+        # rank may use when it starts.
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+    backends: List[Backend] = []
+    if "symm" in args.backends:
+        backends.append(SymmBackend())
+        if args.native:
+            backends.append(RustBackend())
+    if "gloo" in args.backends:
+        backends.append(GlooBackend())
+    if "mpi" in args.backends and mpi_comm is not None and args.dtype not in ("bfloat16", "float16"):
         backends.append(MpiBackend(mpi_comm))
     names = [b.name for b in backends]
+    ratios = [r for r, (a, b, _) in RATIOS.items() if a in names and b in names]
     out = sys.stdout
     if rank == 0:
         out.write(
             f"# symm.perf: {n} ranks, dtype {args.dtype}, {args.iters} iterations after {args.warmup_iters} "
             f"warm-up, backends {', '.join(names)}\n"
-            "# time: microseconds per iteration (slowest rank); busbw: GB/s (nccl-tests factors); "
-            "symm/gloo: busbw ratio (> 1: symm faster)\n"
+            "# time: microseconds per iteration (slowest rank); busbw: GB/s (nccl-tests factors)"
+            + "".join(f"; {r}: {RATIOS[r][2]}" for r in ratios)
+            + "\n"
         )
     total_wrong = 0
     for op in args.ops:
@@ -343,7 +449,8 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
             head = f"{'size':>10} {'count':>10}"
             head += "".join(f" {nm + '(us)':>11}" for nm in names)
             head += "".join(f" {nm + ' busbw':>11}" for nm in names)
-            head += f" {'symm/gloo':>9} {'#wrong':>7}"
+            head += "".join(f" {r:>9}" for r in ratios)
+            head += f" {'#wrong':>7}"
             out.write(f"\n# {op}  (busbw factor {bus_factor(op, n):.3g})\n#{head[1:]}\n")
             out.flush()
         for size in sizes(args):
@@ -360,10 +467,12 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
             if rank == 0:
                 moved = c * DT.itemsize * (n if op in ("reduce_scatter", "all_gather", "alltoall") else 1)
                 bws = [moved / t / 1e9 * bus_factor(op, n) for t in times]
+                by = dict(zip(names, times))
                 line = f"{moved:>10} {c:>10}"
-                line += "".join(f" {t * 1e6:>11.1f}" for t in times)
-                line += "".join(f" {bw:>11.4g}" for bw in bws)
-                line += f" {bws[0] / bws[1]:>9.2f} {wrong:>7}"
+                line += "".join(f" {_num(t * 1e6, '.2f'):>11}" for t in times)
+                line += "".join(f" {_num(bw, '.4g'):>11}" for bw in bws)
+                line += "".join(f" {_num(by[RATIOS[r][0]] / by[RATIOS[r][1]], '.2f'):>9}" for r in ratios)
+                line += f" {wrong:>7}"
                 out.write(line + "\n")
                 out.flush()
     if rank == 0:
@@ -372,6 +481,11 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
     dist.barrier()
     if total_wrong:
         raise SystemExit(1)
+
+
+def _num(value: float, fmt: str) -> str:
+    """``value`` formatted, or ``N/A`` for an operation the backend does not run."""
+    return "N/A" if math.isnan(value) else format(value, fmt)
 
 
 def free_port() -> int:

@@ -11,9 +11,9 @@ import os
 import threading
 from typing import Callable, Dict, Optional
 
-from .base import Desc, Platform
+from .base import Desc, FastPath, Platform
 
-__all__ = ["Desc", "Platform", "get_platform", "set_platform", "available_platforms"]
+__all__ = ["Desc", "FastPath", "Platform", "get_platform", "set_platform", "available_platforms"]
 
 
 def _torch() -> Platform:

@@ -13,10 +13,39 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from typing import Any, ContextManager, Hashable, Optional, Sequence, Tuple
+from typing import Any, ContextManager, Dict, Hashable, NamedTuple, Optional, Sequence, Tuple
 
 # (data_ptr, numel, dtype name, is_contiguous, device type, layout shown in errors or None)
 Desc = Tuple[int, int, str, bool, str, Optional[str]]
+
+
+class FastPath(NamedTuple):
+    """What the native fast path of the small collectives needs to read a platform's tensors
+    without ``describe`` (see ``Platform.fast_path``).
+
+    The fast path reads a tensor of one of ``tensor_types`` (exact type) through torch's stable
+    C shim when ``shim`` is given and reads every one of ``probes`` right, else through the
+    torch-style interface: ``dtype``, ``is_cpu``, ``is_contiguous()``, ``numel()``,
+    ``data_ptr()``, calling the C functions behind the type's descriptors. Anything unusual
+    (another type, dtype, device or layout, no contiguous storage) makes the call take the full
+    path.
+    """
+
+    #: Tensor types read directly (subclasses not listed take the full path).
+    tensor_types: Tuple[type, ...]
+    #: The framework's dtype objects and their names (as ``dtype_name`` gives them).
+    dtypes: Dict[Any, str]
+    #: ``(mapping, key)`` whose value is true while the profiler records (a module's
+    #: ``vars()`` and the name of its flag), or None.
+    profiler: Optional[Tuple[Dict[str, Any], str]]
+    #: Whether ``group_key(group)`` is ``group`` itself (the fast path then finds cached groups).
+    groups_by_identity: bool
+    #: torch's stable C shim, or None: ``{"functions": {name: address}, "strided": code,
+    #: "cpu": code, "dtypes": {code: dtype name}}`` (see ``Communicator.enable_fast_path``).
+    shim: Optional[Dict[str, Any]] = None
+    #: Tensors of every kind to tell apart (dtypes, views, devices, layouts): the shim is used
+    #: only when it reads each of them as the descriptors do.
+    probes: Tuple[Any, ...] = ()
 
 
 class Platform(abc.ABC):
@@ -93,6 +122,12 @@ class Platform(abc.ABC):
     def detach_storage(self, tensor: Any) -> None:
         """Points ``tensor`` at empty storage, so that a freed symmetric tensor fails loudly
         when used again (other views of the same memory are not affected)."""
+
+    def fast_path(self) -> Optional[FastPath]:
+        """What the native fast path needs to read this platform's tensors itself, or None
+        (the default: every call takes the full path through ``describe``). Asked once, by
+        ``symm.init``."""
+        return None
 
     # -- profiling -------------------------------------------------------------------------
     def profiling(self) -> bool:

@@ -13,13 +13,14 @@
 
 from __future__ import annotations
 
-from typing import Any, ContextManager, Hashable, Optional, Sequence
+import ctypes
+from typing import Any, ContextManager, Dict, Hashable, Optional, Sequence, Tuple
 
 import torch
 import torch.autograd.profiler as _autograd_profiler
 import torch.distributed as dist
 
-from .base import Desc, Platform
+from .base import Desc, FastPath, Platform
 
 
 class TorchPlatform(Platform):
@@ -115,6 +116,18 @@ class TorchPlatform(Platform):
         with torch.no_grad():
             tensor.set_()
 
+    def fast_path(self) -> Optional[FastPath]:
+        # Every torch dtype object by identity; the native side keeps those it supports.
+        dtypes = {d: str(d) for d in vars(torch).values() if isinstance(d, torch.dtype)}
+        return FastPath(
+            tensor_types=(torch.Tensor, torch.nn.Parameter),
+            dtypes=dtypes,
+            profiler=(vars(_autograd_profiler), "_is_profiler_enabled"),
+            groups_by_identity=True,  # group_key(group) is group
+            shim=_c_shim(dtypes.values()),
+            probes=_probes(),
+        )
+
     def profiling(self) -> bool:
         # A module global that torch.profiler.profile and torch.autograd.profiler.profile set
         # while they record: one attribute load, no call into C++.
@@ -122,3 +135,63 @@ class TorchPlatform(Platform):
 
     def record_function(self, name: str) -> ContextManager[Any]:
         return torch.profiler.record_function(name)
+
+
+#: The functions of torch's stable C shim that the fast path calls (``aoti_torch_<name>``).
+_SHIM_FUNCTIONS = ("get_layout", "get_device_type", "get_dtype", "is_contiguous", "get_numel", "get_data_ptr")
+
+
+def _c_shim(dtype_names: Any) -> Optional[Dict[str, Any]]:
+    """torch's stable C shim (``torch/csrc/inductor/aoti_torch/c/shim.h``: the C ABI that
+    AOTInductor-compiled code calls, exported by libtorch): the addresses of the functions that
+    read a tensor's layout, device, dtype, contiguity, size and address, and the codes they
+    give; None when this torch lacks them."""
+    try:
+        # torch._C's dependencies include libtorch_cpu, where the shim lives; it is loaded already.
+        lib = ctypes.CDLL(torch._C.__file__)
+        functions = {n: ctypes.cast(getattr(lib, f"aoti_torch_{n}"), ctypes.c_void_p).value for n in _SHIM_FUNCTIONS}
+
+        def code(name: str) -> int:
+            fn = getattr(lib, f"aoti_torch_{name}")
+            fn.restype, fn.argtypes = ctypes.c_int32, []
+            return int(fn())
+
+        dtypes = {}
+        for full in dtype_names:
+            name = full.rpartition(".")[2]
+            if hasattr(lib, f"aoti_torch_dtype_{name}"):
+                dtypes[code(f"dtype_{name}")] = name
+        return {
+            "functions": functions,
+            "strided": code("layout_strided"),
+            "cpu": code("device_type_cpu"),
+            "dtypes": dtypes,
+        }
+    except (OSError, AttributeError):
+        return None
+
+
+def _probes() -> Tuple[Any, ...]:
+    """Tensors the shim must read as the descriptors do before the fast path uses it: every
+    dtype, views with an offset, non-contiguous and empty tensors, other devices and layouts."""
+    base = torch.arange(24, dtype=torch.float64)
+    out = [
+        torch.zeros(3, dtype=d)
+        for d in (
+            torch.float32,
+            torch.float16,
+            torch.bfloat16,
+            torch.int8,
+            torch.int16,
+            torch.int32,
+            torch.int64,
+            torch.uint8,
+            torch.bool,
+        )
+    ]
+    out += [base, base[5:17], base.view(4, 6).t(), base.view(4, 6)[1], torch.empty(0), torch.ones(2, 3)[:, 1:]]
+    out += [torch.nn.Parameter(torch.ones(4)), torch.ones(2, 2).to_sparse(), torch.ones(3, device="meta")]
+    for extra in ("float8_e4m3fn", "float8_e5m2"):
+        if hasattr(torch, extra):
+            out.append(torch.zeros(2, dtype=getattr(torch, extra)))
+    return tuple(out)

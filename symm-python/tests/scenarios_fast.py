@@ -1,0 +1,259 @@
+"""The fast path of ``symm.shmem_allreduce`` (src/fast.rs), on real ranks (run by worker.py as
+``scenarios_fast.<name>``): which calls take it, that its results are the full path's bit for
+bit, and that every other call still gets the full path's checks, errors, rejections and
+profiler ranges.
+
+Which path a call took is seen by registering a counting wrapper as the full path
+(``_symm.set_full_path``): a call that reaches it took the full path.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from functools import partial
+
+import torch
+import torch.distributed as dist
+
+import symm
+from scenarios import expect, same_bits
+from scenarios_coll import symmetric_like
+from symm import _api, _symm
+
+
+class FullPath:
+    """Counts the calls of ``shmem_allreduce`` that take the full path, while registered."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.inner = _api._shmem_allreduce
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.inner(*args, **kwargs)
+
+    def __enter__(self) -> "FullPath":
+        _symm.set_full_path("allreduce", self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _symm.set_full_path("allreduce", self.inner)
+
+
+def takes(path, fn, *args, **kwargs):
+    """Runs ``fn(*args, **kwargs)`` and asserts that it took ``path`` ("fast" or "full");
+    returns what it returned (an exception it raised propagates)."""
+    with FullPath() as full:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            want = 0 if path == "fast" else 1
+            assert full.calls == want, f"expected the {path} path, the full path ran {full.calls} times"
+
+
+def values(rank, count, dtype, salt):
+    """Random values of this rank: floats with many significant bits (so that a different
+    order or precision of the reduction would show), small integers for integer dtypes."""
+    g = torch.Generator().manual_seed(1000 * salt + rank)
+    if dtype.is_floating_point:
+        return (torch.randn(count, generator=g, dtype=torch.float64) * 3).to(dtype)
+    return torch.randint(0, 9, (count,), generator=g, dtype=torch.int64).to(dtype)
+
+
+def fast_path(rank, world):
+    # SYMM_TEST_FAST_READER: how the fast path must read tensors here; "descriptors" forces the
+    # fallback of a torch without the C shim.
+    reader = os.environ["SYMM_TEST_FAST_READER"]
+    if reader == "descriptors":
+        import symm.platform.torch as torch_platform
+
+        torch_platform._c_shim = lambda names: None
+
+    # Before init the public function takes the full path, which starts symm.
+    assert not symm.is_initialized()
+    t = torch.full((4,), float(rank + 1))
+    takes("full", symm.shmem_allreduce, t)
+    assert symm.is_initialized() and t.tolist() == [float(world * (world + 1) // 2)] * 4, t
+    assert _api._state.fast_path == reader, (_api._state.fast_path, reader)
+
+    # The public function is native but looks like the documented one.
+    f = symm.shmem_allreduce
+    assert f.__name__ == "shmem_allreduce" and "low_precision_dtype" in (f.__doc__ or ""), f.__doc__
+    params = inspect.signature(f).parameters
+    assert [(p.name, p.default) for p in params.values()] == [
+        ("tensor", inspect.Parameter.empty),
+        ("op", "sum"),
+        ("group", None),
+        ("low_precision_dtype", None),
+    ], params
+
+    # A group is resolved by the full path on first use, then found by the fast path.
+    rev = symm.create_group(list(reversed(range(world))))
+    takes("full", lambda: symm.shmem_allreduce(torch.zeros(2), group=rev))
+    takes("fast", lambda: symm.shmem_allreduce(torch.zeros(2), group=rev))
+
+    # The common case: the fast path, bit-identical to the full path, for every dtype, op
+    # spelling, size (one-shot and two-shot), group, argument form, plain and symmetric tensors.
+    salt = 0
+    dtypes = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8]
+    for dtype in dtypes:
+        for op in ["sum", "avg", "max", "min", 0, 1, 2, 3, "MAX", True]:
+            if op in ("avg", 1) and not dtype.is_floating_point:
+                continue
+            for count in [1, 7, 1000, 70_000]:
+                if count > 1000 and dtype not in (torch.float32, torch.bfloat16):
+                    continue
+                for group in [None, rev]:
+                    salt += 1
+                    x = values(rank, count, dtype, salt)
+                    want = x.clone()
+                    _api._shmem_allreduce(want, op, group)  # the full path itself
+                    f = symm.shmem_allreduce
+                    a = symmetric_like(x, group)
+                    takes("fast", f, a, op, group)
+                    assert same_bits(a, want), (dtype, op, count, group, a, want)
+                    symm.free(a)
+                    a = x.clone()
+                    takes("fast", f, a, op=op, group=group, low_precision_dtype=None)
+                    assert same_bits(a, want), (dtype, op, count, group, a, want)
+                    a = x.clone()
+                    takes("fast", f, tensor=a, group=group, op=op)
+                    assert same_bits(a, want), (dtype, op, count, group, a, want)
+    # op omitted is "sum"; a Parameter (exact type torch.nn.Parameter) and a view are tensors too
+    x = values(rank, 33, torch.float32, 99)
+    want = x.clone()
+    _api._shmem_allreduce(want)
+    a = x.clone()
+    takes("fast", lambda: symm.shmem_allreduce(a))
+    assert same_bits(a, want)
+    p = torch.nn.Parameter(x.clone())
+    takes("fast", lambda: symm.shmem_allreduce(p))
+    assert same_bits(p.detach(), want)
+    big = torch.zeros(3, 33)
+    big[1] = x
+    takes("fast", lambda: symm.shmem_allreduce(big[1]))
+    assert same_bits(big[1], want) and not big[0].any() and not big[2].any()
+
+    # Not the common case: the full path, with its results and errors.
+    x = values(rank, 64, torch.float32, 7)
+    ref = x.clone()
+    _api._shmem_allreduce(ref, "sum", None, torch.bfloat16)
+    a = x.clone()
+    takes("full", lambda: symm.shmem_allreduce(a, "sum", None, torch.bfloat16))  # a format
+    assert same_bits(a, ref)
+    a = x.clone()
+    takes("full", lambda: symm.shmem_allreduce(a, low_precision_dtype="bfloat16"))
+    assert same_bits(a, ref)
+    a = x.clone()
+    takes("full", lambda: symm.shmem_allreduce(a, torch.tensor(2)))  # op as a tensor: max
+    ref = x.clone()
+    _api._shmem_allreduce(ref, "max")
+    assert same_bits(a, ref)
+
+    class MyTensor(torch.Tensor):
+        pass
+
+    a = x.clone().as_subclass(MyTensor)
+    takes("full", lambda: symm.shmem_allreduce(a))  # a subclass
+    ref = x.clone()
+    _api._shmem_allreduce(ref)
+    assert same_bits(a.as_subclass(torch.Tensor), ref)
+
+    # Errors: every rank makes the same mistake; the full path raises them, with the same
+    # class and message as a direct call of the full path.
+    inv = symm.InvalidArgument
+    nc = torch.ones(4, 4).t()
+    bad = [
+        (inv, (nc,), {}, "contiguous"),
+        (inv, (torch.ones(4, dtype=torch.complex64),), {}, "complex64"),
+        (inv, (torch.ones(4), "mul"), {}, "op = 'mul'"),
+        (inv, (torch.ones(4), 7), {}, "op = 7"),
+        (inv, (torch.ones(4), None), {}, "op = None"),
+        (inv, (torch.ones(4), 2.0), {}, "op = 2.0"),
+        (inv, ([1.0, 2.0],), {}, "expected a torch tensor"),
+        (inv, (torch.ones(4).to_sparse(),), {}, "sparse"),
+        (inv, (torch.ones(4),), {"low_precision_dtype": "fp33"}, "fp33"),
+        (symm.Unsupported, (torch.ones(4, device="meta"),), {}, "meta"),
+    ]
+    for cls, args, kwargs, needle in bad:
+        e = expect(cls, partial(takes, "full", symm.shmem_allreduce, *args, **kwargs), needle, rank=rank)
+        direct = expect(cls, partial(_api._shmem_allreduce, *args, **kwargs), needle, rank=rank)
+        assert str(e) == str(direct), (str(e), str(direct))
+    # Arguments that do not bind raise TypeError, as for a Python function, before either path.
+    for call in [
+        lambda: symm.shmem_allreduce(),
+        lambda: symm.shmem_allreduce(torch.ones(1), "sum", None, None, 5),
+        lambda: symm.shmem_allreduce(torch.ones(1), bogus=1),
+        lambda: symm.shmem_allreduce(torch.ones(1), "sum", op="max"),
+    ]:
+        try:
+            takes("fast", call)  # "fast": the full path does not run
+        except TypeError:
+            pass
+        else:
+            raise AssertionError("expected a TypeError")
+
+    # A group this rank is not a member of: GroupError from the full path, also once cached.
+    if world > 2:
+        g01 = symm.create_group([0, 1])
+        for _ in range(2):
+            if rank >= 2:
+                expect(symm.GroupError, lambda: takes("full", lambda: symm.shmem_allreduce(x, group=g01)), "member")
+            else:
+                takes("fast" if _ else "full", lambda: symm.shmem_allreduce(torch.ones(2), group=g01))
+
+    # One rank with a bad argument (full path, which rejects the round), the others valid
+    # (fast path, waiting in the core): the bad rank raises InvalidArgument, the others
+    # PeerRejected at once, and the group stays usable. Then the other way round.
+    for bad_rank in [1, 0]:
+        t0 = time.monotonic()
+        if rank == bad_rank:
+            expect(inv, lambda: takes("full", lambda: symm.shmem_allreduce(nc)), "contiguous", rank=rank)
+        else:
+            expect(
+                symm.PeerRejected,
+                lambda: takes("fast", lambda: symm.shmem_allreduce(torch.ones(16))),
+                f"global rank {bad_rank} rejected",
+                rank=rank,
+            )
+        assert time.monotonic() - t0 < 5, time.monotonic() - t0
+        t = torch.full((2,), 1.0)
+        takes("fast", symm.shmem_allreduce, t)
+        assert t.tolist() == [float(world)] * 2, t
+    # A fast-path rank and a full-path rank that disagree (format): Mismatch on both.
+    lp = "bfloat16" if rank == 0 else None
+    expect(symm.Mismatch, lambda: symm.shmem_allreduce(torch.ones(64), low_precision_dtype=lp), rank=rank)
+    # sizes that differ: Mismatch from the core on the fast path
+    expect(symm.Mismatch, lambda: takes("fast", lambda: symm.shmem_allreduce(torch.ones(4 + rank))), rank=rank)
+
+    # While the profiler records, calls take the full path, which records the range.
+    t = torch.ones(5)
+    with torch.profiler.profile() as prof:
+        takes("full", lambda: symm.shmem_allreduce(t, "max"))
+        takes("full", lambda: symm.shmem_allreduce(t, group=rev))
+    keys = {e.key for e in prof.key_averages()}
+    assert "symm::allreduce(5 x float32, group=world)" in keys, sorted(k for k in keys if "symm" in k)
+    assert f"symm::allreduce(5 x float32, group={list(reversed(range(world)))})" in keys, keys
+    takes("fast", lambda: symm.shmem_allreduce(t))  # profiler off again
+    assert t.tolist() == [float(world * world)] * 5, t
+
+    # symm.stats counts the fast path's calls like any other (the core counts them).
+    symm.reset_stats()
+    for _ in range(3):
+        symm.shmem_allreduce(torch.ones(8))
+    st = {s["op"]: s for s in symm.stats()}
+    assert st["allreduce"]["calls"] == 3 and st["allreduce"]["bytes"] == 3 * 32, st
+    dist.barrier()
+
+
+def full_path_only(rank, world):
+    """SYMM_FAST_PATH=0: the fast path is off; every call takes the full path and works."""
+    symm.init()
+    assert _api._state.fast_path is None
+    t = torch.full((3,), float(rank))
+    takes("full", symm.shmem_allreduce, t)
+    takes("full", symm.shmem_allreduce, t, "max")
+    assert t.tolist() == [float(sum(range(world)))] * 3, t
+    dist.barrier()

@@ -1,0 +1,72 @@
+"""The fast path of ``symm.shmem_allreduce`` (src/fast.rs) and ``python -m symm.perf --native``."""
+
+import inspect
+import os
+import subprocess
+import sys
+
+import pytest
+
+import symm
+from harness import DEFAULT_ENV, check_all_passed, run_ranks
+from symm import _symm
+
+
+@pytest.mark.parametrize("reader", ["shim", "descriptors"])
+def test_fast_path_results_fallbacks_errors_profiler_on_3_ranks(tmp_path, reader):
+    # 3 ranks: a sub-group leaves one rank out (non-member errors on both paths). Tensors are
+    # read through torch's C shim, or through the descriptors (a torch without the shim).
+    env = {"SYMMETRIC_MEMORY_TIMEOUT": "5", "SYMM_TEST_FAST_READER": reader}
+    check_all_passed(run_ranks("scenarios_fast.fast_path", 3, tmp_path, env=env))
+
+
+def test_fast_path_can_be_turned_off(tmp_path):
+    check_all_passed(run_ranks("scenarios_fast.full_path_only", 2, tmp_path, env={"SYMM_FAST_PATH": "0"}))
+
+
+def test_public_allreduce_is_native_with_the_documented_signature():
+    f = symm.shmem_allreduce
+    assert f is _symm.shmem_allreduce and f.__name__ == "shmem_allreduce"
+    assert str(inspect.signature(f)) == "(tensor, op='sum', group=None, low_precision_dtype=None)"
+    assert "Collective over ``group``" in f.__doc__ and "Raises:" in f.__doc__
+    with pytest.raises(ValueError, match="no fast path"):
+        _symm.set_full_path("alltoall", print)
+
+
+def test_perf_native_column_times_the_rust_api_in_the_same_run(tmp_path):
+    env = dict(DEFAULT_ENV)
+    env.pop("SYMMETRIC_MEMORY_HEAP_SIZE")  # symm.perf sizes the heap itself
+    env = {**os.environ, **env}
+    cmd = [sys.executable, "-m", "symm.perf", "-b", "8", "-e", "512", "-f", "8", "-n", "200", "-w", "20", "-g", "2"]
+    cmd += ["-o", "all_reduce,broadcast", "--backends", "symm", "--native", "1"]
+    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    text = out.stdout
+    assert "symm(us)" in text and "rust(us)" in text and "py/rust" in text and "gloo" not in text, text
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("# all_reduce") or line.startswith("# broadcast"):
+            op = line.split()[1]
+        elif line and not line.startswith("#"):
+            rows.setdefault(op, []).append(line.split())
+    assert len(rows["all_reduce"]) == 3 and len(rows["broadcast"]) == 3, text
+    for row in rows["all_reduce"]:
+        # size, count, symm, rust, 2 busbw, py/rust, #wrong
+        assert len(row) == 8 and row[-1] == "0", row
+        symm_us, rust_us, ratio = float(row[2]), float(row[3]), float(row[6])
+        assert 0 < rust_us and 0 < symm_us and ratio == pytest.approx(symm_us / rust_us, rel=0.05, abs=0.02), row
+    for row in rows["broadcast"]:
+        assert row[3] == "N/A" and row[5] == "N/A" and row[6] == "N/A" and row[-1] == "0", row
+
+
+def test_perf_backend_and_native_options_are_checked():
+    from symm import perf
+
+    for argv, needle in [
+        (["--backends", "symm,nccl"], "nccl"),
+        (["--native", "2"], "expected 0 or 1"),
+        (["--native", "1", "--backends", "gloo"], "needs the symm backend"),
+        (["--pin", "3"], "expected 0 or 1"),
+    ]:
+        with pytest.raises(SystemExit, match=needle):
+            perf.main(argv)
