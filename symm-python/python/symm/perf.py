@@ -438,7 +438,7 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
     if rank == 0:
         out.write(
             f"# symm.perf: {n} ranks, dtype {args.dtype}, {args.iters} iterations after {args.warmup_iters} "
-            f"warm-up, backends {', '.join(names)}\n"
+            f"warm-up, backends {', '.join(names)}, OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS', 'unset')}\n"
             "# time: microseconds per iteration (slowest rank); busbw: GB/s (nccl-tests factors)"
             + "".join(f"; {r}: {RATIOS[r][2]}" for r in ratios)
             + "\n"
@@ -537,6 +537,10 @@ def default_heap(args: argparse.Namespace, n: int) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parser().parse_args(argv)
     validate(args)
+    # One rank per core: torch's OpenMP workers, spinning after each parallel region, take the
+    # cores the ranks need (small messages of every backend measured 2-4x slower). Set before
+    # torch is first imported (here or in the ranks spawned below); an explicit setting wins.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     mpi = _mpi_world()
     if mpi is not None:
         import torch.distributed as dist
