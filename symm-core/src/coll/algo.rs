@@ -208,18 +208,28 @@ unsafe fn one_shot<B: Backend + ?Sized>(
         Some(lp) => lowp::encoded_bytes(lp, count),
         None => count * call.dtype.size(),
     };
-    // Copies fetched with `get` land here; mapped heaps are read in place (no allocation).
-    let mut tmps: Vec<Vec<u8>> = vec![Vec::new(); if ctx.mapped.is_some() { 0 } else { ctx.n }];
+    // Copies fetched with `get` land here; mapped heaps are read in place. Small groups keep
+    // their source pointers on the stack: this path is all small messages, where an allocation
+    // is a measurable part of the call.
+    let mut tmps: Vec<Vec<u8>> = if ctx.mapped.is_some() { Vec::new() } else { vec![Vec::new(); ctx.n] };
     let mut unused = Vec::new();
-    let mut srcs = Vec::with_capacity(ctx.n);
-    for j in 0..ctx.n {
+    let mut on_stack = [std::ptr::null::<u8>(); 8];
+    let mut on_heap = Vec::new();
+    let srcs: &mut [*const u8] = if ctx.n <= on_stack.len() {
+        &mut on_stack[..ctx.n]
+    } else {
+        on_heap.resize(ctx.n, std::ptr::null());
+        &mut on_heap
+    };
+    for (j, src) in srcs.iter_mut().enumerate() {
         let off = if j == ctx.me { src_off } else { ctx.read_fact(j, seq, SRC) as usize };
         let tmp = match tmps.get_mut(j) {
             Some(t) => t,
             None => &mut unused,
         };
-        srcs.push(ctx.fetch(j, off, bytes, tmp)?);
+        *src = ctx.fetch(j, off, bytes, tmp)?;
     }
+    let srcs = &*srcs;
     match call.lp {
         Some(lp) => {
             let runs: Vec<SubRun> = srcs.iter().map(|&s| lowp::sub_run(s, lp, count, 0, count)).collect();
@@ -230,7 +240,7 @@ unsafe fn one_shot<B: Backend + ?Sized>(
         }
         // SAFETY: every source holds `count` elements (published for this round), `out` too;
         // `out` is the user's buffer, disjoint from every staging area.
-        None => unsafe { kernels::reduce(call.dtype, call.op.expect("allreduce has an op"), &srcs, out, count) },
+        None => unsafe { kernels::reduce(call.dtype, call.op.expect("allreduce has an op"), srcs, out, count) },
     }
     ctx.signal_all(DONE, seq)
 }
