@@ -735,6 +735,12 @@ pub fn errors<C: Collectives>(comm: &C) {
         assert!(matches!(e, Error::Mismatch { .. }), "rank {me}: {e}");
         assert_rank(&e, "count mismatch");
         assert!(e.to_string().contains("count=10") && e.to_string().contains("count=11"), "{e}");
+        // Counts on both sides of the inline limit (16 bytes travel in the round's facts, 20 are
+        // staged): still Mismatch everywhere, no rank waits for data that never comes.
+        let mut buf = vec![1.0f32; if me == 0 { 4 } else { 5 }];
+        let e = comm.allreduce(&world, LocalMut::from(&mut buf), ReduceOp::Sum, &opts).unwrap_err();
+        assert!(matches!(e, Error::Mismatch { .. }), "rank {me}: {e}");
+        assert!(e.to_string().contains("count=4") && e.to_string().contains("count=5"), "{e}");
         // Different ops.
         let mut buf = vec![1i32; 4];
         let op = if me == 0 { ReduceOp::Max } else { ReduceOp::Min };

@@ -171,6 +171,12 @@ pub unsafe fn allreduce<B: Backend + ?Sized>(
     Ok(())
 }
 
+/// Largest allreduce (bytes, full precision) whose data travels inside the round's facts, in
+/// the two words a one-shot round does not otherwise use (`SRC`, `RED`): on the cache line of
+/// the round's flag, so a peer that sees the flag has the data in the same transfer (no staging
+/// copy, no second line to fetch). Scalars (a loss, a norm, a counter) are the common case.
+pub const INLINE_BYTES: usize = 16;
+
 /// Every member stages its input, then reduces all members' copies itself.
 ///
 /// # Safety
@@ -182,6 +188,10 @@ unsafe fn one_shot<B: Backend + ?Sized>(
     inp: *const u8,
     out: *mut u8,
 ) -> Result<()> {
+    if call.lp.is_none() && call.count * call.dtype.size() <= INLINE_BYTES {
+        // SAFETY: forwarded.
+        return unsafe { one_shot_inline(ctx, p, call, inp, out) };
+    }
     let seq = next_round(p);
     let half = (seq % 2) as usize;
     let half_bytes = ctx.st.tun.stage_bytes / 2;
@@ -242,6 +252,65 @@ unsafe fn one_shot<B: Backend + ?Sized>(
         // `out` is the user's buffer, disjoint from every staging area.
         None => unsafe { kernels::reduce(call.dtype, call.op.expect("allreduce has an op"), srcs, out, count) },
     }
+    ctx.signal_all(DONE, seq)
+}
+
+/// One-shot allreduce of at most [`INLINE_BYTES`]: every member publishes its data in its facts
+/// and reduces everyone's from the facts in its own memory. Members agree on count and dtype
+/// (checked before any data is used), so either all take this path or the call fails with
+/// `Mismatch`.
+///
+/// # Safety
+/// As [`allreduce`], with `count * size <= INLINE_BYTES`.
+unsafe fn one_shot_inline<B: Backend + ?Sized>(
+    ctx: &Ctx<'_, B>,
+    p: &mut Progress,
+    call: Call,
+    inp: *const u8,
+    out: *mut u8,
+) -> Result<()> {
+    let seq = next_round(p);
+    let bytes = call.count * call.dtype.size();
+    let mut mine = [0u8; INLINE_BYTES];
+    // SAFETY: `inp` holds `bytes <= INLINE_BYTES` bytes (contract).
+    unsafe { std::ptr::copy_nonoverlapping(inp, mine.as_mut_ptr(), bytes) };
+    let word = |half: &[u8]| i64::from_ne_bytes(half.try_into().expect("8 bytes"));
+    let (w0, w1) = (word(&mine[..8]), word(&mine[8..]));
+    ctx.publish(seq, [w0, w1, call.sig(), call.count as i64, 0])?;
+    agree(ctx, seq, &call, true)?;
+    // Every member's data, unpacked from its facts (mine from `mine`), in group-rank order.
+    let mut on_stack = [[0u8; INLINE_BYTES]; 8];
+    let mut on_heap = Vec::new();
+    let data: &mut [[u8; INLINE_BYTES]] = if ctx.n <= on_stack.len() {
+        &mut on_stack[..ctx.n]
+    } else {
+        on_heap.resize(ctx.n, [0u8; INLINE_BYTES]);
+        &mut on_heap
+    };
+    for (j, d) in data.iter_mut().enumerate() {
+        if j == ctx.me {
+            *d = mine;
+        } else {
+            d[..8].copy_from_slice(&ctx.read_fact(j, seq, SRC).to_ne_bytes());
+            d[8..].copy_from_slice(&ctx.read_fact(j, seq, RED).to_ne_bytes());
+        }
+    }
+    let mut ptrs = [std::ptr::null::<u8>(); 8];
+    let mut ptrs_heap = Vec::new();
+    let srcs: &[*const u8] = if ctx.n <= ptrs.len() {
+        for (p, d) in ptrs.iter_mut().zip(data.iter()) {
+            *p = d.as_ptr();
+        }
+        &ptrs[..ctx.n]
+    } else {
+        ptrs_heap.extend(data.iter().map(|d| d.as_ptr()));
+        &ptrs_heap
+    };
+    // SAFETY: every source holds `count` elements (the agreed count, at most INLINE_BYTES); `out`
+    // holds `count` and is the caller's buffer, disjoint from these local copies.
+    unsafe { kernels::reduce(call.dtype, call.op.expect("allreduce has an op"), srcs, out, call.count) };
+    // Peers read nothing of mine after their flag but my facts, which the next round with the
+    // same parity overwrites only after their DONE (see `publish_to`).
     ctx.signal_all(DONE, seq)
 }
 
