@@ -48,3 +48,10 @@ case!(sendrecv_heap);
 case!(sendrecv_both);
 case!(coll_errors);
 case!(coll_groups);
+
+/// Groups larger than the small-group fast paths (more than 8 members keep their scratch on the
+/// heap instead of the stack).
+#[test]
+fn allreduce_in_a_group_of_ten() {
+    run("allreduce", 10);
+}

@@ -177,6 +177,17 @@ pub unsafe fn allreduce<B: Backend + ?Sized>(
 /// copy, no second line to fetch). Scalars (a loss, a norm, a counter) are the common case.
 pub const INLINE_BYTES: usize = 16;
 
+/// `n` elements of scratch: on the stack for groups of up to 8 members (the small-message
+/// paths then make no allocation per call), else in `heap`.
+fn scratch<'a, T: Copy>(stack: &'a mut [T; 8], heap: &'a mut Vec<T>, n: usize, fill: T) -> &'a mut [T] {
+    if n <= stack.len() {
+        &mut stack[..n]
+    } else {
+        heap.resize(n, fill);
+        heap
+    }
+}
+
 /// Every member stages its input, then reduces all members' copies itself.
 ///
 /// # Safety
@@ -223,14 +234,8 @@ unsafe fn one_shot<B: Backend + ?Sized>(
     // is a measurable part of the call.
     let mut tmps: Vec<Vec<u8>> = if ctx.mapped.is_some() { Vec::new() } else { vec![Vec::new(); ctx.n] };
     let mut unused = Vec::new();
-    let mut on_stack = [std::ptr::null::<u8>(); 8];
-    let mut on_heap = Vec::new();
-    let srcs: &mut [*const u8] = if ctx.n <= on_stack.len() {
-        &mut on_stack[..ctx.n]
-    } else {
-        on_heap.resize(ctx.n, std::ptr::null());
-        &mut on_heap
-    };
+    let (mut on_stack, mut on_heap) = ([std::ptr::null::<u8>(); 8], Vec::new());
+    let srcs = scratch(&mut on_stack, &mut on_heap, ctx.n, std::ptr::null());
     for (j, src) in srcs.iter_mut().enumerate() {
         let off = if j == ctx.me { src_off } else { ctx.read_fact(j, seq, SRC) as usize };
         let tmp = match tmps.get_mut(j) {
@@ -279,14 +284,8 @@ unsafe fn one_shot_inline<B: Backend + ?Sized>(
     ctx.publish(seq, [w0, w1, call.sig(), call.count as i64, 0])?;
     agree(ctx, seq, &call, true)?;
     // Every member's data, unpacked from its facts (mine from `mine`), in group-rank order.
-    let mut on_stack = [[0u8; INLINE_BYTES]; 8];
-    let mut on_heap = Vec::new();
-    let data: &mut [[u8; INLINE_BYTES]] = if ctx.n <= on_stack.len() {
-        &mut on_stack[..ctx.n]
-    } else {
-        on_heap.resize(ctx.n, [0u8; INLINE_BYTES]);
-        &mut on_heap
-    };
+    let (mut on_stack, mut on_heap) = ([[0u8; INLINE_BYTES]; 8], Vec::new());
+    let data = scratch(&mut on_stack, &mut on_heap, ctx.n, [0u8; INLINE_BYTES]);
     for (j, d) in data.iter_mut().enumerate() {
         if j == ctx.me {
             *d = mine;
@@ -295,17 +294,12 @@ unsafe fn one_shot_inline<B: Backend + ?Sized>(
             d[8..].copy_from_slice(&ctx.read_fact(j, seq, RED).to_ne_bytes());
         }
     }
-    let mut ptrs = [std::ptr::null::<u8>(); 8];
-    let mut ptrs_heap = Vec::new();
-    let srcs: &[*const u8] = if ctx.n <= ptrs.len() {
-        for (p, d) in ptrs.iter_mut().zip(data.iter()) {
-            *p = d.as_ptr();
-        }
-        &ptrs[..ctx.n]
-    } else {
-        ptrs_heap.extend(data.iter().map(|d| d.as_ptr()));
-        &ptrs_heap
-    };
+    let (mut ptrs, mut ptrs_heap) = ([std::ptr::null::<u8>(); 8], Vec::new());
+    let srcs = scratch(&mut ptrs, &mut ptrs_heap, ctx.n, std::ptr::null());
+    for (p, d) in srcs.iter_mut().zip(data.iter()) {
+        *p = d.as_ptr();
+    }
+    let srcs = &*srcs;
     // SAFETY: every source holds `count` elements (the agreed count, at most INLINE_BYTES); `out`
     // holds `count` and is the caller's buffer, disjoint from these local copies.
     unsafe { kernels::reduce(call.dtype, call.op.expect("allreduce has an op"), srcs, out, call.count) };
