@@ -88,6 +88,12 @@ pub trait Backend: Send + Sync {
     fn heap_free(&self, group: &Group, offset: usize, bytes: usize, timeout: Duration) -> Result<()>;
     /// Address of the caller's own heap (in the backend's memory space).
     fn local_heap_base(&self) -> *mut u8;
+    /// Whether ranks share CPU cores with the peers they wait for (the CPU backend with more
+    /// ranks on a host than cores): a wait written above the backend that polls should then
+    /// yield the core between polls rather than spin. Default: false (each rank has its own).
+    fn waiters_share_cores(&self) -> bool {
+        false
+    }
     /// Address at which the caller can load from and store to `peer`'s heap, when it can.
     /// Optional capability: `None` when the backend has no such mapping.
     fn peer_heap_base(&self, _peer: Rank) -> Option<*mut u8> {

@@ -701,6 +701,10 @@ impl Backend for SimComm {
         self.me().heap()
     }
 
+    fn waiters_share_cores(&self) -> bool {
+        self.policy.shared_cores
+    }
+
     fn peer_heap_base(&self, peer: Rank) -> Option<*mut u8> {
         self.ctrl(peer).map(|c| c.heap())
     }

@@ -19,6 +19,9 @@ use crate::sys;
 /// How long a waiter spins before sleeping.
 #[derive(Clone, Copy, Debug)]
 pub struct SpinPolicy {
+    /// Whether the host's ranks outnumber its cores (waiters then share cores with the peers
+    /// they wait for).
+    pub shared_cores: bool,
     /// Busy-wait budget.
     pub spin: Duration,
     /// After spinning, how long to keep checking between `sched_yield`s before sleeping. When
@@ -33,10 +36,10 @@ impl SpinPolicy {
         let oversubscribed = ranks_on_host > cores;
         let yield_for = if oversubscribed { Duration::from_micros(200) } else { Duration::ZERO };
         if let Some(us) = std::env::var("SYMM_SPIN_US").ok().and_then(|v| v.trim().parse::<u64>().ok()) {
-            return SpinPolicy { spin: Duration::from_micros(us), yield_for };
+            return SpinPolicy { shared_cores: oversubscribed, spin: Duration::from_micros(us), yield_for };
         }
         let spin = if oversubscribed { Duration::from_micros(2) } else { Duration::from_millis(2) };
-        SpinPolicy { spin, yield_for }
+        SpinPolicy { shared_cores: oversubscribed, spin, yield_for }
     }
 }
 

@@ -99,10 +99,15 @@ fn check_parts(whole: Part, part: Part, n: usize, me: usize) -> Option<ArgError>
     None
 }
 
-fn ranges_partially_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usize) -> bool {
+/// Whether two byte ranges share a byte.
+fn ranges_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usize) -> bool {
     let (a, b) = (a as usize, b as usize);
-    let disjoint = a + a_len <= b || b + b_len <= a;
-    !(disjoint || (a == b && a_len == b_len) || a_len == 0 || b_len == 0)
+    a_len > 0 && b_len > 0 && a < b + b_len && b < a + a_len
+}
+
+/// Whether two byte ranges share a byte without being the same range.
+fn ranges_partially_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usize) -> bool {
+    ranges_overlap(a, a_len, b, b_len) && !(std::ptr::eq(a, b) && a_len == b_len)
 }
 
 /// Collective communication over a group. Every member calls the same collectives in the same
@@ -366,13 +371,13 @@ pub trait Collectives: Communicator {
         group.resolve("dst_rank", i64::try_from(dst).unwrap_or(i64::MAX)).at(rank)?;
         group.resolve("src_rank", i64::try_from(src).unwrap_or(i64::MAX)).at(rank)?;
         let (send_bytes, recv_bytes) = (send.len() * send.dtype().size(), recv.len() * recv.dtype().size());
-        let (s, r) = (send.as_ptr() as usize, recv.as_mut_ptr() as usize);
+        let (s, r) = (send.as_ptr(), recv.as_mut_ptr().cast_const());
         // The peer may read `send` in place while `recv` is being written.
-        if send_bytes > 0 && recv_bytes > 0 && s < r + recv_bytes && r < s + send_bytes {
+        if ranges_overlap(s, send_bytes, r, recv_bytes) {
             return Err(ArgError::invalid(
                 "recv",
-                format!("{recv_bytes} bytes at {r:#x}"),
-                format!("must not overlap send ({send_bytes} bytes at {s:#x})"),
+                format!("{recv_bytes} bytes at {r:p}"),
+                format!("must not overlap send ({send_bytes} bytes at {s:p})"),
             ))
             .at(rank);
         }
@@ -380,11 +385,10 @@ pub trait Collectives: Communicator {
         // of both directions.
         let plan = Plan { bytes: send_bytes + recv_bytes, ..Plan::new(Op::SendRecv, send.len(), send.dtype()) };
         with_ctx(self, group, opts, plan, |ctx, p| {
-            let ctx = Ctx { op: "sendrecv", ..*ctx };
             // SAFETY: LocalRef/LocalMut contracts; disjoint (checked above).
             unsafe {
                 p2p::sendrecv(
-                    &ctx,
+                    ctx,
                     p,
                     send.as_ptr(),
                     send_bytes,

@@ -39,7 +39,6 @@
 //! send is an ordinary message for the receiver and its receive takes any message: plain and
 //! combined calls mix freely, and order between a pair is kept.
 
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use super::copy::{copy, fence, Stores};
@@ -56,8 +55,8 @@ const RENDEZVOUS: i64 = 1 << 32;
 
 /// Reads of the awaited words between two looks at the clock in [`wait_any`].
 const FAST_POLLS: u32 = 512;
-/// How long [`wait_any`] polls both words before it blocks, when every rank of the job has a
-/// core / when ranks outnumber cores: the CPU backend's spin budget and yield window. With a
+/// How long [`wait_any`] polls both words before it blocks, when every rank has a core / when
+/// waiters share cores (as the backend reports): the CPU backend's spin budget and yield window. With a
 /// core of its own the poller spins (a `sched_yield` costs about a microsecond, which a small
 /// message would pay at every poll); sharing its core, it hands the core over at every poll,
 /// but the peers it waits for run sooner once it sleeps.
@@ -479,9 +478,10 @@ struct Need {
 /// Waits until either of two words reaches its value, without ever blocking on one alone for
 /// long (the other direction of a sendrecv may need service while the first stays quiet).
 ///
-/// Both words are polled, spinning briefly, then yielding the core between polls (with more
-/// ranks than cores the peers run meanwhile) for [`POLL_FOR`] ([`POLL_FOR_SHARED`] with more
-/// ranks than CPUs); after that the wait blocks on
+/// Both words are polled, spinning while each rank has a core, yielding the core between
+/// polls where the backend says waiters share cores ([`Backend::waiters_share_cores`]: the
+/// peers run meanwhile), for [`POLL_FOR`] ([`POLL_FOR_SHARED`] when sharing); after that the
+/// wait blocks on
 /// each word in turn for a slice (1 ms doubling up to 16 ms, once per second of silence one
 /// [`HEALTH_SLICE`] so that the backend notices a lost peer), so an idle call sleeps instead of
 /// burning a core and a change of the other word is seen within a slice. The whole wait is
@@ -490,7 +490,7 @@ fn wait_any<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, needs: [Need; 2]) -> Result<(
     let met = || needs.iter().any(|n| reached(ctx, n.writer, n.word, n.value));
     let start = Instant::now();
     let deadline = start + ctx.timeout;
-    let shared = ctx.b.world_size() > online_cpus();
+    let shared = ctx.b.waiters_share_cores();
     let poll_for = if shared { POLL_FOR_SHARED } else { POLL_FOR };
     let mut polls = 0u32;
     loop {
@@ -535,17 +535,6 @@ fn wait_any<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, needs: [Need; 2]) -> Result<(
         }
     }
     Err(timeout_any(ctx, &needs, start.elapsed()))
-}
-
-/// CPUs online on this host (ranks of a job share one host). Not the caller's affinity mask:
-/// ranks may pin themselves to one CPU each after start-up.
-fn online_cpus() -> usize {
-    static CPUS: OnceLock<usize> = OnceLock::new();
-    *CPUS.get_or_init(|| {
-        // SAFETY: sysconf has no preconditions.
-        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-        usize::try_from(n).unwrap_or(1).max(1)
-    })
 }
 
 /// The timeout of [`wait_any`]: who waited for which two words, and what it saw last.
