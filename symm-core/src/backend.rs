@@ -24,7 +24,7 @@
 use std::time::Duration;
 
 use crate::dfx::{FlightRing, StatsTable};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::group::Group;
 use crate::op::{CmpOp, SignalOp};
 use crate::rank::Rank;
@@ -152,6 +152,20 @@ pub trait Backend: Send + Sync {
         timeout: Duration,
         site: &WaitSite,
     ) -> Result<i64>;
+
+    /// Blocks until any of the caller's own 64-bit signal words at `words[i].0` is at least
+    /// `words[i].1`, or `timeout` passes (then `Error::Timeout` describing `site`). Returns the
+    /// index of a word that holds. Optional capability (`Err(Unsupported)`): callers then wait
+    /// on one word at a time in bounded slices, which notices a change of another word only at
+    /// the end of a slice.
+    fn wait_any_signal_at(&self, words: &[(usize, i64)], timeout: Duration, site: &WaitSite) -> Result<usize> {
+        let _ = (words, timeout, site);
+        Err(Error::Unsupported {
+            rank: self.rank(),
+            backend: self.backend_name(),
+            what: "waiting on several signal words at once".into(),
+        })
+    }
 
     /// Orders earlier puts and signals before later ones.
     fn fence(&self);

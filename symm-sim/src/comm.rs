@@ -782,6 +782,29 @@ impl Backend for SimComm {
         }
     }
 
+    fn wait_any_signal_at(&self, words: &[(usize, i64)], timeout: Duration, site: &WaitSite) -> Result<usize> {
+        let signals: Vec<(SignalWord<'_>, i64)> = words
+            .iter()
+            .map(|&(offset, value)| (self.signal_word(self.rank, offset, SignalWidth::W64), value))
+            .collect();
+        let start = Instant::now();
+        // Any signal to this rank rings its doorbell: a sleeper wakes and checks every word.
+        let check = || signals.iter().position(|(word, value)| word.load() >= *value);
+        let watched: Vec<Rank> =
+            if site.watch.is_empty() { site.group.clone().unwrap_or_default() } else { site.watch.clone() };
+        let needed: Vec<Rank> = site.waiting_on.map_or_else(|| watched.clone(), |r| vec![r]);
+        let health = || self.check_alive(&watched, &needed, &site.op);
+        match wait::wait_until(self.me().header(), self.policy, start + timeout, check, health) {
+            Ok(i) => Ok(i),
+            Err(WaitEnd::Failed(e)) => Err(e),
+            Err(WaitEnd::TimedOut) => {
+                let conditions: Vec<String> = words.iter().map(|(_, v)| format!("signal >= {v}")).collect();
+                let seen: Vec<String> = signals.iter().map(|(w, _)| w.load().to_string()).collect();
+                Err(self.timeout_error(site, conditions.join(" / "), seen.join(" / "), Vec::new(), start.elapsed()))
+            }
+        }
+    }
+
     fn fence(&self) {
         // SeqCst fence: puts are plain stores, signals SeqCst atomics; the fence orders the
         // former before anything issued after it.

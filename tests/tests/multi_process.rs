@@ -3,18 +3,23 @@
 use std::time::Duration;
 
 fn run(cases: &[&str], n: usize) {
+    run_with(cases, n, &[]);
+}
+
+fn run_with(cases: &[&str], n: usize, extra_env: &[(&str, &str)]) {
     let exe = std::path::Path::new(env!("CARGO_BIN_EXE_symm-conformance-rank"));
     let args: Vec<String> = cases.iter().map(|s| s.to_string()).collect();
-    let env = vec![
+    let mut env = vec![
         ("SYMMETRIC_MEMORY_HEAP_SIZE".to_string(), "32M".to_string()),
         ("SYMMETRIC_MEMORY_TIMEOUT".to_string(), "60".to_string()),
         ("SYMM_COLL_WORKSPACE".to_string(), "1M".to_string()),
         ("SYMM_ALLREDUCE_ONESHOT_MAX".to_string(), "32K".to_string()),
         ("SYMM_TEST_CASES".to_string(), "8".to_string()),
     ];
+    env.extend(extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let statuses = symm_sim::spawn_ranks(n, exe, &args, &env, Duration::from_secs(5)).expect("spawn ranks");
     for (r, st) in statuses.iter().enumerate() {
-        assert!(st.success(), "{n} ranks, cases {cases:?}: rank {r} ended with {st}");
+        assert!(st.success(), "{n} ranks, cases {cases:?}, {extra_env:?}: rank {r} ended with {st}");
     }
 }
 
@@ -23,5 +28,17 @@ fn every_case_on_2_3_4_and_8_processes() {
     let all: Vec<&str> = symm_tests::CASES.iter().chain(symm_tests::COLL_CASES).copied().collect();
     for n in [2, 3, 4, 8] {
         run(&all, n);
+    }
+}
+
+#[test]
+fn members_that_disagree_on_the_small_message_path() {
+    // Rank by rank limits of the small-message path: calls that some members send on the small
+    // path and others through the round protocol, in every pattern (one member always on the
+    // round protocol; limits that split the sizes between 64 B and 4 KiB). Every call must
+    // complete with the same results (or errors) as when all agree. Then every member at the
+    // largest limit (messages up to 4 KiB on the small path) and with the path off.
+    for (n, limits) in [(2, "4096,64"), (3, "4096,0,64"), (4, "64,4096,4096,1K"), (3, "4096"), (2, "0")] {
+        run_with(symm_tests::COLL_CASES, n, &[("SYMM_TEST_LL_MAX_BY_RANK", limits)]);
     }
 }

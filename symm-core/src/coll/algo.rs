@@ -12,6 +12,7 @@
 
 use super::copy::{copy, fence, Stores};
 use super::kernels;
+use super::ll;
 use super::lowp::{self, SubRun, SCALE_BLOCK};
 use super::state::{ready, Ctx, Progress, DONE, LEN, MAX, RED, REDUCED, SIG, SRC};
 use crate::backend::Backend;
@@ -87,24 +88,9 @@ fn next_round(p: &mut Progress) -> u64 {
 /// still finish the round (DONE) so the group stays usable.
 fn agree<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, seq: u64, call: &Call, compare_len: bool) -> Result<()> {
     ctx.wait_all(ready(seq), seq, "ready")?;
-    let (mine_sig, mine_len) = (call.sig(), call.count as i64);
     for j in (0..ctx.n).filter(|&j| j != ctx.me) {
         let (sig, len) = (ctx.read_fact(j, seq, SIG), ctx.read_fact(j, seq, LEN));
-        let peer = ctx.group.ranks()[j];
-        let err = if sig == -1 {
-            Some(Error::PeerRejected { rank: ctx.b.rank(), op: ctx.op.into(), peer })
-        } else if sig != mine_sig || (compare_len && len != mine_len) {
-            Some(Error::Mismatch {
-                rank: ctx.b.rank(),
-                op: ctx.op.into(),
-                peer,
-                mine: Call::describe(mine_sig, mine_len),
-                theirs: Call::describe(sig, len),
-            })
-        } else {
-            None
-        };
-        if let Some(e) = err {
+        if let Some(e) = disagreement(ctx, call, compare_len, j, sig, len) {
             ctx.signal_all(DONE, seq)?;
             return Err(e);
         }
@@ -117,7 +103,37 @@ fn agree<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, seq: u64, call: &Call, compare_l
 pub fn reject<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress) -> Result<()> {
     let seq = next_round(p);
     ctx.publish(seq, [0, 0, -1, 0, 0])?;
-    ctx.signal_all(DONE, seq)
+    ctx.signal_all(DONE, seq)?;
+    // Like every round, hear from every peer before the next (their READY: a peer on the
+    // small-message path switches to the round protocol on seeing mine).
+    ctx.wait_all(ready(seq), seq, "ready")
+}
+
+/// Whether `sig`/`len` from member `j` disagree with the caller's call (`len` compared when
+/// `compare_len`): the error every member reports for it.
+fn disagreement<B: Backend + ?Sized>(
+    ctx: &Ctx<'_, B>,
+    call: &Call,
+    compare_len: bool,
+    j: usize,
+    sig: i64,
+    len: i64,
+) -> Option<Error> {
+    let (mine_sig, mine_len) = (call.sig(), call.count as i64);
+    let peer = ctx.group.ranks()[j];
+    if sig == -1 {
+        Some(Error::PeerRejected { rank: ctx.b.rank(), op: ctx.op.into(), peer })
+    } else if sig != mine_sig || (compare_len && len != mine_len) {
+        Some(Error::Mismatch {
+            rank: ctx.b.rank(),
+            op: ctx.op.into(),
+            peer,
+            mine: Call::describe(mine_sig, mine_len),
+            theirs: Call::describe(sig, len),
+        })
+    } else {
+        None
+    }
 }
 
 /// Largest chunk (elements) whose staged form fits in `bytes` of workspace.
@@ -151,6 +167,10 @@ pub unsafe fn allreduce<B: Backend + ?Sized>(
 ) -> Result<()> {
     let size = call.dtype.size();
     let bytes = call.count * size;
+    // SAFETY: forwarded.
+    if call.lp.is_none() && ll::fits(ctx, bytes) && unsafe { small_allreduce(ctx, p, call, inp, out)? } {
+        return Ok(());
+    }
     let tun = &ctx.st.tun;
     let oneshot_max = tun.oneshot_max.min(tun.stage_bytes / 2);
     let oneshot_cap = stage_capacity(tun.stage_bytes / 2, call.dtype, call.lp);
@@ -171,21 +191,62 @@ pub unsafe fn allreduce<B: Backend + ?Sized>(
     Ok(())
 }
 
-/// Largest allreduce (bytes, full precision) whose data travels inside the round's facts, in
-/// the two words a one-shot round does not otherwise use (`SRC`, `RED`): on the cache line of
-/// the round's flag, so a peer that sees the flag has the data in the same transfer (no staging
-/// copy, no second line to fetch). Scalars (a loss, a norm, a counter) are the common case.
-pub const INLINE_BYTES: usize = 16;
-
 /// `n` elements of scratch: on the stack for groups of up to 8 members (the small-message
 /// paths then make no allocation per call), else in `heap`.
-fn scratch<'a, T: Copy>(stack: &'a mut [T; 8], heap: &'a mut Vec<T>, n: usize, fill: T) -> &'a mut [T] {
+pub(super) fn scratch<'a, T: Copy>(stack: &'a mut [T; 8], heap: &'a mut Vec<T>, n: usize, fill: T) -> &'a mut [T] {
     if n <= stack.len() {
         &mut stack[..n]
     } else {
         heap.resize(n, fill);
         heap
     }
+}
+
+/// Room for `n` messages of `bytes` back to back, in the group's inbox (kept between calls:
+/// no allocation per call once it has grown). Valid until the inbox is next asked for room.
+fn inbox(p: &mut Progress, n: usize, bytes: usize) -> *mut u8 {
+    p.inbox.reserve(n * bytes);
+    p.inbox.as_mut_ptr()
+}
+
+/// allreduce on the small-message path: every member sends its input to every peer and
+/// reduces all of them in group-rank order (the one-shot result, bit for bit). False: a peer
+/// runs the round protocol (nothing done).
+///
+/// # Safety
+/// As [`allreduce`], with the size within [`ll::fits`].
+unsafe fn small_allreduce<B: Backend + ?Sized>(
+    ctx: &Ctx<'_, B>,
+    p: &mut Progress,
+    call: Call,
+    inp: *const u8,
+    out: *mut u8,
+) -> Result<bool> {
+    let bytes = call.count * call.dtype.size();
+    let room = inbox(p, ctx.n, bytes);
+    let msg = ll::Msg { data: inp, bytes, count: call.count };
+    // SAFETY: `inp` holds `bytes`; the inbox holds a message of `bytes` per member.
+    let done = unsafe {
+        ll::round(
+            ctx,
+            p,
+            call.sig(),
+            |_| msg,
+            |j, sig, len| disagreement(ctx, &call, true, j, sig, len),
+            |j| Some((room.wrapping_add(j * bytes), bytes)),
+        )?
+    };
+    if done {
+        let (mut on_stack, mut on_heap) = ([std::ptr::null::<u8>(); 8], Vec::new());
+        let srcs = scratch(&mut on_stack, &mut on_heap, ctx.n, std::ptr::null());
+        for (j, src) in srcs.iter_mut().enumerate() {
+            *src = if j == ctx.me { inp } else { room.wrapping_add(j * bytes) };
+        }
+        // SAFETY: every source holds `count` elements; `out` is the input itself or disjoint
+        // from every source (the inbox is local scratch).
+        unsafe { kernels::reduce(call.dtype, call.op.expect("allreduce has an op"), srcs, out, call.count) };
+    }
+    Ok(done)
 }
 
 /// Every member stages its input, then reduces all members' copies itself.
@@ -199,10 +260,6 @@ unsafe fn one_shot<B: Backend + ?Sized>(
     inp: *const u8,
     out: *mut u8,
 ) -> Result<()> {
-    if call.lp.is_none() && call.count * call.dtype.size() <= INLINE_BYTES {
-        // SAFETY: forwarded.
-        return unsafe { one_shot_inline(ctx, p, call, inp, out) };
-    }
     let seq = next_round(p);
     let half = (seq % 2) as usize;
     let half_bytes = ctx.st.tun.stage_bytes / 2;
@@ -257,54 +314,6 @@ unsafe fn one_shot<B: Backend + ?Sized>(
         // `out` is the user's buffer, disjoint from every staging area.
         None => unsafe { kernels::reduce(call.dtype, call.op.expect("allreduce has an op"), srcs, out, count) },
     }
-    ctx.signal_all(DONE, seq)
-}
-
-/// One-shot allreduce of at most [`INLINE_BYTES`]: every member publishes its data in its facts
-/// and reduces everyone's from the facts in its own memory. Members agree on count and dtype
-/// (checked before any data is used), so either all take this path or the call fails with
-/// `Mismatch`.
-///
-/// # Safety
-/// As [`allreduce`], with `count * size <= INLINE_BYTES`.
-unsafe fn one_shot_inline<B: Backend + ?Sized>(
-    ctx: &Ctx<'_, B>,
-    p: &mut Progress,
-    call: Call,
-    inp: *const u8,
-    out: *mut u8,
-) -> Result<()> {
-    let seq = next_round(p);
-    let bytes = call.count * call.dtype.size();
-    let mut mine = [0u8; INLINE_BYTES];
-    // SAFETY: `inp` holds `bytes <= INLINE_BYTES` bytes (contract).
-    unsafe { std::ptr::copy_nonoverlapping(inp, mine.as_mut_ptr(), bytes) };
-    let word = |half: &[u8]| i64::from_ne_bytes(half.try_into().expect("8 bytes"));
-    let (w0, w1) = (word(&mine[..8]), word(&mine[8..]));
-    ctx.publish(seq, [w0, w1, call.sig(), call.count as i64, 0])?;
-    agree(ctx, seq, &call, true)?;
-    // Every member's data, unpacked from its facts (mine from `mine`), in group-rank order.
-    let (mut on_stack, mut on_heap) = ([[0u8; INLINE_BYTES]; 8], Vec::new());
-    let data = scratch(&mut on_stack, &mut on_heap, ctx.n, [0u8; INLINE_BYTES]);
-    for (j, d) in data.iter_mut().enumerate() {
-        if j == ctx.me {
-            *d = mine;
-        } else {
-            d[..8].copy_from_slice(&ctx.read_fact(j, seq, SRC).to_ne_bytes());
-            d[8..].copy_from_slice(&ctx.read_fact(j, seq, RED).to_ne_bytes());
-        }
-    }
-    let (mut ptrs, mut ptrs_heap) = ([std::ptr::null::<u8>(); 8], Vec::new());
-    let srcs = scratch(&mut ptrs, &mut ptrs_heap, ctx.n, std::ptr::null());
-    for (p, d) in srcs.iter_mut().zip(data.iter()) {
-        *p = d.as_ptr();
-    }
-    let srcs = &*srcs;
-    // SAFETY: every source holds `count` elements (the agreed count, at most INLINE_BYTES); `out`
-    // holds `count` and is the caller's buffer, disjoint from these local copies.
-    unsafe { kernels::reduce(call.dtype, call.op.expect("allreduce has an op"), srcs, out, call.count) };
-    // Peers read nothing of mine after their flag but my facts, which the next round with the
-    // same parity overwrites only after their DONE (see `publish_to`).
     ctx.signal_all(DONE, seq)
 }
 
@@ -522,6 +531,32 @@ pub unsafe fn reduce_scatter<B: Backend + ?Sized>(
     out: *mut u8,
 ) -> Result<()> {
     let (n, m, size) = (ctx.n, call.count, call.dtype.size());
+    if call.lp.is_none() && ll::fits(ctx, m * size) {
+        let room = inbox(p, n, m * size);
+        let part = |j: usize| inp.wrapping_add(j * m * size);
+        // SAFETY: part j of `inp` holds `m` elements; the inbox holds `m` per member.
+        let done = unsafe {
+            ll::round(
+                ctx,
+                p,
+                call.sig(),
+                |j| ll::Msg { data: part(j), bytes: m * size, count: m },
+                |j, sig, len| disagreement(ctx, &call, true, j, sig, len),
+                |j| Some((room.wrapping_add(j * m * size), m * size)),
+            )?
+        };
+        if done {
+            let (mut on_stack, mut on_heap) = ([std::ptr::null::<u8>(); 8], Vec::new());
+            let srcs = scratch(&mut on_stack, &mut on_heap, n, std::ptr::null());
+            for (j, src) in srcs.iter_mut().enumerate() {
+                *src = if j == ctx.me { part(j) } else { room.wrapping_add(j * m * size) };
+            }
+            // SAFETY: every source holds `m` elements; `out` is my own part of `inp` or disjoint
+            // from every source.
+            unsafe { kernels::reduce(call.dtype, call.op.expect("reduce_scatter has an op"), srcs, out, m) };
+            return Ok(());
+        }
+    }
     let per_part = match call.lp {
         Some(lp) => stage_capacity(ctx.st.tun.stage_bytes / n, call.dtype, Some(lp)),
         None => ctx.st.tun.stage_bytes / n / size,
@@ -599,6 +634,27 @@ pub unsafe fn allgather<B: Backend + ?Sized>(
     out: *mut u8,
 ) -> Result<()> {
     let (n, m, size) = (ctx.n, call.count, call.dtype.size());
+    if ll::fits(ctx, m * size) {
+        let msg = ll::Msg { data: inp, bytes: m * size, count: m };
+        let slot = |j: usize| out.wrapping_add(j * m * size);
+        // SAFETY: `inp` holds `m` elements, every slot of `out` too.
+        let done = unsafe {
+            ll::round(
+                ctx,
+                p,
+                call.sig(),
+                |_| msg,
+                |j, sig, len| disagreement(ctx, &call, true, j, sig, len),
+                |j| Some((slot(j), m * size)),
+            )?
+        };
+        if done {
+            // SAFETY: my slot of `out` holds `m` elements and is `inp` itself (in place, which
+            // `copy` skips) or disjoint from it.
+            unsafe { copy(inp, slot(ctx.me), m * size, Stores::Cached) };
+            return Ok(());
+        }
+    }
     let zc = ctx.heap_offset_of(inp, m * size);
     let stores = Stores::for_bytes(n * m * size, ctx.st.tun.stream_min);
     for (c0, cm) in chunks(m, ctx.st.tun.stage_bytes / size) {
@@ -637,6 +693,25 @@ pub unsafe fn broadcast<B: Backend + ?Sized>(
 ) -> Result<()> {
     let (count, size) = (call.count, call.dtype.size());
     let is_root = ctx.me == call.root;
+    if ll::fits(ctx, count * size) {
+        // The root sends its data, the others their header alone (every member hears from
+        // every peer in every round; see `ll`).
+        let msg = if is_root { ll::Msg { data: buf, bytes: count * size, count } } else { ll::Msg::header(count) };
+        // SAFETY: `buf` holds `count` elements.
+        let done = unsafe {
+            ll::round(
+                ctx,
+                p,
+                call.sig(),
+                |_| msg,
+                |j, sig, len| disagreement(ctx, &call, true, j, sig, len),
+                |j| (j == call.root && !is_root).then_some((buf, count * size)),
+            )?
+        };
+        if done {
+            return Ok(());
+        }
+    }
     let zc = if is_root { ctx.heap_offset_of(buf, count * size) } else { None };
     let stores = Stores::for_bytes(count * size, ctx.st.tun.stream_min);
     for (c0, c) in chunks(count, ctx.st.tun.stage_bytes / size) {
@@ -684,14 +759,54 @@ pub unsafe fn alltoall<B: Backend + ?Sized>(
     let (n, size) = (ctx.n, call.dtype.size());
     let window = (ctx.st.tun.stage_bytes / n / size).max(1);
     let my_max = send.iter().map(|s| s.1).max().unwrap_or(0);
-    let displ: Vec<usize> = recv_counts.iter().scan(0, |acc, &c| Some(std::mem::replace(acc, *acc + c))).collect();
+    // Where each member's piece lands (on the stack for small groups: no allocation per call).
+    let (mut on_stack, mut on_heap) = ([0; 8], Vec::new());
+    let displ = scratch(&mut on_stack, &mut on_heap, n, 0);
+    let mut at = 0;
+    for (d, &c) in displ.iter_mut().zip(recv_counts) {
+        *d = at;
+        at += c;
+    }
+    let displ = &*displ;
+    let mismatch = |j: usize, sends: usize| Error::Mismatch {
+        rank: ctx.b.rank(),
+        op: ctx.op.into(),
+        peer: ctx.group.ranks()[j],
+        mine: format!("recv_counts[{j}] = {}", recv_counts[j]),
+        theirs: format!("{sends} elements sent to group rank {}", ctx.me),
+    };
+    if ll::fits(ctx, my_max.max(recv_counts.iter().copied().max().unwrap_or(0)) * size) {
+        let piece = |j: usize| recv.wrapping_add(displ[j] * size);
+        // SAFETY: every send piece holds its count; every receive piece its `recv_counts`.
+        let done = unsafe {
+            ll::round(
+                ctx,
+                p,
+                call.sig(),
+                |j| ll::Msg { data: send[j].0, bytes: send[j].1 * size, count: send[j].1 },
+                |j, sig, len| {
+                    disagreement(ctx, &call, false, j, sig, len)
+                        .or_else(|| (len as usize != recv_counts[j]).then(|| mismatch(j, len as usize)))
+                },
+                |j| Some((piece(j), recv_counts[j] * size)),
+            )?
+        };
+        if done {
+            if send[ctx.me].1 != recv_counts[ctx.me] {
+                return Err(mismatch(ctx.me, send[ctx.me].1));
+            }
+            // SAFETY: my own piece: `recv_counts[me]` elements both sides, disjoint (contract).
+            unsafe { copy(send[ctx.me].0, piece(ctx.me), send[ctx.me].1 * size, Stores::Cached) };
+            return Ok(());
+        }
+    }
     // An empty piece is read by nobody: it does not make its sender stage.
     let zero_copy: Option<Vec<usize>> =
         send.iter().map(|&(ptr, len)| if len == 0 { Some(0) } else { ctx.heap_offset_of(ptr, len * size) }).collect();
     let stores = Stores::for_bytes(recv_counts.iter().sum::<usize>() * size, ctx.st.tun.stream_min);
     let mut rounds = 1usize;
     let mut all_zero_copy = false;
-    let mut mismatch: Option<Error> = None;
+    let mut disagree: Option<Error> = None;
     let mut r = 0;
     while r < rounds {
         let seq = next_round(p);
@@ -725,18 +840,12 @@ pub unsafe fn alltoall<B: Backend + ?Sized>(
             rounds = if all_zero_copy { 1 } else { global_max.unwrap_or(0).div_ceil(window).max(1) };
             for j in 0..n {
                 let sends = if j == ctx.me { send[j].1 } else { ctx.read_fact(j, seq, LEN) as usize };
-                if sends != recv_counts[j] && mismatch.is_none() {
-                    mismatch = Some(Error::Mismatch {
-                        rank: ctx.b.rank(),
-                        op: ctx.op.into(),
-                        peer: ctx.group.ranks()[j],
-                        mine: format!("recv_counts[{j}] = {}", recv_counts[j]),
-                        theirs: format!("{sends} elements sent to group rank {}", ctx.me),
-                    });
+                if sends != recv_counts[j] && disagree.is_none() {
+                    disagree = Some(mismatch(j, sends));
                 }
             }
         }
-        if mismatch.is_none() {
+        if disagree.is_none() {
             let mut tmp = Vec::new();
             for j in 0..n {
                 let (lo, piece) = if all_zero_copy {
@@ -763,5 +872,5 @@ pub unsafe fn alltoall<B: Backend + ?Sized>(
         finish_round(ctx, p, seq, zero_copy.is_some())?;
         r += 1;
     }
-    mismatch.map_or(Ok(()), Err)
+    disagree.map_or(Ok(()), Err)
 }

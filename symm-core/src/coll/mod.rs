@@ -20,10 +20,12 @@
 mod algo;
 pub mod copy;
 pub mod kernels;
+mod ll;
 pub mod lowp;
 mod p2p;
 mod state;
 mod validate;
+mod wait;
 
 use std::sync::atomic::Ordering;
 use std::sync::TryLockError;
@@ -220,23 +222,16 @@ pub trait Collectives: Communicator {
         &self,
         group: &Group,
         send: &[LocalRef<'_>],
-        mut recv: LocalMut<'_>,
+        recv: LocalMut<'_>,
         recv_counts: &[usize],
         opts: &CollOptions,
     ) -> Result<()> {
         let n = group.size();
         let dtype = recv.dtype();
-        let total: Option<usize> = recv_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
         let bad = if send.len() != n {
             Some(ArgError::invalid(
                 "send_tensor_list",
                 format!("{} tensors", send.len()),
-                format!("needs one per group rank ({n})"),
-            ))
-        } else if recv_counts.len() != n {
-            Some(ArgError::invalid(
-                "receive_list",
-                format!("{} counts", recv_counts.len()),
                 format!("needs one per group rank ({n})"),
             ))
         } else if let Some((i, s)) = send.iter().enumerate().find(|(_, s)| s.dtype() != dtype) {
@@ -245,27 +240,18 @@ pub trait Collectives: Communicator {
                 expected: dtype.to_string(),
                 actual: format!("{} (entry {i})", s.dtype()),
             })
-        } else if total.map_or(true, |t| t > recv.len()) {
-            Some(ArgError::invalid(
-                "receive_list",
-                format!("{recv_counts:?}"),
-                format!("sums to more than the receive buffer's {} elements", recv.len()),
-            ))
         } else {
             None
         };
         if let Some(e) = bad {
             return reject(self, group, Op::AllToAll, e);
         }
-        let sends: Vec<(*const u8, usize)> = send.iter().map(|s| (s.as_ptr(), s.len())).collect();
-        let send_counts: Vec<usize> = sends.iter().map(|s| s.1).collect();
-        let count = send_counts.iter().sum::<usize>();
-        let plan = Plan { pairs: Some((&send_counts, recv_counts)), ..Plan::new(Op::AllToAll, count, dtype) };
-        let call = Call { kind: K::AllToAll, dtype, op: None, lp: None, root: 0, count: 0 };
-        with_ctx(self, group, opts, plan, |ctx, p| {
-            // SAFETY: validated counts; LocalRef/LocalMut contracts.
-            unsafe { algo::alltoall(ctx, p, call, &sends, recv.as_mut_ptr(), recv_counts) }
-        })
+        let (mut on_stack, mut on_heap) = ([(std::ptr::null(), 0); 8], Vec::new());
+        let sends = algo::scratch(&mut on_stack, &mut on_heap, n, (std::ptr::null(), 0));
+        for (piece, s) in sends.iter_mut().zip(send) {
+            *piece = (s.as_ptr(), s.len());
+        }
+        run_alltoall(self, group, sends, recv, recv_counts, opts)
     }
 
     /// Single-buffer alltoall with split sizes: `send` holds `send_counts[i]` elements for rank
@@ -281,26 +267,34 @@ pub trait Collectives: Communicator {
     ) -> Result<()> {
         let n = group.size();
         let total: Option<usize> = send_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
-        if send_counts.len() != n || total.map_or(true, |t| t > send.len()) {
-            let e = ArgError::invalid(
+        let bad = if send_counts.len() != n || total.map_or(true, |t| t > send.len()) {
+            Some(ArgError::invalid(
                 "send_counts",
                 format!("{send_counts:?}"),
                 format!("needs {n} counts summing to at most the send buffer's {} elements", send.len()),
-            );
+            ))
+        } else if send.dtype() != recv.dtype() {
+            Some(ArgError::DTypeMismatch {
+                arg: "send_tensor_list",
+                expected: recv.dtype().to_string(),
+                actual: format!("{} (entry 0)", send.dtype()),
+            })
+        } else {
+            None
+        };
+        if let Some(e) = bad {
             return reject(self, group, Op::AllToAll, e);
         }
         let size = send.dtype().size();
+        let (mut on_stack, mut on_heap) = ([(std::ptr::null(), 0); 8], Vec::new());
+        let sends = algo::scratch(&mut on_stack, &mut on_heap, n, (std::ptr::null(), 0));
         let mut at = 0;
-        let parts: Vec<LocalRef<'_>> = send_counts
-            .iter()
-            .map(|&c| {
-                // SAFETY: the prefix sums stay within `send` (checked above).
-                let part = unsafe { LocalRef::from_raw(send.as_ptr().add(at * size), c, send.dtype()) };
-                at += c;
-                part
-            })
-            .collect();
-        self.alltoall(group, &parts, recv, recv_counts, opts)
+        for (piece, &c) in sends.iter_mut().zip(send_counts) {
+            // The prefix sums stay within `send` (checked above).
+            *piece = (send.as_ptr().wrapping_add(at * size), c);
+            at += c;
+        }
+        run_alltoall(self, group, sends, recv, recv_counts, opts)
     }
 
     /// Every member's `buf` becomes group rank `root`'s `buf`.
@@ -549,5 +543,49 @@ unsafe fn run_allreduce<C: Communicator + ?Sized>(
     // SAFETY: forwarded.
     with_ctx(c, group, opts, Plan::new(Op::AllReduce, len, dtype), |ctx, p| unsafe {
         algo::allreduce(ctx, p, call, inp, out)
+    })
+}
+
+/// Validates the receive side of an alltoall whose send pieces (pointer, count, of `recv`'s
+/// dtype) are `sends`, one per group rank, and runs it.
+fn run_alltoall<C: Communicator + ?Sized>(
+    c: &C,
+    group: &Group,
+    sends: &[(*const u8, usize)],
+    mut recv: LocalMut<'_>,
+    recv_counts: &[usize],
+    opts: &CollOptions,
+) -> Result<()> {
+    let (n, dtype) = (group.size(), recv.dtype());
+    let total: Option<usize> = recv_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
+    let bad = if recv_counts.len() != n {
+        Some(ArgError::invalid(
+            "receive_list",
+            format!("{} counts", recv_counts.len()),
+            format!("needs one per group rank ({n})"),
+        ))
+    } else if total.map_or(true, |t| t > recv.len()) {
+        Some(ArgError::invalid(
+            "receive_list",
+            format!("{recv_counts:?}"),
+            format!("sums to more than the receive buffer's {} elements", recv.len()),
+        ))
+    } else {
+        None
+    };
+    if let Some(e) = bad {
+        return reject(c, group, Op::AllToAll, e);
+    }
+    let (mut on_stack, mut on_heap) = ([0; 8], Vec::new());
+    let send_counts = algo::scratch(&mut on_stack, &mut on_heap, n, 0);
+    for (count, s) in send_counts.iter_mut().zip(sends) {
+        *count = s.1;
+    }
+    let count = send_counts.iter().sum::<usize>();
+    let plan = Plan { pairs: Some((send_counts, recv_counts)), ..Plan::new(Op::AllToAll, count, dtype) };
+    let call = Call { kind: K::AllToAll, dtype, op: None, lp: None, root: 0, count: 0 };
+    with_ctx(c, group, opts, plan, |ctx, p| {
+        // SAFETY: validated counts; the pieces come from LocalRef/LocalMut arguments.
+        unsafe { algo::alltoall(ctx, p, call, sends, recv.as_mut_ptr(), recv_counts) }
     })
 }

@@ -5,11 +5,14 @@
 //! The receiver's `mail` buffer has one mailbox per sender, [`MAIL_SLOTS`] chunks deep. The
 //! sender writes chunk `k` (counting from 1 per pair, over all messages) into slot
 //! `(k - 1) % MAIL_SLOTS` once the receiver has acknowledged chunk `k - MAIL_SLOTS`, then sets
-//! `SENT = k` in its record on the receiver (a put-with-signal: the chunk is visible first).
-//! The receiver waits for `SENT >= k`, copies the chunk out and sets `ACK = k` in its record
-//! on the sender. So a small message is delivered without the receiver being in `recv` (up to
-//! [`MAIL_SLOTS`] chunks are buffered), a large one streams, and messages between one pair
-//! arrive in order.
+//! the slot's flag, its first word, to `k` (a put-with-signal: the chunk is visible first).
+//! The receiver waits for the flag to reach `k`, copies the chunk out and sets `ACK = k` in its
+//! record on the sender. So a small message is delivered without the receiver being in `recv`
+//! (up to [`MAIL_SLOTS`] chunks are buffered), a large one streams, and messages between one
+//! pair arrive in order. The flag shares its cache line with the chunk's header and first 40
+//! bytes: a receiver that sees the flag of a small message has the message in the same
+//! transfer. A sender reads the receiver's `ACK` only when the value it saw last does not free
+//! the slot it needs.
 //!
 //! Each chunk starts with a header (the message's total bytes and dtype), so a `recv` whose
 //! buffer does not match the message fails with both sizes named, after consuming the message
@@ -33,45 +36,23 @@
 //! One send and one receive that progress together (MPI_Sendrecv): the outgoing message is
 //! posted first (as many eager chunks as free slots allow, or the descriptor), then the call
 //! alternates between consuming incoming chunks that have arrived and pushing outgoing chunks
-//! whose slots the peer has freed, waiting (on both words at once, see [`wait_any`]) only when
+//! whose slots the peer has freed, waiting (on both words at once, see [`Ctx::wait_any`]) only when
 //! neither can move. Neither direction waits for the other, so any sizes and any pairing
 //! (rings, pairwise exchanges, a peer using plain `send`/`recv` in either order) complete. Its
 //! send is an ordinary message for the receiver and its receive takes any message: plain and
 //! combined calls mix freely, and order between a pair is kept.
 
-use std::time::{Duration, Instant};
-
 use super::copy::{copy, fence, Stores};
-use super::state::{Ctx, Progress, Tunables, ACK, MAIL_HEADER, MAIL_SLOTS, SENT};
+use super::state::{Ctx, Flag, Progress, Tunables, ACK, MAIL_HEADER, MAIL_SLOTS};
 use crate::backend::{Backend, SignalWidth};
 use crate::dtype::DType;
-use crate::error::{Error, Result, TimeoutError};
+use crate::error::{Error, Result};
 use crate::op::SignalOp;
 
 /// Flag in a chunk header's dtype word: the chunk is a rendezvous descriptor, whose payload is
 /// the heap offset of the message in the sender's heap. Dtype codes are below 256, so the flag
 /// never collides with one.
 const RENDEZVOUS: i64 = 1 << 32;
-
-/// Reads of the awaited words between two looks at the clock in [`wait_any`].
-const FAST_POLLS: u32 = 512;
-/// How long [`wait_any`] polls both words before it blocks, when every rank has a core / when
-/// waiters share cores (as the backend reports): the CPU backend's spin budget and yield window. With a
-/// core of its own the poller spins (a `sched_yield` costs about a microsecond, which a small
-/// message would pay at every poll); sharing its core, it hands the core over at every poll,
-/// but the peers it waits for run sooner once it sleeps.
-const POLL_FOR: Duration = Duration::from_millis(2);
-const POLL_FOR_SHARED: Duration = Duration::from_micros(200);
-/// First and largest slice of one word's blocking wait in [`wait_any`]: a change of the other
-/// word is noticed at the end of the slice at the latest.
-const FIRST_SLICE: Duration = Duration::from_millis(1);
-const MAX_SLICE: Duration = Duration::from_millis(16);
-/// Every this long without progress, [`wait_any`] blocks for one [`HEALTH_SLICE`], long
-/// enough for the backend's periodic check that the awaited peer is still there (every 100 ms
-/// of sleep in `symm-sim`): a peer that died fails the wait with `PeerLost` instead of the
-/// timeout.
-const HEALTH_EVERY: Duration = Duration::from_secs(1);
-const HEALTH_SLICE: Duration = Duration::from_millis(150);
 
 /// Largest message (bytes) sent eagerly whatever its buffer: what the mailbox of one pair
 /// holds. Larger messages whose send buffer lies in the sender's symmetric heap go rendezvous
@@ -89,12 +70,25 @@ fn chunks_of(bytes: usize, payload: usize) -> usize {
     bytes.div_ceil(payload).max(1)
 }
 
-/// Whether `writer`'s word `word` in the caller's copy has reached `value` (never waits).
-fn reached<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, writer: usize, word: usize, value: u64) -> bool {
-    // `read_word` is an acquire load: what the writer made visible before the word (a chunk
-    // before SENT; its last read of a slot or of a rendezvous buffer before ACK) is ordered
-    // before what the caller does next.
-    ctx.read_word(writer, word) >= value as i64
+/// Where the header (total bytes, dtype word) and the payload of a chunk start in its slot,
+/// after the flag.
+const HEADER_AT: usize = 8;
+const PAYLOAD_AT: usize = MAIL_HEADER;
+
+/// The flag of chunk `k` from `sender` (in the caller's mailbox): reached once the chunk is
+/// there.
+fn arrival<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, sender: usize, k: u64) -> Flag {
+    Flag { writer: sender, offset: slot_offset(ctx, sender, k), value: k, what: "mailbox" }
+}
+
+/// Whether `dst` has acknowledged chunk `k` of the caller's: from the value seen last, else
+/// from its `ACK` word (an acquire load: its last read of the slot or of a rendezvous buffer
+/// is ordered before what the caller does next).
+fn acked<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, dst: usize, k: u64) -> bool {
+    if p.acked[dst] < k {
+        p.acked[dst] = ctx.read_word(dst, ACK) as u64;
+    }
+    p.acked[dst] >= k
 }
 
 /// The sending half of a call: one message to member `dst`.
@@ -103,7 +97,7 @@ struct Outgoing {
     bytes: usize,
     dst: usize,
     /// Chunk header: total bytes, dtype code (with [`RENDEZVOUS`] for a descriptor).
-    header: [u8; MAIL_HEADER],
+    header: [u8; PAYLOAD_AT - HEADER_AT],
     /// Chunks pushed so far, and in all (a rendezvous pushes one: the descriptor).
     pushed: usize,
     chunks: usize,
@@ -119,7 +113,7 @@ impl Outgoing {
         let payload = ctx.st.tun.mail_chunk - MAIL_HEADER;
         let rendezvous = if bytes > eager_max_bytes(&ctx.st.tun) { ctx.heap_offset_of(buf, bytes) } else { None };
         let dtype_word = i64::from(dtype.code()) | if rendezvous.is_some() { RENDEZVOUS } else { 0 };
-        let mut header = [0u8; MAIL_HEADER];
+        let mut header = [0u8; PAYLOAD_AT - HEADER_AT];
         header[..8].copy_from_slice(&(bytes as i64).to_le_bytes());
         header[8..].copy_from_slice(&dtype_word.to_le_bytes());
         let chunks = if rendezvous.is_some() { 1 } else { chunks_of(bytes, payload) };
@@ -156,24 +150,24 @@ impl Outgoing {
         let mut moved = false;
         while self.pushing() {
             let k = p.sent[self.dst] + 1;
-            if k > MAIL_SLOTS as u64 && !reached(ctx, self.dst, ACK, k - MAIL_SLOTS as u64) {
+            if k > MAIL_SLOTS as u64 && !acked(ctx, p, self.dst, k - MAIL_SLOTS as u64) {
                 break;
             }
             let slot = slot_offset(ctx, ctx.me, k);
             if let Some(offset) = self.rendezvous {
-                // The descriptor: header and heap offset in one put, then SENT.
-                let mut desc = [0u8; MAIL_HEADER + 8];
-                desc[..MAIL_HEADER].copy_from_slice(&self.header);
-                desc[MAIL_HEADER..].copy_from_slice(&(offset as u64).to_le_bytes());
+                // The descriptor: header and heap offset in one put, then the flag.
+                let mut desc = [0u8; PAYLOAD_AT - HEADER_AT + 8];
+                desc[..self.header.len()].copy_from_slice(&self.header);
+                desc[self.header.len()..].copy_from_slice(&(offset as u64).to_le_bytes());
                 // SAFETY: `desc` lives across the call; it fits slot `k` of my mailbox on `dst`
                 // (chunks hold at least a header and 64 payload bytes).
                 unsafe {
                     ctx.b.put_signal_bytes(
                         peer,
-                        slot,
+                        slot + HEADER_AT,
                         desc.as_ptr(),
                         desc.len(),
-                        ctx.word_offset(ctx.me, SENT),
+                        slot,
                         SignalWidth::W64,
                         SignalOp::Set,
                         k as i64,
@@ -184,16 +178,16 @@ impl Outgoing {
                 let lo = self.pushed * payload;
                 let len = (self.bytes - lo).min(payload);
                 // SAFETY: the header and the chunk lie inside slot `k` of my mailbox on `dst`
-                // (chunk size = header + payload); `buf` holds `bytes` (contract),
+                // (chunk size = flag + header + payload); `buf` holds `bytes` (contract),
                 // `lo + len <= bytes`.
                 unsafe {
-                    ctx.b.put_bytes(peer, slot, self.header.as_ptr(), MAIL_HEADER)?;
+                    ctx.b.put_bytes(peer, slot + HEADER_AT, self.header.as_ptr(), self.header.len())?;
                     ctx.b.put_signal_bytes(
                         peer,
-                        slot + MAIL_HEADER,
+                        slot + PAYLOAD_AT,
                         self.buf.add(lo),
                         len,
-                        ctx.word_offset(ctx.me, SENT),
+                        slot,
                         SignalWidth::W64,
                         SignalOp::Set,
                         k as i64,
@@ -205,7 +199,7 @@ impl Outgoing {
             moved = true;
         }
         if let Some(k) = self.awaiting {
-            if reached(ctx, self.dst, ACK, k) {
+            if acked(ctx, p, self.dst, k) {
                 self.awaiting = None;
                 moved = true;
             }
@@ -247,8 +241,8 @@ impl Incoming {
         self.consumed == self.chunks
     }
 
-    /// The `SENT` value from `src` the next step needs; `None` when done or when a
-    /// rendezvous copy can go on without waiting.
+    /// The chunk from `src` the next step needs; `None` when done or when a rendezvous copy
+    /// can go on without waiting.
     fn need(&self, p: &Progress) -> Option<u64> {
         (!self.done() && self.pull.is_none()).then(|| p.received[self.src] + 1)
     }
@@ -261,7 +255,7 @@ impl Incoming {
     /// `buf` is valid for `bytes` writes until [`Incoming::done`].
     unsafe fn step<B: Backend + ?Sized>(&mut self, ctx: &Ctx<'_, B>, p: &mut Progress, piece: usize) -> Result<bool> {
         let payload = ctx.st.tun.mail_chunk - MAIL_HEADER;
-        let base = ctx.b.local_heap_base();
+        let base = ctx.base;
         let mut moved = false;
         loop {
             if let Some(pull) = &mut self.pull {
@@ -289,15 +283,17 @@ impl Incoming {
                 return Ok(moved);
             }
             let k = p.received[self.src] + 1;
-            if !reached(ctx, self.src, SENT, k) {
+            if !arrival(ctx, self.src, k).reached(ctx) {
                 return Ok(moved);
             }
             moved = true;
             let slot = base.wrapping_add(slot_offset(ctx, self.src, k));
-            // SAFETY: the slot lies in my mail buffer; the sender wrote it before SENT
-            // (acquired by `reached`) and will not rewrite it before my ACK.
-            let (msg_bytes, dtype_word) =
-                unsafe { (slot.cast::<i64>().read_unaligned() as usize, slot.add(8).cast::<i64>().read_unaligned()) };
+            // SAFETY: the slot lies in my mail buffer; the sender wrote it before its flag
+            // (acquired above) and will not rewrite it before my ACK.
+            let (msg_bytes, dtype_word) = unsafe {
+                let header = slot.add(HEADER_AT).cast::<i64>();
+                (header.read_unaligned() as usize, header.add(1).read_unaligned())
+            };
             if self.consumed == 0 {
                 let rendezvous = dtype_word & RENDEZVOUS != 0;
                 let msg_dtype = dtype_word & !RENDEZVOUS;
@@ -313,7 +309,7 @@ impl Incoming {
                     });
                 } else if rendezvous {
                     // SAFETY: the descriptor's payload (8 bytes) follows the header in the slot.
-                    let offset = unsafe { slot.add(MAIL_HEADER).cast::<u64>().read_unaligned() } as usize;
+                    let offset = unsafe { slot.add(PAYLOAD_AT).cast::<u64>().read_unaligned() } as usize;
                     self.pull = Some(Pull { k, offset, copied: 0 });
                     continue;
                 }
@@ -323,7 +319,7 @@ impl Incoming {
                 let len = (self.bytes - lo).min(payload);
                 // SAFETY: `lo + len <= bytes` (sizes agree); the chunk's payload follows the
                 // header.
-                unsafe { std::ptr::copy_nonoverlapping(slot.add(MAIL_HEADER), self.buf.add(lo), len) };
+                unsafe { std::ptr::copy_nonoverlapping(slot.add(PAYLOAD_AT), self.buf.add(lo), len) };
             }
             // A mismatching message is consumed all the same, a descriptor included, so that
             // its sender is released and the pair stays usable.
@@ -355,7 +351,7 @@ unsafe fn copy_from_peer<B: Backend + ?Sized>(
 ) -> Result<()> {
     if j == ctx.me {
         // SAFETY: inside the caller's own heap (contract); `copy` tolerates overlap.
-        unsafe { std::ptr::copy(ctx.b.local_heap_base().add(offset), dst, len) };
+        unsafe { std::ptr::copy(ctx.base.add(offset), dst, len) };
         return Ok(());
     }
     match ctx.mapped {
@@ -411,7 +407,8 @@ pub unsafe fn recv<B: Backend + ?Sized>(
             return inc.finish();
         }
         if let Some(k) = inc.need(p) {
-            ctx.wait_word(src, SENT, k, "mailbox")?;
+            let f = arrival(ctx, src, k);
+            ctx.wait_flag(f, &|_| f.offset)?;
         }
     }
 }
@@ -455,104 +452,15 @@ pub unsafe fn sendrecv<B: Backend + ?Sized>(
         if moved {
             continue;
         }
-        let outgoing = out.need(p).map(|(value, what)| Need { writer: dst, word: ACK, value, what });
-        let incoming = inc.need(p).map(|value| Need { writer: src, word: SENT, value, what: "mailbox" });
+        let outgoing =
+            out.need(p).map(|(value, what)| Flag { writer: dst, offset: ctx.word_offset(dst, ACK), value, what });
+        let incoming = inc.need(p).map(|k| arrival(ctx, src, k));
         match (outgoing, incoming) {
-            (Some(a), Some(b)) => wait_any(ctx, [a, b])?,
-            (Some(n), None) | (None, Some(n)) => ctx.wait_word(n.writer, n.word, n.value, n.what)?,
+            (Some(a), Some(b)) => ctx.wait_any(&[a, b], &|_| false)?,
+            (Some(a), None) => ctx.wait_word(dst, ACK, a.value, a.what)?,
+            (None, Some(b)) => ctx.wait_flag(b, &|_| b.offset)?,
             // Unreachable: a call not done needs a word or can move without one.
             (None, None) => {}
         }
     }
-}
-
-/// A condition a point-to-point call waits for: `writer`'s word `word` at least `value`.
-#[derive(Clone, Copy, Debug)]
-struct Need {
-    writer: usize,
-    word: usize,
-    value: u64,
-    what: &'static str,
-}
-
-/// Waits until either of two words reaches its value, without ever blocking on one alone for
-/// long (the other direction of a sendrecv may need service while the first stays quiet).
-///
-/// Both words are polled, spinning while each rank has a core, yielding the core between
-/// polls where the backend says waiters share cores ([`Backend::waiters_share_cores`]: the
-/// peers run meanwhile), for [`POLL_FOR`] ([`POLL_FOR_SHARED`] when sharing); after that the
-/// wait blocks on
-/// each word in turn for a slice (1 ms doubling up to 16 ms, once per second of silence one
-/// [`HEALTH_SLICE`] so that the backend notices a lost peer), so an idle call sleeps instead of
-/// burning a core and a change of the other word is seen within a slice. The whole wait is
-/// bounded by the call's timeout; its error names both words.
-fn wait_any<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, needs: [Need; 2]) -> Result<()> {
-    let met = || needs.iter().any(|n| reached(ctx, n.writer, n.word, n.value));
-    let start = Instant::now();
-    let deadline = start + ctx.timeout;
-    let shared = ctx.b.waiters_share_cores();
-    let poll_for = if shared { POLL_FOR_SHARED } else { POLL_FOR };
-    let mut polls = 0u32;
-    loop {
-        if met() {
-            return Ok(());
-        }
-        polls += 1;
-        if shared && polls >= FAST_POLLS {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-        if polls % FAST_POLLS == 0 && start.elapsed() >= poll_for {
-            break;
-        }
-    }
-    let mut slice = FIRST_SLICE;
-    let mut next_health = start + HEALTH_EVERY;
-    for turn in 0.. {
-        let now = Instant::now();
-        if now >= deadline {
-            break;
-        }
-        let this = if now >= next_health {
-            next_health = now + HEALTH_EVERY;
-            HEALTH_SLICE
-        } else {
-            let s = slice;
-            slice = (slice * 2).min(MAX_SLICE);
-            s
-        };
-        let n = needs[turn % 2];
-        // The same wait as any other, bounded by the slice: a slice that runs out is no error.
-        let bounded = Ctx { timeout: this.min(deadline - now), ..*ctx };
-        match bounded.wait_word(n.writer, n.word, n.value, n.what) {
-            Ok(()) => return Ok(()),
-            Err(Error::Timeout(_)) => {}
-            Err(e) => return Err(e),
-        }
-        if met() {
-            return Ok(());
-        }
-    }
-    Err(timeout_any(ctx, &needs, start.elapsed()))
-}
-
-/// The timeout of [`wait_any`]: who waited for which two words, and what it saw last.
-fn timeout_any<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, needs: &[Need], waited: Duration) -> Error {
-    let ranks = ctx.group.ranks();
-    let join = |f: &dyn Fn(&Need) -> String| needs.iter().map(f).collect::<Vec<_>>().join(" / ");
-    let mut pending: Vec<_> = needs.iter().map(|n| ranks[n.writer]).collect();
-    pending.dedup();
-    let mut t = TimeoutError::new(
-        ctx.b.rank(),
-        format!("{} (either direction)", ctx.op),
-        Some(ranks.to_vec()),
-        join(&|n| format!("the {} flag of group rank {} (global rank {})", n.what, n.writer, ranks[n.writer])),
-        join(&|n| format!("signal >= {}", n.value)),
-        join(&|n| ctx.read_word(n.writer, n.word).to_string()),
-        pending,
-        waited,
-    );
-    t.sequence = Some(ctx.call);
-    Error::Timeout(Box::new(t))
 }

@@ -6,9 +6,10 @@
 //!   its own 128-byte line pairs. Words: `READY` ([`ready`]: one word for even rounds, one
 //!   for odd rounds), [`DONE`], [`REDUCED`] (monotonic round numbers), two sets (even and odd
 //!   rounds) of facts [`SRC`], [`RED`], [`SIG`], [`LEN`], [`MAX`] (about the writer's round,
-//!   written before `READY`, on the same cache line), [`SENT`], [`ACK`]
-//!   (point-to-point counters), [`CALLS`] (the writer's collective call number, validation
+//!   written before `READY`, on the same cache line), [`ACK`]
+//!   (point-to-point acknowledgements), [`CALLS`] (the writer's collective call number, validation
 //!   mode only).
+//! - `ll`: two small-message slots per member (see [`ll`](super::ll)).
 //! - `stage`: staging area for inputs that are not in the heap, encoded low-precision data,
 //!   and results other members read.
 //! - `mail`: one point-to-point mailbox per sender, [`MAIL_SLOTS`] chunks deep.
@@ -22,6 +23,14 @@
 //! reading peers' memory (direct loads when the backend maps peers' heaps, `get` otherwise),
 //! and signals `DONE = seq` when it no longer reads peers' memory. A member overwrites memory
 //! that peers read only after their `DONE` for the round that used it.
+//!
+//! # Rounds follow each other
+//! In every round, of this protocol or of the small-message path, every member waits for
+//! something each peer sent in that round (its `READY`, or its message). So a member that has
+//! finished round `s` knows that every peer has started round `s`, hence finished round
+//! `s - 1`. Memory used once every two rounds (the facts of even and odd rounds, the
+//! small-message slots) is therefore free again when its writer gets to reuse it, without a
+//! DONE flag; a round that ends in an error still waits for every peer first.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
@@ -35,6 +44,8 @@ use crate::env::parse_size;
 use crate::error::{ArgError, AtRank, Error, Result};
 use crate::group::Group;
 use crate::op::{CmpOp, SignalOp};
+
+pub use super::wait::Flag;
 
 /// Words per member record (32 words: 256 bytes, two 128-byte line pairs).
 ///
@@ -68,8 +79,6 @@ pub const LEN: usize = 3;
 pub const MAX: usize = 4;
 /// Number of published fact words (SRC..=MAX), sent with READY in one put.
 pub const FACT_WORDS: usize = 5;
-/// Chunks the writer has sent to the reader (point-to-point).
-pub const SENT: usize = 16;
 /// Chunks of the reader's the writer has consumed (point-to-point).
 pub const ACK: usize = 17;
 /// The writer's current collective call number in the group, independent of rounds (written
@@ -98,8 +107,9 @@ const FAST_SPINS: u32 = 512;
 
 /// Chunks in flight per point-to-point pair.
 pub const MAIL_SLOTS: usize = 4;
-/// Bytes of a mailbox chunk header: total message bytes, dtype code.
-pub const MAIL_HEADER: usize = 16;
+/// Bytes of a mailbox chunk before its payload: the chunk's flag, total message bytes, dtype
+/// code (see [`p2p`](super::p2p)).
+pub const MAIL_HEADER: usize = 24;
 
 /// Settings read once per group from the environment.
 #[derive(Clone, Debug)]
@@ -108,12 +118,17 @@ pub struct Tunables {
     pub stage_bytes: usize,
     /// Largest allreduce (bytes) done one-shot (`SYMM_ALLREDUCE_ONESHOT_MAX`, default 8 KiB).
     pub oneshot_max: usize,
-    /// Bytes of one mailbox chunk (`SYMM_P2P_CHUNK`, default 256 KiB).
+    /// Bytes of one mailbox chunk (`SYMM_P2P_CHUNK`, default 256 KiB, rounded up to 64).
     pub mail_chunk: usize,
     /// Calls moving at least this many bytes per member write their outputs with streaming
     /// (non-temporal) stores (`SYMM_STREAM_STORES_MIN`, default 16 MiB: half the L3 of the
     /// machines measured; smaller outputs stay in the cache for the caller).
     pub stream_min: usize,
+    /// Largest message (bytes per member pair) that travels in the small-message slots
+    /// (`SYMM_LL_MAX`, default [`ll::DEFAULT_MAX_BYTES`](super::ll::DEFAULT_MAX_BYTES), at most
+    /// [`ll::MAX_BYTES`](super::ll::MAX_BYTES); 0: never).
+    /// Members that disagree still complete: see [`ll`](super::ll).
+    pub ll_max: usize,
     /// Read peers with `get` even when their heaps are mapped (`SYMM_COLL_ACCESS=get`), to
     /// exercise the path device backends without load/store access take.
     pub force_get: bool,
@@ -141,8 +156,13 @@ impl Tunables {
         Ok(Tunables {
             stage_bytes: size("SYMM_COLL_WORKSPACE", 16 << 20)?.max(64 << 10),
             oneshot_max: size("SYMM_ALLREDUCE_ONESHOT_MAX", 8 << 10)?,
-            mail_chunk: size("SYMM_P2P_CHUNK", 256 << 10)?.max(MAIL_HEADER + 64),
+            // Whole cache lines: every slot's flag is aligned and starts a line.
+            mail_chunk: size("SYMM_P2P_CHUNK", 256 << 10)?.max(MAIL_HEADER + 64).next_multiple_of(64),
             stream_min: size("SYMM_STREAM_STORES_MIN", 16 << 20)?,
+            ll_max: match std::env::var("SYMM_LL_MAX") {
+                Ok(v) if v.trim() == "0" => 0,
+                _ => size("SYMM_LL_MAX", super::ll::DEFAULT_MAX_BYTES)?.min(super::ll::MAX_BYTES),
+            },
             force_get,
             default_low_precision: super::lowp::format_from_env(),
             validate: crate::dfx::validate_from_env(),
@@ -168,6 +188,10 @@ pub struct Progress {
     pub sent: Vec<u64>,
     /// Chunks received from each member.
     pub received: Vec<u64>,
+    /// The highest acknowledgement seen from each member (point-to-point).
+    pub acked: Vec<u64>,
+    /// Where small-message reductions gather the peers' messages (grown on demand).
+    pub inbox: Vec<u8>,
 }
 
 /// The collectives' state for one group on one rank.
@@ -176,6 +200,8 @@ pub struct CollState {
     pub flags: SymmBuffer,
     pub stage: SymmBuffer,
     pub mail: SymmBuffer,
+    /// Small-message slots (see [`ll`](super::ll)): two per member, written by that member.
+    pub ll: SymmBuffer,
     pub tun: Tunables,
     pub progress: Mutex<Progress>,
     /// The call holding `progress`: op code (bits 0-7) and sequence number (above), for the
@@ -203,28 +229,41 @@ impl CollState {
             let rank = b.rank();
             let tun = Tunables::from_env().at(rank)?;
             let n = group.size();
-            let flags = b.alloc(group, n * RECORD_WORDS, DType::I64)?;
-            // Fresh allocations may reuse memory: flags start at zero (round 0 = nothing yet).
-            // SAFETY: the caller's copy of `flags` is `bytes()` long; nobody else writes it
-            // until this rank has published something (the barrier below orders that).
-            unsafe { std::ptr::write_bytes(b.local_heap_base().add(flags.heap_offset()), 0, flags.bytes()) };
             // Every member fails a collective allocation the same way, so a failure here can
             // give back what was taken and leave the group as it was.
-            let stage = match b.alloc(group, tun.stage_bytes, DType::U8) {
-                Ok(s) => s,
-                Err(e) => {
-                    b.free(flags)?;
-                    return Err(e);
+            let sizes = [
+                (n * RECORD_WORDS, DType::I64),
+                (super::ll::buffer_bytes(n), DType::U8),
+                (tun.stage_bytes, DType::U8),
+                (n * MAIL_SLOTS * tun.mail_chunk, DType::U8),
+            ];
+            let mut bufs = Vec::with_capacity(sizes.len());
+            for (len, dtype) in sizes {
+                match b.alloc(group, len, dtype) {
+                    Ok(buf) => bufs.push(buf),
+                    Err(e) => {
+                        for buf in bufs.into_iter().rev() {
+                            b.free(buf)?;
+                        }
+                        return Err(e);
+                    }
                 }
-            };
-            let mail = match b.alloc(group, n * MAIL_SLOTS * tun.mail_chunk, DType::U8) {
-                Ok(m) => m,
-                Err(e) => {
-                    b.free(stage)?;
-                    b.free(flags)?;
-                    return Err(e);
-                }
-            };
+            }
+            let [flags, ll, stage, mail]: [SymmBuffer; 4] = bufs.try_into().expect("four buffers");
+            // Fresh allocations may reuse memory: flags and slots start at zero (round 0 =
+            // nothing yet).
+            let base = b.local_heap_base();
+            for buf in [&flags, &ll] {
+                // SAFETY: the caller's copy of `buf` is `bytes()` long; nobody else writes it
+                // until this rank has published something (the barrier below orders that).
+                unsafe { std::ptr::write_bytes(base.add(buf.heap_offset()), 0, buf.bytes()) };
+            }
+            // And every mailbox slot's flag (its first word).
+            for slot in 0..n * MAIL_SLOTS {
+                // SAFETY: inside the caller's copy of `mail` (slots of `mail_chunk` bytes,
+                // 8-aligned); nobody else writes it before the barrier below.
+                unsafe { base.add(mail.heap_offset() + slot * tun.mail_chunk).cast::<u64>().write(0) };
+            }
             b.barrier_group(group, b.default_timeout())?;
             let mapped = if tun.force_get {
                 None
@@ -236,7 +275,13 @@ impl CollState {
                 flags,
                 stage,
                 mail,
-                progress: Mutex::new(Progress { sent: vec![0; n], received: vec![0; n], ..Progress::default() }),
+                ll,
+                progress: Mutex::new(Progress {
+                    sent: vec![0; n],
+                    received: vec![0; n],
+                    acked: vec![0; n],
+                    ..Progress::default()
+                }),
                 busy: AtomicU64::new(0),
                 tun,
             })
@@ -260,6 +305,8 @@ pub struct Ctx<'a, B: Backend + ?Sized> {
     pub op: &'static str,
     /// Heap bases of the members, when every member's heap is mapped and loads are allowed.
     pub mapped: Option<&'a [SendPtr]>,
+    /// The caller's own heap ([`Backend::local_heap_base`], read once: flag polls use it).
+    pub base: *mut u8,
     /// The call's sequence number in the group ([`Progress::colls`], or
     /// [`Progress::p2p_calls`] for send/recv); 0 outside a call.
     pub call: u64,
@@ -271,7 +318,8 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
     /// A context for `op` in `group`.
     pub fn new(b: &'a B, group: &'a Group, st: &'a CollState, timeout: Duration, op: &'static str) -> Result<Self> {
         let me = group.member().at(b.rank())?.index();
-        Ok(Ctx { b, group, st, me, n: group.size(), timeout, op, mapped: st.mapped.as_deref(), call: 0, p2p: false })
+        let (mapped, base) = (st.mapped.as_deref(), b.local_heap_base());
+        Ok(Ctx { b, group, st, me, n: group.size(), timeout, op, mapped, base, call: 0, p2p: false })
     }
 
     /// Heap offset of word `word` of member `writer`'s record (the same in every copy).
@@ -286,11 +334,17 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
 
     /// Reads word `word` of `writer`'s record in the caller's own copy.
     pub fn read_word(&self, writer: usize, word: usize) -> i64 {
-        let p = self.b.local_heap_base().wrapping_add(self.word_offset(writer, word));
-        // SAFETY: the word lies inside the flags buffer of the caller's heap, 8-aligned (the
-        // buffer is granule-aligned); peers write it atomically, so read it atomically.
+        self.read_at(self.word_offset(writer, word))
+    }
+
+    /// Reads the flag word at heap offset `offset` of the caller's own heap.
+    pub fn read_at(&self, offset: usize) -> i64 {
+        let p = self.base.wrapping_add(offset);
+        // SAFETY: callers pass the offset of a flag word of the workspace (the flags records,
+        // the small-message slots) of the caller's heap, 8-aligned (the buffers are
+        // granule-aligned); peers write it atomically, so read it atomically.
         let a = unsafe { &*p.cast::<std::sync::atomic::AtomicI64>() };
-        // Acquire: facts are read after the READY they came with (also acquire).
+        // Acquire: what the writer wrote before the flag (facts, a line's data) is read after it.
         a.load(std::sync::atomic::Ordering::Acquire)
     }
 
@@ -303,12 +357,10 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
     }
 
     /// Publishes facts and `READY = seq` to member `j` only (one put-with-signal: the facts
-    /// are visible before the flag). First waits until `j` is done with round `seq - 2`, the
-    /// last round that used the same set of fact words.
+    /// are visible before the flag). The last round that used the same fact words is `seq - 2`,
+    /// which `j` has finished: the caller finished round `seq - 1`, in which it heard from `j`
+    /// (see "Rounds follow each other" in the module documentation).
     pub fn publish_to(&self, j: usize, seq: u64, facts: [i64; FACT_WORDS]) -> Result<()> {
-        if seq > 2 {
-            self.wait_word(j, DONE, seq - 2, "done")?;
-        }
         let mut bytes = [0u8; FACT_WORDS * 8];
         for (dst, w) in bytes.chunks_exact_mut(8).zip(facts) {
             dst.copy_from_slice(&w.to_le_bytes());
@@ -349,37 +401,44 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
     }
 
     /// Waits until `writer`'s word `word` in the caller's copy is at least `value`.
-    pub fn wait_word(&self, writer: usize, word: usize, value: u64, what: &str) -> Result<()> {
+    pub fn wait_word(&self, writer: usize, word: usize, value: u64, what: &'static str) -> Result<()> {
+        let flag = Flag { writer, offset: self.word_offset(writer, word), value, what };
+        self.wait_flag(flag, &|k| self.word_offset(k, word))
+    }
+
+    /// Waits until `flag` reaches its value. `same_word(k)` is the offset of the word of the
+    /// same meaning that member `k` writes: a timeout lists the members whose word arrived
+    /// and those still pending.
+    pub fn wait_flag(&self, flag: Flag, same_word: &dyn Fn(usize) -> usize) -> Result<()> {
         // Fast path: peers usually arrive within a microsecond or two of each other; watch the
         // word briefly before paying for the diagnostics a blocking wait carries.
         for spin in 0..FAST_SPINS {
-            if self.read_word(writer, word) >= value as i64 {
+            if flag.reached(self) {
                 return Ok(());
             }
             if spin % 64 == 63 {
                 std::hint::spin_loop();
             }
         }
+        let writer = flag.writer;
         let site = WaitSite {
-            op: format!("{} (round {value})", self.op),
+            op: format!("{} (round {})", self.op, flag.value),
             group: Some(self.group.ranks().to_vec()),
-            location: format!("the {what} flag of group rank {writer} (global rank {})", self.group.ranks()[writer]),
+            location: format!(
+                "the {} flag of group rank {writer} (global rank {})",
+                flag.what,
+                self.group.ranks()[writer]
+            ),
             // Collective waits watch every member: a member waiting on another that lost a
             // third is stuck too. Point-to-point waits concern their one peer.
             watch: if self.p2p { vec![self.group.ranks()[writer]] } else { Vec::new() },
             waiting_on: Some(self.group.ranks()[writer]),
         };
-        match self.b.wait_signal_at(
-            self.word_offset(writer, word),
-            SignalWidth::W64,
-            CmpOp::Ge,
-            value as i64,
-            self.timeout,
-            &site,
-        ) {
+        match self.b.wait_signal_at(flag.offset, SignalWidth::W64, CmpOp::Ge, flag.value as i64, self.timeout, &site) {
             Ok(_) => Ok(()),
             Err(Error::Timeout(mut t)) => {
-                super::validate::explain_timeout(self, &mut t, writer, word, value);
+                let arrived = |k: usize| self.read_at(same_word(k)) >= flag.value as i64;
+                super::validate::explain_timeout(self, &mut t, writer, &arrived);
                 Err(Error::Timeout(t))
             }
             Err(e) => Err(e),
@@ -387,7 +446,7 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
     }
 
     /// Waits for every peer's word `word` to reach `value`.
-    pub fn wait_all(&self, word: usize, value: u64, what: &str) -> Result<()> {
+    pub fn wait_all(&self, word: usize, value: u64, what: &'static str) -> Result<()> {
         for j in (0..self.n).filter(|&j| j != self.me) {
             self.wait_word(j, word, value, what)?;
         }
@@ -396,12 +455,12 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
 
     /// Address of the caller's staging area.
     pub fn my_stage(&self) -> *mut u8 {
-        self.b.local_heap_base().wrapping_add(self.st.stage.heap_offset())
+        self.base.wrapping_add(self.st.stage.heap_offset())
     }
 
     /// The heap offset of `[ptr, ptr + bytes)` when it lies inside the caller's heap.
     pub fn heap_offset_of(&self, ptr: *const u8, bytes: usize) -> Option<usize> {
-        let base = self.b.local_heap_base() as usize;
+        let base = self.base as usize;
         let p = ptr as usize;
         (p >= base && p.checked_add(bytes)? <= base + self.b.heap_size()).then(|| p - base)
     }
@@ -410,7 +469,7 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
     /// pointer when mapped, else fetched with `get` into `tmp`.
     pub fn fetch(&self, j: usize, offset: usize, bytes: usize, tmp: &mut Vec<u8>) -> Result<*const u8> {
         if j == self.me {
-            return Ok(self.b.local_heap_base().wrapping_add(offset));
+            return Ok(self.base.wrapping_add(offset));
         }
         if let Some(bases) = self.mapped {
             return Ok(bases[j].0.wrapping_add(offset));

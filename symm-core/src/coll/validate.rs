@@ -207,30 +207,29 @@ pub fn annotate<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, e: &mut Error) {
     }
 }
 
-/// Adds the call's sequence number and the peers that have and have not reached `word >=
-/// value` to a timeout of a wait on `writer`'s flag.
+/// Adds the call's sequence number and the peers whose flag of the same meaning has and has not
+/// `arrived` to a timeout of a wait on `writer`'s flag.
 pub fn explain_timeout<B: Backend + ?Sized>(
     ctx: &Ctx<'_, B>,
     t: &mut TimeoutError,
     writer: usize,
-    word: usize,
-    value: u64,
+    arrived: &dyn Fn(usize) -> bool,
 ) {
     t.sequence = Some(ctx.call);
     if ctx.p2p {
         t.pending = vec![ctx.group.ranks()[writer]];
         return;
     }
-    let (mut arrived, mut pending): (Vec<Rank>, Vec<Rank>) = (Vec::new(), Vec::new());
+    let (mut here, mut pending): (Vec<Rank>, Vec<Rank>) = (Vec::new(), Vec::new());
     for j in (0..ctx.n).filter(|&j| j != ctx.me) {
         let r = ctx.group.ranks()[j];
-        if ctx.read_word(j, word) >= value as i64 {
-            arrived.push(r);
+        if arrived(j) {
+            here.push(r);
         } else {
             pending.push(r);
         }
     }
-    t.arrived = arrived;
+    t.arrived = here;
     t.pending = pending;
 }
 

@@ -10,8 +10,10 @@
 //! - **Statistics** ([`stats`]): calls, bytes, time and errors per operation, resettable.
 //!
 //! Every recorded operation goes through [`start`] and [`finish`], which cost two clock reads
-//! (vDSO), a few atomic stores into the ring and the statistics, and a level check.
+//! ([`clock::now_ns`]: the time-stamp counter where it is invariant), a few atomic stores into
+//! the ring and the statistics, and a level check.
 
+pub mod clock;
 pub mod log;
 pub mod recorder;
 mod signal;
@@ -144,7 +146,7 @@ pub struct Started {
 /// Records the start of `ev` on `b`'s rank.
 #[inline]
 pub fn start<B: Backend + ?Sized>(b: &B, ev: &OpEvent<'_>) -> Started {
-    let start_ns = monotonic_ns();
+    let start_ns = clock::now_ns();
     let index = b.flight_ring(b.rank()).map(|ring| {
         ring.begin(&RecordStart { op: ev.op, group: ev.group, seq: ev.seq, count: ev.count, dtype: ev.dtype, start_ns })
     });
@@ -156,7 +158,7 @@ pub fn start<B: Backend + ?Sized>(b: &B, ev: &OpEvent<'_>) -> Started {
 /// node's flight-recorder picture attached (and logged).
 #[inline]
 pub fn finish<B: Backend + ?Sized, T>(b: &B, ev: &OpEvent<'_>, s: Started, r: &mut Result<T>) {
-    let end_ns = monotonic_ns();
+    let end_ns = clock::now_ns();
     if let Err(Error::Timeout(t)) = r {
         // Before this rank's own record is marked failed: the picture shows it still waiting.
         attach_flight(b, t);
