@@ -721,17 +721,23 @@ impl PyCommunicator {
     ///     groups: the API's cache of native groups by group object, when the platform keys
     ///         groups by the object itself (the fast path only reads it).
     ///     shim: torch's stable C shim: `{"functions": {name: address}, "strided": code,
-    ///         "cpu": code, "dtypes": {code: name}}` with the addresses of `aoti_torch_<name>`
-    ///         for `get_layout`, `get_device_type`, `get_dtype`, `is_contiguous`, `get_numel`,
-    ///         `get_data_ptr` in the libtorch this process loaded. Used only when it reads each
-    ///         of `probes` as the descriptors do.
+    ///         "cpu": code, "dtypes": {code: name}, "tensor_in_object": bool}` with the
+    ///         addresses of `aoti_torch_<name>` for `get_layout`, `get_device_type`,
+    ///         `get_dtype`, `is_contiguous`, `get_numel`, `get_data_ptr` in the libtorch this
+    ///         process loaded; `tensor_in_object` (optional, default false): the tensor objects
+    ///         hold their `at::Tensor` inline (torch's `THPVariable`), at an offset the fast
+    ///         path may find by comparing the probes' memory with their `_cdata`. Used only
+    ///         when it reads each of `probes` as the descriptors do.
     ///     probes: tensors of every kind the fast path must tell apart (dtypes, views, devices,
     ///         layouts), to check the shim against.
     ///
     /// Returns:
-    ///     Optional[str]: how tensors are read: `"shim"`, `"descriptors"` (the tensor types'
-    ///     C attributes `dtype`, `is_cpu`, `is_contiguous()`, `numel()`, `data_ptr()`), or None
-    ///     when the tensor types have no such attributes (no fast path).
+    ///     Optional[str]: how tensors are read: `"handle"` (the shim, on the `at::Tensor` in
+    ///     the object), `"shim"` (the shim, on the `TensorImpl` address `_cdata` gives),
+    ///     `"descriptors"` (the tensor types' C attributes `dtype`, `is_cpu`,
+    ///     `is_contiguous()`, `numel()`, `data_ptr()`), or None when the tensor types have no
+    ///     such attributes (no fast path). A later call changes nothing but still says how it
+    ///     would read.
     #[pyo3(signature = (tensor_types, dtypes, profiler=None, groups=None, shim=None, probes=Vec::new()))]
     #[allow(clippy::too_many_arguments)] // the platform's description, field by field
     fn enable_fast_path(

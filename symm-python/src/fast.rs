@@ -6,15 +6,26 @@
 //! each tensor as a [`Desc`](crate::comm::Desc) tuple (dtype and device as strings), and the
 //! communicator converts and checks that before running the core. For a tiny message that
 //! argument handling costs many times the collective itself (a 2-rank allreduce of 8 bytes
-//! takes about 0.4 us in Rust). The fast path does the same in one native call with the fewest
-//! reads: the tensor's exact type is compared by identity with the types the platform handed
-//! over once ([`FastSpec`]); its layout, device, dtype, contiguity, size and address are read
-//! through torch's stable C shim ([`Shim`]: one attribute read, then C calls), or, where the
-//! shim is missing or does not read the probe tensors right, by calling the C functions behind
-//! the tensor type's descriptors ([`Attr`]: what `Tensor.data_ptr(t)` calls, without an
-//! attribute lookup per call; an instance attribute shadowing one of those methods is not
-//! consulted); the op is matched by name or code; the group by identity in the API's own cache
-//! of native groups.
+//! takes about 0.25-0.4 us in Rust). The fast path does the same in one native call with the
+//! fewest reads:
+//!
+//! - the call enters through [`Kind::entry`], a plain `METH_FASTCALL | METH_KEYWORDS` C
+//!   function that binds the arguments in place (borrowed, keywords matched by identity with
+//!   the interned parameter names), without PyO3's argument extraction and trampoline; every
+//!   call it does not run goes, as given, to the `#[pyfunction]` PyO3 generated (the
+//!   *binding*: Python's TypeErrors for calls that do not bind, then [`Kind::call`]), whose
+//!   name, signature and documentation the entry point shares;
+//! - the tensor's exact type is compared by identity with the types the platform handed over
+//!   once ([`FastSpec`]); its layout, device, dtype, contiguity, size and address are read
+//!   through torch's stable C shim ([`Shim`]: C calls on the `at::Tensor` that the tensor
+//!   object holds, at an offset found by probing at start-up, or else on one read through the
+//!   `_cdata` attribute), or, where the shim is missing or does not read the probe tensors
+//!   right, by calling the C functions behind the tensor type's descriptors ([`Attr`]: what
+//!   `Tensor.data_ptr(t)` calls, without an attribute lookup per call; an instance attribute
+//!   shadowing one of those methods is not consulted);
+//! - the op is matched by identity with the interned names and cached small-int codes, then by
+//!   name or code; the group by identity in the API's own cache of native groups (`None`: the
+//!   world, whose membership is checked once); the profiler flag is one borrowed dict read.
 //!
 //! **The common case**: the fast path enabled (by `symm.init`), no profiler recording, every
 //! argument given as a value it recognises (`group` None or a group the API already resolved,
@@ -25,23 +36,28 @@
 //! fail at once instead of waiting, and profiler ranges are recorded. Errors of the collective
 //! itself (Mismatch, Timeout, PeerRejected, ...) come from the core call both paths end in.
 //!
-//! The collective runs exactly as on the full path: the same core call, with the GIL released
-//! (a collective waits for its peers; holding the GIL there would stall every other Python
-//! thread for as long as the slowest peer takes; releasing and retaking it costs about 40 ns).
+//! The collective runs exactly as on the full path: the same core call
+//! ([`PyCommunicator::run_allreduce`]), with the GIL released once around it (a collective
+//! waits for its peers; holding the GIL there would stall every other Python thread for as
+//! long as the slowest peer takes). Releasing and retaking the GIL (about 40 ns) is now most
+//! of what a call costs beyond the core's own work: on one rank about 60 ns, of which the GIL
+//! ~40, the shim's six reads ~15, the profiler flag ~4 (the call itself and its loop in the
+//! caller's Python code, ~30-45 ns more, are the interpreter's).
 //!
 //! The table of operations is [`Kind`]: its parameters, the Python function of its full path
 //! (registered by `symm._api` with [`set_full_path`]) and how its common case runs. Another
-//! collective gets a fast path by a variant there, its public function below, and the
-//! registration of its full path.
+//! collective gets a fast path by a variant there, its public function (binding and entry
+//! point) below, and the registration of its full path.
 
 use std::ffi::c_void;
 use std::sync::Mutex;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::ffi;
+use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyInt, PyString, PyTuple, PyType};
+use pyo3::types::{PyCFunction, PyDict, PyInt, PyString, PyTuple, PyType};
 use symm_core::{DType, Group, ReduceOp};
 
 use crate::comm::{Local, PyCommunicator, PyGroup};
@@ -178,20 +194,35 @@ impl Attrs {
 /// that AOTInductor-compiled code calls, exported by libtorch): `(tensor, &mut out) -> error`.
 type ShimRead<T> = unsafe extern "C" fn(*mut c_void, *mut T) -> i32;
 
-/// Reads a tensor's metadata through torch's stable C shim: one attribute read (`_cdata`, the
-/// address of the tensor's `TensorImpl`), then plain C calls that read its layout, device,
-/// dtype, contiguity, size and address, without torch's Python binding around each (about 35 ns
-/// a read through the descriptors, a few ns through the shim).
+/// Reads a tensor's metadata through torch's stable C shim: plain C calls on the tensor's
+/// `at::Tensor` that read its layout, device, dtype, contiguity, size and address, without
+/// torch's Python binding around each (about 35 ns a read through the descriptors, a few ns
+/// through the shim).
 ///
 /// The shim takes an `AtenTensorHandle`, which is an `at::Tensor*`; an `at::Tensor` is one
-/// pointer to its `TensorImpl` (a `c10::intrusive_ptr`), so a word holding the address
-/// `_cdata` gives is a borrowed `at::Tensor` that the reads below only read (they take and
-/// release no reference). [`FastSpec::new`] checks that this reads every probe tensor the way
-/// the descriptors do, and leaves the shim out otherwise.
+/// pointer to its `TensorImpl` (a `c10::intrusive_ptr`), and the reads below only read it
+/// (they take and release no reference). The handle is found in one of two ways:
+///
+/// - **in the object** (`handle_at`): torch's tensor objects (`THPVariable`) hold their
+///   `at::Tensor` inline, after the object header (`PyObject_HEAD` then `at::Tensor cdata` in
+///   torch 2.10+, `c10::MaybeOwned<at::Tensor>` in older ones, whose tensor sits one word
+///   further). [`Shim::find_handle`] finds the offset at start-up: the one word at which every
+///   probe tensor holds the address its `_cdata` gives. A call then reads no attribute at all;
+/// - **through `_cdata`** (when the platform does not declare the tensor in the object, or the
+///   probe finds no single offset): one attribute read, whose value (the `TensorImpl`
+///   address) is put in a local word, which is then a borrowed `at::Tensor`.
+///
+/// [`FastSpec::new`] checks that either way reads every probe tensor the way the descriptors
+/// do, and leaves the shim (or the offset) out otherwise.
 #[derive(Debug)]
 struct Shim {
     /// The tensor type's `_cdata` getter (the `TensorImpl` address).
     cdata: Attr,
+    /// Whether the platform declares the `at::Tensor` inline in its tensor objects (where
+    /// [`Shim::find_handle`] may look for it).
+    in_object: bool,
+    /// The offset of the `at::Tensor` in the tensor objects, when found.
+    handle_at: Option<usize>,
     layout: ShimRead<i32>,
     device_type: ShimRead<i32>,
     dtype: ShimRead<i32>,
@@ -201,9 +232,13 @@ struct Shim {
     /// The shim's codes of the strided layout and of the CPU device type.
     strided: i32,
     cpu: i32,
-    /// The shim's dtype codes and the dtypes they are.
-    dtypes: Vec<(i32, DType)>,
+    /// The dtypes by shim dtype code (an index: torch's `ScalarType` values are small).
+    dtypes: Vec<Option<DType>>,
 }
+
+/// The largest shim dtype code kept (torch's `ScalarType` has about 50; a dtype with a larger
+/// code takes the full path).
+const MAX_DTYPE_CODE: usize = 1023;
 
 /// The shim functions [`Shim`] calls, by their names in shim.h (without `aoti_torch_`).
 const SHIM_FUNCTIONS: [&str; 6] =
@@ -211,7 +246,8 @@ const SHIM_FUNCTIONS: [&str; 6] =
 
 impl Shim {
     /// The shim described by the platform (`FastPath.shim`): `functions` (name -> address),
-    /// `strided`, `cpu` and `dtypes` (code -> name); `None` when something is missing.
+    /// `strided`, `cpu`, `dtypes` (code -> name) and optionally `tensor_in_object` (true:
+    /// the tensor objects hold their `at::Tensor` inline); `None` when something is missing.
     fn new(ty: &Bound<'_, PyType>, spec: &Bound<'_, PyDict>) -> PyResult<Option<Shim>> {
         let Some(cdata) = Attr::find(ty, "_cdata", false) else { return Ok(None) };
         let item = |key: &str| spec.get_item(key);
@@ -228,10 +264,19 @@ impl Shim {
                 _ => return Ok(None),
             }
         }
+        let in_object = match item("tensor_in_object")? {
+            Some(v) => v.is_truthy()?,
+            None => false,
+        };
         let mut table = Vec::new();
         for (code, name) in dtypes.cast_into::<PyDict>()?.iter() {
             if let Ok(d) = name.extract::<String>()?.parse::<DType>() {
-                table.push((code.extract::<i32>()?, d));
+                if let Some(code) = usize::try_from(code.extract::<i64>()?).ok().filter(|&c| c <= MAX_DTYPE_CODE) {
+                    if table.len() <= code {
+                        table.resize(code + 1, None);
+                    }
+                    table[code] = Some(d);
+                }
             }
         }
         // SAFETY: each address is that of the shim function of the same name, which the platform
@@ -249,6 +294,8 @@ impl Shim {
         };
         Ok(Some(Shim {
             cdata,
+            in_object,
+            handle_at: None,
             layout: f(0),
             device_type: f(1),
             dtype: f(2),
@@ -261,22 +308,53 @@ impl Shim {
         }))
     }
 
-    /// As [`FastSpec::tensor`], through the shim (the tensor's type is already checked).
+    /// As [`FastSpec::tensor`], through the shim (the tensor's type is already checked: one of
+    /// the types [`Shim::find_handle`] looked at).
     fn tensor(&self, tensor: &Bound<'_, PyAny>) -> Option<Local> {
-        let imp = self.cdata.read(tensor).ok()?.extract::<i64>().ok()?;
-        if imp == 0 {
-            return None;
+        match self.handle_at {
+            Some(at) => {
+                // SAFETY: `tensor` is a live instance (the caller holds it) of one of the tensor
+                // types, whose objects hold their `at::Tensor` at `at`, a word-aligned offset
+                // within the smallest basic size of those types (`find_handle`); objects are
+                // word-aligned, so `handle` points to that `at::Tensor`, which lives as long as
+                // the object.
+                let handle = unsafe { tensor.as_ptr().cast::<u8>().add(at) }.cast::<c_void>();
+                // SAFETY: as above; its one word is the `TensorImpl` address (null for a
+                // tensor object without a tensor, which the shim must not read).
+                if unsafe { handle.cast::<usize>().read() } == 0 {
+                    return None;
+                }
+                // SAFETY: `handle` is the object's own `at::Tensor`, defined (non-null), and the
+                // object is held for the call.
+                unsafe { self.read(handle) }
+            }
+            None => {
+                let imp = self.cdata.read(tensor).ok()?.extract::<i64>().ok()?;
+                if imp == 0 {
+                    return None;
+                }
+                // The borrowed `at::Tensor`: one word, the `TensorImpl` address.
+                let mut at_tensor = imp as usize as *mut c_void;
+                // SAFETY: the local word is an `at::Tensor` naming the defined `TensorImpl` of
+                // `tensor`, which the caller holds for the call; the word lives until the end
+                // of this function.
+                unsafe { self.read(std::ptr::addr_of_mut!(at_tensor).cast::<c_void>()) }
+            }
         }
-        // The borrowed `at::Tensor`: one word, the `TensorImpl` address.
-        let mut at_tensor = imp as usize as *mut c_void;
-        let handle = std::ptr::addr_of_mut!(at_tensor).cast::<c_void>();
+    }
+
+    /// The checked local range of the tensor `handle` points to (see [`FastSpec::tensor`]).
+    ///
+    /// # Safety
+    ///
+    /// `handle` points to a live, defined `at::Tensor` (non-null `TensorImpl`) that stays
+    /// alive and unchanged for the call.
+    unsafe fn read(&self, handle: *mut c_void) -> Option<Local> {
         let (mut code, mut contiguous, mut numel, mut ptr) = (0i32, false, 0i64, std::ptr::null_mut());
-        // SAFETY: `handle` points to a live `at::Tensor` (see the type's documentation): the
-        // `TensorImpl` it names belongs to `tensor`, which the caller holds for the call, and the
-        // word lives until the end of this function. Each read writes its one output, which
-        // points to a local of the right type, and returns 0 on success (a C++ exception is
-        // turned into a non-zero code, never thrown through). Layout and device are checked
-        // first: the later reads are then those of a dense CPU tensor.
+        // SAFETY: `handle` is an `AtenTensorHandle` (the caller's contract). Each read writes
+        // its one output, which points to a local of the right type, and returns 0 on success
+        // (a C++ exception is turned into a non-zero code, never thrown through). Layout and
+        // device are checked first: the later reads are then those of a dense CPU tensor.
         unsafe {
             if (self.layout)(handle, &mut code) != 0 || code != self.strided {
                 return None;
@@ -287,7 +365,7 @@ impl Shim {
             if (self.dtype)(handle, &mut code) != 0 {
                 return None;
             }
-            let dtype = self.dtypes.iter().find(|(c, _)| *c == code)?.1;
+            let dtype = (*self.dtypes.get(usize::try_from(code).ok()?)?)?;
             if (self.is_contiguous)(handle, &mut contiguous) != 0 || !contiguous {
                 return None;
             }
@@ -300,6 +378,57 @@ impl Shim {
                 return None;
             }
             Some(Local { ptr: ptr as usize, len, dtype })
+        }
+    }
+
+    /// Where the objects of `types` hold their `at::Tensor`: the one word-aligned offset,
+    /// within the smallest basic size of those types, at which every probe of those types
+    /// holds the `TensorImpl` address its `_cdata` gives; `None` unless the platform declares
+    /// the tensor inline, every type has this `_cdata` getter, at least two probes name
+    /// distinct `TensorImpl`s and exactly one offset fits them all.
+    fn find_handle(&self, types: &[Py<PyType>], probes: &[Bound<'_, PyAny>]) -> Option<usize> {
+        if !self.in_object {
+            return None;
+        }
+        let py = probes.first()?.py();
+        let mut size = usize::MAX;
+        for t in types {
+            let t = t.bind(py);
+            if !Attr::find(t, "_cdata", false).is_some_and(|a| a.descr.is(&self.cdata.descr)) {
+                return None;
+            }
+            // SAFETY: `t` is a live type object (held by `types`); its basic and item sizes
+            // are plain fields of `PyTypeObject`.
+            let (basic, item) = unsafe { ((*t.as_type_ptr()).tp_basicsize, (*t.as_type_ptr()).tp_itemsize) };
+            if item != 0 {
+                return None;
+            }
+            size = size.min(usize::try_from(basic).ok()?);
+        }
+        const WORD: usize = std::mem::size_of::<usize>();
+        let head = std::mem::size_of::<ffi::PyObject>();
+        let mut fits: Vec<usize> = (head..size.checked_sub(WORD - 1)?).step_by(WORD).collect();
+        let mut seen = Vec::new();
+        for p in probes {
+            let ty = p.get_type_ptr();
+            if !types.iter().any(|k| k.as_ptr().cast() == ty) {
+                continue;
+            }
+            let imp = self.cdata.read(p).ok()?.extract::<usize>().ok()?;
+            if imp == 0 {
+                continue;
+            }
+            seen.push(imp);
+            // SAFETY: `p` is a live instance of one of `types` (held by `probes`), so its
+            // object spans at least `size` bytes; each offset is word-aligned and its word
+            // ends within `size`.
+            fits.retain(|&at| unsafe { p.as_ptr().cast::<u8>().add(at).cast::<usize>().read() } == imp);
+        }
+        seen.sort_unstable();
+        seen.dedup();
+        match fits[..] {
+            [at] if seen.len() >= 2 => Some(at),
+            _ => None,
         }
     }
 }
@@ -322,8 +451,10 @@ pub(crate) struct FastSpec {
     /// The API's native groups by framework group object, when the platform keys groups by the
     /// object itself (`None` in a call is the world, always known).
     groups: Option<Py<PyDict>>,
-    /// The world group (what `group=None` means).
-    world: Group,
+    /// The world group (what `group=None` means) when this rank can use it (a group's
+    /// membership and locality never change: checked once, not per call); `None`: calls on
+    /// the world take the full path, which reports why.
+    world: Option<Group>,
 }
 
 impl FastSpec {
@@ -361,45 +492,64 @@ impl FastSpec {
             dtypes: table,
             profiler: profiler.map(|(o, k)| (o.unbind(), k.unbind())),
             groups: groups.map(Bound::unbind),
-            world,
+            world: world.member().is_ok().then_some(world),
         };
-        if let Some(shim) = shim {
-            let agrees = |t: &Bound<'_, PyAny>| {
-                let ty = t.get_type_ptr();
-                let known = spec.types.iter().any(|k| k.as_ptr().cast() == ty);
-                !known || shim.tensor(t) == spec.by_descriptors(t)
+        if let Some(mut shim) = shim {
+            let agrees = |shim: &Shim| {
+                !probes.is_empty()
+                    && probes.iter().all(|t| {
+                        let ty = t.get_type_ptr();
+                        let known = spec.types.iter().any(|k| k.as_ptr().cast() == ty);
+                        !known || shim.tensor(t) == spec.by_descriptors(t)
+                    })
             };
-            if !probes.is_empty() && probes.iter().all(agrees) {
+            if agrees(&shim) {
+                shim.handle_at = shim.find_handle(&spec.types, probes);
+                if shim.handle_at.is_some() && !agrees(&shim) {
+                    shim.handle_at = None;
+                }
                 spec.shim = Some(shim);
             }
         }
         Ok(Some(spec))
     }
 
-    /// How tensors are read: `"shim"` (torch's C shim) or `"descriptors"`.
+    /// How tensors are read: `"handle"` (torch's C shim on the `at::Tensor` in the object),
+    /// `"shim"` (torch's C shim, through `_cdata`) or `"descriptors"`.
     pub(crate) fn reader(&self) -> &'static str {
-        if self.shim.is_some() {
-            "shim"
-        } else {
-            "descriptors"
+        match &self.shim {
+            Some(Shim { handle_at: Some(_), .. }) => "handle",
+            Some(_) => "shim",
+            None => "descriptors",
         }
     }
 
     /// Whether the framework's profiler records now (calls then take the full path, which
     /// opens the profiler range). A flag that cannot be read counts as recording.
     fn profiling(&self, py: Python<'_>) -> bool {
-        match &self.profiler {
-            None => false,
-            Some((map, key)) => match map.bind(py).get_item(key.bind(py)) {
-                Ok(Some(v)) => v.is_truthy().unwrap_or(true),
-                _ => true,
-            },
+        let Some((map, key)) = &self.profiler else { return false };
+        // SAFETY: `map` is a dict and `key` a str, both held by `self`, the GIL held. The
+        // result is borrowed (no reference counting for the common answer), or NULL: missing
+        // (no exception) or failed (an exception, taken below).
+        let value = unsafe { ffi::PyDict_GetItemWithError(map.as_ptr(), key.as_ptr()) };
+        if value.is_null() {
+            drop(PyErr::take(py));
+            return true;
         }
+        // SAFETY: `Py_False` is the address of the `False` singleton.
+        if value == unsafe { ffi::Py_False() } {
+            return false;
+        }
+        // SAFETY: `value` is a live object borrowed from `map`; a reference is taken before its
+        // `__bool__` may run code (which could drop the dict's).
+        let value = unsafe { Bound::from_borrowed_ptr(py, value) };
+        value.is_truthy().unwrap_or(true)
     }
 
-    /// The native group of `group` when it is the world (`None`) or already cached by the API.
+    /// The native group of `group` when it is the world (`None`; one this rank can use) or
+    /// already cached by the API.
     fn group<'a, 'py>(&'a self, group: Option<&Bound<'py, PyAny>>) -> Option<FastGroup<'a, 'py>> {
-        let Some(group) = group.filter(|g| !g.is_none()) else { return Some(FastGroup::World(&self.world)) };
+        let Some(group) = group.filter(|g| !g.is_none()) else { return self.world.as_ref().map(FastGroup::World) };
         let cached = self.groups.as_ref()?.bind(group.py()).get_item(group).ok()??;
         cached.cast_into::<PyGroup>().ok().map(FastGroup::Cached)
     }
@@ -454,6 +604,18 @@ impl FastGroup<'_, '_> {
 /// parses) or by code, `Sum` when not given; `None` for anything else.
 fn reduce_op(op: Option<&Bound<'_, PyAny>>) -> Option<ReduceOp> {
     let Some(op) = op else { return Some(ReduceOp::Sum) };
+    // The names as interned strings and the codes as CPython's cached small ints: a literal
+    // in the caller's code is one of them, found by identity (reading a str's text costs more).
+    static KNOWN: PyOnceLock<Vec<(Py<PyAny>, ReduceOp)>> = PyOnceLock::new();
+    let known = KNOWN.get_or_init(op.py(), || {
+        let py = op.py();
+        let names = ReduceOp::ALL.iter().map(|&o| (PyString::intern(py, o.name()).into_any().unbind(), o));
+        let codes = ReduceOp::ALL.iter().map(|&o| (PyInt::new(py, o.code()).into_any().unbind(), o));
+        names.chain(codes).collect()
+    });
+    if let Some((_, o)) = known.iter().find(|(k, _)| k.as_ptr() == op.as_ptr()) {
+        return Some(*o);
+    }
     if let Ok(s) = op.cast::<PyString>() {
         let s = s.to_str().ok()?;
         return ReduceOp::ALL.iter().copied().find(|o| o.name() == s).or_else(|| s.parse().ok());
@@ -486,8 +648,9 @@ enum Kind {
 /// The most parameters of a [`Kind`].
 const MAX_PARAMS: usize = 4;
 
-/// A call's arguments by parameter position (`None`: not given, the default applies).
-type Args<'py> = [Option<Bound<'py, PyAny>>; MAX_PARAMS];
+/// A call's arguments by parameter position, borrowed from the caller (`None`: not given, the
+/// default applies).
+type Args<'a, 'py> = [Option<Borrowed<'a, 'py, PyAny>>; MAX_PARAMS];
 
 impl Kind {
     const ALL: [Kind; 1] = [Kind::AllReduce];
@@ -506,6 +669,136 @@ impl Kind {
         }
     }
 
+    /// How many leading parameters have no default.
+    fn required(self) -> usize {
+        match self {
+            Kind::AllReduce => 1,
+        }
+    }
+
+    /// The parameter names, interned: a keyword is matched by identity first (the names a
+    /// call site writes are interned).
+    fn interned(self, py: Python<'_>) -> &[Py<PyString>] {
+        static NAMES: [PyOnceLock<Vec<Py<PyString>>>; Kind::ALL.len()] = [const { PyOnceLock::new() }; Kind::ALL.len()];
+        NAMES[self as usize]
+            .get_or_init(py, || self.params().iter().map(|n| PyString::intern(py, n).unbind()).collect())
+    }
+
+    /// The position of the parameter named `name`, a keyword of a call.
+    fn param(self, name: Borrowed<'_, '_, PyAny>) -> Option<usize> {
+        let names = self.interned(name.py());
+        if let Some(i) = names.iter().position(|n| n.as_ptr() == name.as_ptr()) {
+            return Some(i);
+        }
+        let name = name.cast::<PyString>().ok()?;
+        let name = name.to_str().ok()?;
+        self.params().iter().position(|n| *n == name)
+    }
+
+    /// The function PyO3 generated for the public function (`#[pyfunction]` below): it binds
+    /// the arguments as the entry point does, and raises Python's TypeError for calls that do
+    /// not bind; its definition gives the entry point its name, signature and documentation.
+    fn binding(self) -> &'static PyOnceLock<Py<PyCFunction>> {
+        static BINDING: [PyOnceLock<Py<PyCFunction>>; Kind::ALL.len()] = [const { PyOnceLock::new() }; Kind::ALL.len()];
+        &BINDING[self as usize]
+    }
+
+    /// The arguments of a vectorcall, bound to the parameters by position and by name
+    /// (borrowed); `None` when they do not bind plainly (too many, a name that is not a
+    /// parameter or names one already given, a required one missing), for which the binding
+    /// raises the TypeError.
+    ///
+    /// # Safety
+    ///
+    /// The arguments of a vectorcall as CPython passes them, with the GIL held: `args` holds
+    /// `PyVectorcall_NARGS(nargsf)` positional arguments followed by one value per name in
+    /// `kwnames` (a tuple of str, or NULL), all alive for `'a`.
+    unsafe fn bind<'a, 'py>(
+        self,
+        py: Python<'py>,
+        args: *const *mut ffi::PyObject,
+        nargsf: ffi::Py_ssize_t,
+        kwnames: *mut ffi::PyObject,
+    ) -> Option<Args<'a, 'py>> {
+        let mut a: Args<'a, 'py> = [None; MAX_PARAMS];
+        let n = self.params().len();
+        // SAFETY: `nargsf` is the vectorcall's count (with the offset flag, which NARGS masks).
+        let nargs = usize::try_from(unsafe { ffi::PyVectorcall_NARGS(nargsf as usize) }).ok().filter(|&k| k <= n)?;
+        for (i, slot) in a.iter_mut().enumerate().take(nargs) {
+            // SAFETY: `args[i]` is a live positional argument (the caller's contract).
+            *slot = Some(unsafe { Borrowed::from_ptr(py, *args.add(i)) });
+        }
+        if !kwnames.is_null() {
+            // SAFETY: `kwnames` is a live tuple of str (the caller's contract).
+            let names = unsafe { Borrowed::from_ptr(py, kwnames).cast_unchecked::<PyTuple>() };
+            for (j, name) in names.iter_borrowed().enumerate() {
+                let i = self.param(name)?;
+                if a[i].is_some() {
+                    return None;
+                }
+                // SAFETY: the value of keyword `j` follows the positional arguments.
+                a[i] = Some(unsafe { Borrowed::from_ptr(py, *args.add(nargs + j)) });
+            }
+        }
+        a[..self.required()].iter().all(Option::is_some).then_some(a)
+    }
+
+    /// The public function's entry point (`METH_FASTCALL | METH_KEYWORDS`): runs the common
+    /// case ([`Kind::try_fast`]) with the arguments bound in place ([`Kind::bind`]: no
+    /// reference taken, no object created) and returns None; hands every other call, as
+    /// given, to the binding (the `#[pyfunction]`), which raises Python's TypeError for a
+    /// call that does not bind, or runs [`Kind::call`] (the full path). A panic becomes a
+    /// PanicException, as in PyO3's functions. It runs without PyO3's per-call bookkeeping
+    /// (the thread's attach count): a `Py<T>` dropped here would be released by PyO3 later,
+    /// not at once; the common case drops none.
+    ///
+    /// # Safety
+    ///
+    /// Called by CPython as a vectorcall (see [`Kind::bind`]), with the GIL held.
+    unsafe fn entry(
+        self,
+        args: *const *mut ffi::PyObject,
+        nargsf: ffi::Py_ssize_t,
+        kwnames: *mut ffi::PyObject,
+    ) -> *mut ffi::PyObject {
+        // SAFETY: CPython calls a function with the GIL held.
+        let py = unsafe { Python::assume_attached() };
+        let fast = std::panic::AssertUnwindSafe(|| -> PyResult<bool> {
+            let Some(fast) = FAST.get(py) else { return Ok(false) };
+            // SAFETY: the vectorcall's arguments (this function's contract).
+            match unsafe { self.bind(py, args, nargsf, kwnames) } {
+                Some(a) => self.try_fast(py, fast, &a),
+                None => Ok(false),
+            }
+        });
+        let done = std::panic::catch_unwind(fast).unwrap_or_else(|payload| {
+            let msg = match (payload.downcast_ref::<String>(), payload.downcast_ref::<&str>()) {
+                (Some(s), _) => s.clone(),
+                (None, Some(s)) => (*s).to_owned(),
+                (None, None) => "panic from Rust code".to_owned(),
+            };
+            Err(PanicException::new_err((msg,)))
+        });
+        match done {
+            // SAFETY: a new reference to None, returned to the caller.
+            Ok(true) => unsafe { ffi::Py_NewRef(ffi::Py_None()) },
+            Ok(false) => match self.binding().get(py) {
+                // SAFETY: the call's own arguments, passed on unchanged (the offset flag
+                // included: the caller allowed its use for this call); the result is the
+                // binding's, a new reference or NULL with an exception set.
+                Some(binding) => unsafe { ffi::PyObject_Vectorcall(binding.as_ptr(), args, nargsf as usize, kwnames) },
+                None => {
+                    PyRuntimeError::new_err(format!("symm: {} is not registered", self.name())).restore(py);
+                    std::ptr::null_mut()
+                }
+            },
+            Err(e) => {
+                e.restore(py);
+                std::ptr::null_mut()
+            }
+        }
+    }
+
     /// Where the Python function of the full path is kept (registered by `symm._api`).
     fn full_path(self) -> &'static Mutex<Option<Py<PyAny>>> {
         static FULL: [Mutex<Option<Py<PyAny>>>; Kind::ALL.len()] = [const { Mutex::new(None) }; Kind::ALL.len()];
@@ -514,7 +807,7 @@ impl Kind {
 
     /// Runs the call when it is the common case and returns true; returns false having done
     /// nothing otherwise.
-    fn try_fast(self, py: Python<'_>, fast: &Fast, a: &Args<'_>) -> PyResult<bool> {
+    fn try_fast(self, py: Python<'_>, fast: &Fast, a: &Args<'_, '_>) -> PyResult<bool> {
         let f = &fast.spec;
         if f.profiling(py) {
             return Ok(false);
@@ -523,15 +816,16 @@ impl Kind {
         match self {
             Kind::AllReduce => {
                 let [Some(tensor), op, group, lp] = a else { return Ok(false) };
-                if lp.as_ref().is_some_and(|l| !l.is_none()) {
+                if lp.is_some_and(|l| !l.is_none()) {
                     return Ok(false);
                 }
-                let Some(op) = reduce_op(op.as_ref()) else { return Ok(false) };
-                let Some(g) = f.group(group.as_ref()) else { return Ok(false) };
+                let Some(op) = reduce_op(op.as_deref()) else { return Ok(false) };
+                let Some(g) = f.group(group.as_deref()) else { return Ok(false) };
+                // The world's membership was checked once (`FastSpec::new`).
+                if matches!(g, FastGroup::Cached(_)) && g.get().member().is_err() {
+                    return Ok(false);
+                }
                 let g = g.get();
-                if g.member().is_err() {
-                    return Ok(false);
-                }
                 let Some(t) = f.tensor(tensor) else { return Ok(false) };
                 comm.run_allreduce(py, g, t, op, None)?;
             }
@@ -540,9 +834,9 @@ impl Kind {
     }
 
     /// The public function's body: the fast path, or the full path with the arguments given.
-    fn call(self, py: Python<'_>, a: Args<'_>) -> PyResult<()> {
+    fn call(self, py: Python<'_>, a: &Args<'_, '_>) -> PyResult<()> {
         if let Some(fast) = FAST.get(py) {
-            if self.try_fast(py, fast, &a)? {
+            if self.try_fast(py, fast, a)? {
                 return Ok(());
             }
         }
@@ -555,7 +849,7 @@ impl Kind {
         let leading = a.iter().take_while(|v| v.is_some()).count();
         let args = PyTuple::new(py, a[..leading].iter().flatten().collect::<Vec<_>>())?;
         let rest: Vec<_> =
-            self.params().iter().zip(&a).skip(leading).filter_map(|(n, v)| Some((*n, v.as_ref()?))).collect();
+            self.params().iter().zip(a).skip(leading).filter_map(|(n, v)| Some((*n, v.as_ref()?))).collect();
         if rest.is_empty() {
             full.bind(py).call1(args)?;
         } else {
@@ -627,5 +921,55 @@ pub(crate) fn shmem_allreduce<'py>(
     group: Given<'py>,
     low_precision_dtype: Given<'py>,
 ) -> PyResult<()> {
-    Kind::AllReduce.call(py, [Some(tensor), op.0, group.0, low_precision_dtype.0])
+    let given = [Some(&tensor), op.0.as_ref(), group.0.as_ref(), low_precision_dtype.0.as_ref()];
+    Kind::AllReduce.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
+}
+
+/// The entry point of `shmem_allreduce` (see [`Kind::entry`]).
+///
+/// # Safety
+///
+/// Called by CPython as a `METH_FASTCALL | METH_KEYWORDS` function, with the GIL held.
+unsafe extern "C" fn shmem_allreduce_entry(
+    _module: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargsf: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: this function's contract.
+    unsafe { Kind::AllReduce.entry(args, nargsf, kwnames) }
+}
+
+/// Adds the public functions to the module `m`: each is its entry point (see [`Kind::entry`]),
+/// under the name, signature and documentation of its `#[pyfunction]`, which binds the calls
+/// the entry point hands over.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let entries: [(Kind, ffi::PyCFunctionFastWithKeywords, Bound<'_, PyCFunction>); 1] =
+        [(Kind::AllReduce, shmem_allreduce_entry, wrap_pyfunction!(shmem_allreduce, m)?)];
+    for (kind, entry, binding) in entries {
+        // SAFETY: a function PyO3 made is a `PyCFunctionObject`, whose definition is static
+        // (PyO3 keeps it for the life of the process): its name and documentation (with the
+        // text signature) are static strings, shared by the entry point's definition.
+        let mut def = unsafe { *(*binding.as_ptr().cast::<ffi::PyCFunctionObject>()).m_ml };
+        def.ml_meth = ffi::PyMethodDefPointer { PyCFunctionFastWithKeywords: entry };
+        def.ml_flags = ffi::METH_FASTCALL | ffi::METH_KEYWORDS;
+        // The definition must outlive the function object: one per module initialisation,
+        // which happens once per process.
+        let def: &'static mut ffi::PyMethodDef = Box::leak(Box::new(def));
+        // SAFETY: `def` is static (above), `m` a live module and its name a live str; the
+        // result is a new reference or NULL with an exception set.
+        let function =
+            unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyCFunction_NewEx(def, m.as_ptr(), m.name()?.as_ptr()))? };
+        m.add(def_name(def)?, function)?;
+        let _ = kind.binding().set(py, binding.unbind());
+    }
+    Ok(())
+}
+
+/// The name of a function definition.
+fn def_name(def: &ffi::PyMethodDef) -> PyResult<&'static str> {
+    // SAFETY: `ml_name` is a static NUL-terminated string (a definition PyO3 made).
+    let name = unsafe { std::ffi::CStr::from_ptr(def.ml_name) };
+    name.to_str().map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }

@@ -41,7 +41,7 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<comm::HeapBlock>()?;
     m.add_function(wrap_pyfunction!(comm::init, m)?)?;
     m.add_function(wrap_pyfunction!(fast::set_full_path, m)?)?;
-    m.add_function(wrap_pyfunction!(fast::shmem_allreduce, m)?)?;
+    fast::register(m)?;
     errors::register(m)?;
     dfx::register(m)?;
     Ok(())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 import time
 from functools import partial
 
@@ -63,12 +64,22 @@ def values(rank, count, dtype, salt):
 
 
 def fast_path(rank, world):
-    # SYMM_TEST_FAST_READER: how the fast path must read tensors here; "descriptors" forces the
-    # fallback of a torch without the C shim.
+    # SYMM_TEST_FAST_READER: how the fast path must read tensors here; "shim" forces the
+    # fallback where the at::Tensor is not looked for in the tensor object (the shim reads the
+    # address `_cdata` gives), "descriptors" the fallback of a torch without the C shim.
     reader = os.environ["SYMM_TEST_FAST_READER"]
-    if reader == "descriptors":
-        import symm.platform.torch as torch_platform
+    import symm.platform.torch as torch_platform
 
+    if reader == "shim":
+        c_shim = torch_platform._c_shim
+
+        def without_in_object(names):
+            shim = c_shim(names)
+            assert shim is not None and shim.pop("tensor_in_object") is True, shim
+            return shim
+
+        torch_platform._c_shim = without_in_object
+    elif reader == "descriptors":
         torch_platform._c_shim = lambda names: None
 
     # Before init the public function takes the full path, which starts symm.
@@ -135,6 +146,43 @@ def fast_path(rank, world):
     big[1] = x
     takes("fast", lambda: symm.shmem_allreduce(big[1]))
     assert same_bits(big[1], want) and not big[0].any() and not big[2].any()
+
+    # Names and ops that are not the interned strings (built at run time) are still matched,
+    # by their text; so are op codes that are not CPython's cached small ints (a bool).
+    x = values(rank, 9, torch.float32, 98)
+    want = x.clone()
+    _api._shmem_allreduce(want, "max")
+    a = x.clone()
+    kw = {"".join(["ten", "sor"]): a, "".join(["o", "p"]): "".join(["ma", "x"])}
+    takes("fast", lambda: symm.shmem_allreduce(**kw))
+    assert same_bits(a, want)
+    a = x.clone()
+    takes("fast", lambda: symm.shmem_allreduce(a, group=None, op=int("2")))
+    assert same_bits(a, want)
+
+    # Blocking in the fast path releases the GIL: a thread keeps running while this rank
+    # waits for a late peer.
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0.01)
+
+    th = threading.Thread(target=ticker)
+    dist.barrier()
+    if rank == 0:
+        th.start()
+        t0 = time.monotonic()
+        takes("fast", symm.shmem_allreduce, torch.ones(8))
+        waited = time.monotonic() - t0
+        stop.set()
+        th.join()
+        assert waited > 0.3 and len(ticks) > 10, (waited, len(ticks))
+    else:
+        time.sleep(0.6)
+        takes("fast", symm.shmem_allreduce, torch.ones(8))
 
     # Not the common case: the full path, with its results and errors.
     x = values(rank, 64, torch.float32, 7)
@@ -239,6 +287,9 @@ def fast_path(rank, world):
     takes("fast", lambda: symm.shmem_allreduce(t))  # profiler off again
     assert t.tolist() == [float(world * world)] * 5, t
 
+    if reader == "handle":
+        readers_found()
+
     # symm.stats counts the fast path's calls like any other (the core counts them).
     symm.reset_stats()
     for _ in range(3):
@@ -246,6 +297,42 @@ def fast_path(rank, world):
     st = {s["op"]: s for s in symm.stats()}
     assert st["allreduce"]["calls"] == 3 and st["allreduce"]["bytes"] == 3 * 32, st
     dist.barrier()
+
+
+def readers_found():
+    """How the fast path would read tensors for other platform values (the probing of
+    ``Communicator.enable_fast_path``; a later call changes nothing, it only answers)."""
+    platform = _api._state.platform
+    fast = platform.fast_path()
+    comm = _api._state.comm
+
+    def reader(types=fast.tensor_types, shim=fast.shim, probes=fast.probes):
+        return comm.enable_fast_path(types, fast.dtypes, fast.profiler, None, shim, list(probes))
+
+    assert reader() == "handle"
+    # The at::Tensor is looked for only where the platform says the objects hold it.
+    assert reader(shim={k: v for k, v in fast.shim.items() if k != "tensor_in_object"}) == "shim"
+    assert reader(shim={**fast.shim, "tensor_in_object": False}) == "shim"
+    # Its offset needs at least two probes with distinct tensors of the types read.
+    assert reader(probes=[torch.ones(3)]) == "shim"
+    assert reader(probes=[torch.ones(3), torch.ones(2)]) == "handle"
+    base = torch.ones(4)
+    assert reader(probes=[base, base.view(2, 2)]) == "handle"  # two views, two TensorImpls
+    assert reader(probes=[torch.ones(2).to_sparse()]) == "shim"  # of a type read, but sparse...
+    # ...and probes of other types only, or none at all
+    assert reader(probes=["not a tensor", 3]) == "shim"
+    assert reader(probes=[]) == "descriptors"
+
+    # A type read whose `_cdata` is its own: no offset (it may not hold the tensor there).
+    class OwnCdata(torch.Tensor):
+        @property
+        def _cdata(self):
+            return 0
+
+    assert reader(types=(torch.Tensor, OwnCdata)) == "shim"
+    assert reader(types=(torch.Tensor, torch.nn.Parameter)) == "handle"
+    # The fast path in use is still the one symm.init enabled.
+    assert _api._state.fast_path == "handle"
 
 
 def full_path_only(rank, world):

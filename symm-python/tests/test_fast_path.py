@@ -12,10 +12,12 @@ from harness import DEFAULT_ENV, check_all_passed, run_ranks
 from symm import _symm
 
 
-@pytest.mark.parametrize("reader", ["shim", "descriptors"])
+@pytest.mark.parametrize("reader", ["handle", "shim", "descriptors"])
 def test_fast_path_results_fallbacks_errors_profiler_on_3_ranks(tmp_path, reader):
     # 3 ranks: a sub-group leaves one rank out (non-member errors on both paths). Tensors are
-    # read through torch's C shim, or through the descriptors (a torch without the shim).
+    # read through torch's C shim on the at::Tensor inside the tensor object, through the C
+    # shim on the address `_cdata` gives (the fallback where that offset is not found), or
+    # through the descriptors (a torch without the shim).
     env = {"SYMMETRIC_MEMORY_TIMEOUT": "5", "SYMM_TEST_FAST_READER": reader}
     check_all_passed(run_ranks("scenarios_fast.fast_path", 3, tmp_path, env=env))
 

@@ -33,8 +33,9 @@ class _State:
         self.init_key = init_key
         #: Native group per framework group object, built once.
         self.groups: Dict[Hashable, _symm.Group] = {}
-        #: How the fast path of ``shmem_allreduce`` reads tensors (``"shim"``, ``"descriptors"``),
-        #: or None when it is off (``SYMM_FAST_PATH=0``, or a platform without one).
+        #: How the fast path of ``shmem_allreduce`` reads tensors (``"handle"``, ``"shim"``,
+        #: ``"descriptors"``), or None when it is off (``SYMM_FAST_PATH=0``, or a platform
+        #: without one).
         self.fast_path: Optional[str] = None
 
 

@@ -41,7 +41,9 @@ class FastPath(NamedTuple):
     #: Whether ``group_key(group)`` is ``group`` itself (the fast path then finds cached groups).
     groups_by_identity: bool
     #: torch's stable C shim, or None: ``{"functions": {name: address}, "strided": code,
-    #: "cpu": code, "dtypes": {code: dtype name}}`` (see ``Communicator.enable_fast_path``).
+    #: "cpu": code, "dtypes": {code: dtype name}, "tensor_in_object": bool}`` (see
+    #: ``Communicator.enable_fast_path``; ``tensor_in_object``: the tensor objects hold their
+    #: ``at::Tensor`` inline, as torch's do, so the fast path may read it in place).
     shim: Optional[Dict[str, Any]] = None
     #: Tensors of every kind to tell apart (dtypes, views, devices, layouts): the shim is used
     #: only when it reads each of them as the descriptors do.

@@ -166,6 +166,9 @@ def _c_shim(dtype_names: Any) -> Optional[Dict[str, Any]]:
             "strided": code("layout_strided"),
             "cpu": code("device_type_cpu"),
             "dtypes": dtypes,
+            # torch's tensor objects (THPVariable) hold their at::Tensor inline: the fast path
+            # may find where by probing, and then reads no attribute per call.
+            "tensor_in_object": True,
         }
     except (OSError, AttributeError):
         return None
