@@ -175,12 +175,12 @@ pub trait Collectives: Communicator {
         opts: &CollOptions,
     ) -> Result<()> {
         let n = group.size();
-        group.member().at(self.rank())?;
-        let lp = match check_reduction(self, group, input.dtype(), op, opts)? {
+        let me = group.member().at(self.rank())?.index();
+        let st = CollState::of(self, group)?;
+        let lp = match check_reduction(st, input.dtype(), op, opts) {
             Ok(lp) => lp,
             Err(e) => return reject(self, group, Op::ReduceScatter, e),
         };
-        let me = group.member().at(self.rank())?.index();
         let whole = Part { arg: "input", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
         let part = Part { arg: "output", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
         if let Some(e) = check_parts(whole, part, n, me) {
@@ -188,7 +188,7 @@ pub trait Collectives: Communicator {
         }
         let call =
             Call { kind: K::ReduceScatter, dtype: input.dtype(), op: Some(op), lp, root: 0, count: output.len() };
-        with_ctx(self, group, opts, Plan::new(Op::ReduceScatter, input.len(), input.dtype()), |ctx, p| {
+        with_state(self, group, st, opts, Plan::new(Op::ReduceScatter, input.len(), input.dtype()), |ctx, p| {
             // SAFETY: sizes and overlap validated above; contracts of LocalRef/LocalMut.
             unsafe { algo::reduce_scatter(ctx, p, call, input.as_ptr(), output.as_mut_ptr()) }
         })
@@ -364,6 +364,7 @@ pub trait Collectives: Communicator {
         group.member().at(rank)?;
         group.resolve("dst_rank", i64::try_from(dst).unwrap_or(i64::MAX)).at(rank)?;
         group.resolve("src_rank", i64::try_from(src).unwrap_or(i64::MAX)).at(rank)?;
+        let st = CollState::of(self, group)?;
         let (send_bytes, recv_bytes) = (send.len() * send.dtype().size(), recv.len() * recv.dtype().size());
         let (s, r) = (send.as_ptr(), recv.as_mut_ptr().cast_const());
         // The peer may read `send` in place while `recv` is being written.
@@ -378,7 +379,7 @@ pub trait Collectives: Communicator {
         // Recorded with the count and dtype of what it sends; the statistics count the bytes
         // of both directions.
         let plan = Plan { bytes: send_bytes + recv_bytes, ..Plan::new(Op::SendRecv, send.len(), send.dtype()) };
-        with_ctx(self, group, opts, plan, |ctx, p| {
+        with_state(self, group, st, opts, plan, |ctx, p| {
             // SAFETY: LocalRef/LocalMut contracts; disjoint (checked above).
             unsafe {
                 p2p::sendrecv(
@@ -411,29 +412,23 @@ pub fn prepare<C: Communicator + ?Sized>(c: &C, group: &Group) -> Result<()> {
 
 /// Checks op/dtype/format of a reduction; returns the transport format in effect (the
 /// option, else the group's default from the environment).
-fn check_reduction<C: Communicator + ?Sized>(
-    c: &C,
-    group: &Group,
+fn check_reduction(
+    st: &CollState,
     dtype: DType,
     op: ReduceOp,
     opts: &CollOptions,
-) -> Result<std::result::Result<Option<DType>, ArgError>> {
+) -> std::result::Result<Option<DType>, ArgError> {
     if op == ReduceOp::Avg && !dtype.is_float() {
-        return Ok(Err(ArgError::invalid("op", "avg", format!("needs a floating-point dtype, not {dtype}"))));
+        return Err(ArgError::invalid("op", "avg", format!("needs a floating-point dtype, not {dtype}")));
     }
     let lp = match opts.low_precision {
         Some(lp) => Some(lp),
-        None => match &CollState::of(c, group)?.tun.default_low_precision {
-            Ok(lp) => *lp,
-            Err(e) => return Ok(Err(e.clone())),
-        },
+        None => st.tun.default_low_precision.clone()?,
     };
     if let Some(lp) = lp {
-        if let Err(e) = lowp::check_format(lp, dtype) {
-            return Ok(Err(e));
-        }
+        lowp::check_format(lp, dtype)?;
     }
-    Ok(Ok(lp))
+    Ok(lp)
 }
 
 /// Runs `f` as one call of `plan.op` with the group's collective state held: numbers the call,
@@ -446,9 +441,20 @@ fn with_ctx<C: Communicator + ?Sized, T>(
     plan: Plan<'_>,
     f: impl FnOnce(&Ctx<'_, C>, &mut state::Progress) -> Result<T>,
 ) -> Result<T> {
+    group.member().at(c.rank())?;
+    with_state(c, group, CollState::of(c, group)?, opts, plan, f)
+}
+
+/// [`with_ctx`] with the group's collective state already looked up (the caller is a member).
+fn with_state<C: Communicator + ?Sized, T>(
+    c: &C,
+    group: &Group,
+    st: &CollState,
+    opts: &CollOptions,
+    plan: Plan<'_>,
+    f: impl FnOnce(&Ctx<'_, C>, &mut state::Progress) -> Result<T>,
+) -> Result<T> {
     let rank = c.rank();
-    group.member().at(rank)?;
-    let st = CollState::of(c, group)?;
     let p2p = matches!(plan.op, Op::Send | Op::Recv | Op::SendRecv);
     let mut ev = dfx::OpEvent {
         op: plan.op,
@@ -492,7 +498,7 @@ fn with_ctx<C: Communicator + ?Sized, T>(
     };
     // Relaxed: read only for the message of a thread that finds the lock taken.
     st.busy.store(u64::from(plan.op.code()) | (call << 8), Ordering::Relaxed);
-    let mut ctx = Ctx::new(c, group, st, opts.timeout.unwrap_or(c.default_timeout()), plan.op.name())?;
+    let mut ctx = Ctx::new(c, group, st, opts.timeout.unwrap_or(c.default_timeout()), plan.op.name());
     (ctx.call, ctx.p2p, ev.seq) = (call, p2p, call);
     let started = dfx::start(c, &ev);
     let validate = st.tun.validate && !p2p;
@@ -535,13 +541,14 @@ unsafe fn run_allreduce<C: Communicator + ?Sized>(
     opts: &CollOptions,
 ) -> Result<()> {
     group.member().at(c.rank())?;
-    let lp = match check_reduction(c, group, dtype, op, opts)? {
+    let st = CollState::of(c, group)?;
+    let lp = match check_reduction(st, dtype, op, opts) {
         Ok(lp) => lp,
         Err(e) => return reject(c, group, Op::AllReduce, e),
     };
     let call = Call { kind: K::AllReduce, dtype, op: Some(op), lp, root: 0, count: len };
     // SAFETY: forwarded.
-    with_ctx(c, group, opts, Plan::new(Op::AllReduce, len, dtype), |ctx, p| unsafe {
+    with_state(c, group, st, opts, Plan::new(Op::AllReduce, len, dtype), |ctx, p| unsafe {
         algo::allreduce(ctx, p, call, inp, out)
     })
 }

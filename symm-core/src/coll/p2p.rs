@@ -181,7 +181,16 @@ impl Outgoing {
                 // (chunk size = flag + header + payload); `buf` holds `bytes` (contract),
                 // `lo + len <= bytes`.
                 unsafe {
-                    ctx.b.put_bytes(peer, slot + HEADER_AT, self.header.as_ptr(), self.header.len())?;
+                    match ctx.mapped {
+                        // The header with direct stores where the heap is mapped (the put below
+                        // orders them before the flag like its own data).
+                        Some(bases) => std::ptr::copy_nonoverlapping(
+                            self.header.as_ptr(),
+                            bases[self.dst].0.add(slot + HEADER_AT),
+                            self.header.len(),
+                        ),
+                        None => ctx.b.put_bytes(peer, slot + HEADER_AT, self.header.as_ptr(), self.header.len())?,
+                    }
                     ctx.b.put_signal_bytes(
                         peer,
                         slot + PAYLOAD_AT,

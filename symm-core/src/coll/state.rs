@@ -210,6 +210,10 @@ pub struct CollState {
     /// Heap bases of the members when every member's heap is mapped here and direct loads
     /// are allowed (computed once: mappings never change).
     pub mapped: Option<Vec<SendPtr>>,
+    /// The caller's own heap base ([`Backend::local_heap_base`], which never changes) and
+    /// group rank, looked up once.
+    pub base: SendPtr,
+    pub me: usize,
 }
 
 /// A peer heap address that may cross threads (the mapping outlives the state).
@@ -272,6 +276,8 @@ impl CollState {
             };
             Ok::<_, Error>(CollState {
                 mapped,
+                base: SendPtr(base),
+                me: group.member().at(rank)?.index(),
                 flags,
                 stage,
                 mail,
@@ -315,11 +321,10 @@ pub struct Ctx<'a, B: Backend + ?Sized> {
 }
 
 impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
-    /// A context for `op` in `group`.
-    pub fn new(b: &'a B, group: &'a Group, st: &'a CollState, timeout: Duration, op: &'static str) -> Result<Self> {
-        let me = group.member().at(b.rank())?.index();
-        let (mapped, base) = (st.mapped.as_deref(), b.local_heap_base());
-        Ok(Ctx { b, group, st, me, n: group.size(), timeout, op, mapped, base, call: 0, p2p: false })
+    /// A context for `op` in `group` (whose collective state is `st`).
+    pub fn new(b: &'a B, group: &'a Group, st: &'a CollState, timeout: Duration, op: &'static str) -> Self {
+        let (me, mapped, base) = (st.me, st.mapped.as_deref(), st.base.0);
+        Ctx { b, group, st, me, n: group.size(), timeout, op, mapped, base, call: 0, p2p: false }
     }
 
     /// Heap offset of word `word` of member `writer`'s record (the same in every copy).

@@ -138,33 +138,35 @@ pub struct OpEvent<'a> {
 /// A started operation (returned by [`start`], consumed by [`finish`]).
 #[derive(Debug)]
 #[must_use]
-pub struct Started {
+pub struct Started<'a> {
     start_ns: u64,
-    index: Option<u64>,
+    /// The caller's ring and the record's index in it (looked up once per operation).
+    record: Option<(FlightRing<'a>, u64)>,
 }
 
 /// Records the start of `ev` on `b`'s rank.
 #[inline]
-pub fn start<B: Backend + ?Sized>(b: &B, ev: &OpEvent<'_>) -> Started {
+pub fn start<'a, B: Backend + ?Sized>(b: &'a B, ev: &OpEvent<'_>) -> Started<'a> {
     let start_ns = clock::now_ns();
-    let index = b.flight_ring(b.rank()).map(|ring| {
-        ring.begin(&RecordStart { op: ev.op, group: ev.group, seq: ev.seq, count: ev.count, dtype: ev.dtype, start_ns })
+    let record = b.flight_ring(b.rank()).map(|ring| {
+        let start = RecordStart { op: ev.op, group: ev.group, seq: ev.seq, count: ev.count, dtype: ev.dtype, start_ns };
+        (ring, ring.begin(&start))
     });
     symm_log!(Level::Trace, b.rank(), "{} started", describe(ev));
-    Started { start_ns, index }
+    Started { start_ns, record }
 }
 
 /// Records the end of `ev` with outcome `r`: ring, statistics, log; a timeout gets the
 /// node's flight-recorder picture attached (and logged).
 #[inline]
-pub fn finish<B: Backend + ?Sized, T>(b: &B, ev: &OpEvent<'_>, s: Started, r: &mut Result<T>) {
+pub fn finish<B: Backend + ?Sized, T>(b: &B, ev: &OpEvent<'_>, s: Started<'_>, r: &mut Result<T>) {
     let end_ns = clock::now_ns();
     if let Err(Error::Timeout(t)) = r {
         // Before this rank's own record is marked failed: the picture shows it still waiting.
         attach_flight(b, t);
     }
     let state = if r.is_ok() { RecordState::Completed } else { RecordState::Failed };
-    if let (Some(i), Some(ring)) = (s.index, b.flight_ring(b.rank())) {
+    if let Some((ring, i)) = s.record {
         ring.finish(i, state, end_ns);
     }
     let took = end_ns.saturating_sub(s.start_ns);
