@@ -237,9 +237,9 @@ impl CollState {
             // give back what was taken and leave the group as it was.
             let sizes = [
                 (n * RECORD_WORDS, DType::I64),
-                (super::ll::buffer_bytes(n), DType::U8),
                 (tun.stage_bytes, DType::U8),
                 (n * MAIL_SLOTS * tun.mail_chunk, DType::U8),
+                (super::ll::buffer_bytes(n), DType::U8),
             ];
             let mut bufs = Vec::with_capacity(sizes.len());
             for (len, dtype) in sizes {
@@ -253,7 +253,7 @@ impl CollState {
                     }
                 }
             }
-            let [flags, ll, stage, mail]: [SymmBuffer; 4] = bufs.try_into().expect("four buffers");
+            let [flags, stage, mail, ll]: [SymmBuffer; 4] = bufs.try_into().expect("four buffers");
             // Fresh allocations may reuse memory: flags and slots start at zero (round 0 =
             // nothing yet).
             let base = b.local_heap_base();
