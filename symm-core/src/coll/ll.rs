@@ -37,7 +37,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::state::{ready, Ctx, Flag, Progress, SendPtr};
+use super::state::{fast_spins, ready, Ctx, Flag, Progress, SendPtr};
 use crate::backend::{Backend, SignalWidth};
 use crate::error::{Error, Result};
 use crate::op::SignalOp;
@@ -64,9 +64,6 @@ pub const DEFAULT_MAX_BYTES: usize = 2048;
 const SLOT_BYTES: usize = lines(MAX_BYTES) * LINE;
 /// Reads of a header flag between two looks at the writer's round-protocol flag.
 const LOOK_EVERY: u32 = 16;
-/// Reads of a header flag before the wait blocks (about a microsecond; as
-/// [`Ctx::wait_word`]'s fast path).
-const FAST_SPINS: u32 = 512;
 
 /// Lines of a message of `bytes`.
 const fn lines(bytes: usize) -> usize {
@@ -252,13 +249,13 @@ fn head<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, j: usize, seq: u64) -> Result<Hea
     let off = slot_offset(ctx, j, seq);
     let small = Flag { writer: j, offset: off, value: seq, what: "small-message" };
     let rounds = Flag { writer: j, offset: ctx.word_offset(j, ready(seq)), value: seq, what: "ready" };
-    let mut spins = 0u32;
+    let (mut spins, fast) = (0u32, fast_spins(ctx.b));
     while !small.reached(ctx) {
         spins += 1;
         if spins % LOOK_EVERY == 0 && rounds.reached(ctx) {
             return Ok(Head::Rounds);
         }
-        if spins >= FAST_SPINS {
+        if spins >= fast {
             // Members that sent either for this round have arrived.
             let arrived = |k: usize| {
                 ctx.read_at(slot_offset(ctx, k, seq)) >= seq as i64 || ctx.read_word(k, ready(seq)) >= seq as i64

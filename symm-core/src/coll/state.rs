@@ -102,8 +102,20 @@ const fn facts_word(seq: u64) -> usize {
 }
 
 /// Reads of a flag before a wait falls back to the backend's blocking wait (about a
-/// microsecond).
+/// microsecond), while every rank has a core.
 const FAST_SPINS: u32 = 512;
+/// The same where waiters share cores with the peers they wait for: the peer may need this
+/// very core, so the wait hands it over (the backend's wait yields) almost at once.
+const FAST_SPINS_SHARED: u32 = 16;
+
+/// Reads of a flag before a wait blocks, for `b`'s placement of ranks on cores.
+pub fn fast_spins<B: Backend + ?Sized>(b: &B) -> u32 {
+    if b.waiters_share_cores() {
+        FAST_SPINS_SHARED
+    } else {
+        FAST_SPINS
+    }
+}
 
 /// Chunks in flight per point-to-point pair.
 pub const MAIL_SLOTS: usize = 4;
@@ -417,7 +429,7 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
     pub fn wait_flag(&self, flag: Flag, same_word: &dyn Fn(usize) -> usize) -> Result<()> {
         // Fast path: peers usually arrive within a microsecond or two of each other; watch the
         // word briefly before paying for the diagnostics a blocking wait carries.
-        for spin in 0..FAST_SPINS {
+        for spin in 0..fast_spins(self.b) {
             if flag.reached(self) {
                 return Ok(());
             }

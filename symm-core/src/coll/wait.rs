@@ -28,6 +28,9 @@ impl Flag {
 
 /// Reads of the awaited flags between two looks at the clock in [`Ctx::wait_any`].
 const FAST_POLLS: u32 = 512;
+/// Polls before [`Ctx::wait_any`] starts yielding the core at every poll, where waiters share
+/// cores with the peers they wait for.
+const FAST_POLLS_SHARED: u32 = 16;
 /// How long [`Ctx::wait_any`] polls the flags before it blocks, when every rank has a core /
 /// when waiters share cores (as the backend reports): the CPU backend's spin budget and yield
 /// window. With a core of its own the poller spins (a `sched_yield` costs about a microsecond,
@@ -73,7 +76,7 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
                 return Ok(());
             }
             polls += 1;
-            if shared && polls >= FAST_POLLS {
+            if shared && polls >= FAST_POLLS_SHARED {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
