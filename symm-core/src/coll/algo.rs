@@ -209,6 +209,45 @@ fn inbox(p: &mut Progress, n: usize, bytes: usize) -> *mut u8 {
     p.inbox.as_mut_ptr()
 }
 
+/// One round of `call` on the small-message path ([`ll::round`]), where every member must send
+/// the same signature and count (all but alltoall). False: a peer runs the round protocol.
+///
+/// # Safety
+/// As [`ll::round`].
+unsafe fn small_round<B: Backend + ?Sized>(
+    ctx: &Ctx<'_, B>,
+    p: &mut Progress,
+    call: &Call,
+    msg: impl Fn(usize) -> ll::Msg,
+    into: impl Fn(usize) -> Option<(*mut u8, usize)>,
+) -> Result<bool> {
+    // SAFETY: forwarded.
+    unsafe { ll::round(ctx, p, call.sig(), msg, |j, sig, len| disagreement(ctx, call, true, j, sig, len), into) }
+}
+
+/// Reduces, in group-rank order, the caller's `own` part and every peer's message gathered at
+/// `room + j * bytes` by a small round, `count` elements each, into `out`.
+///
+/// # Safety
+/// `own` holds `count` elements; the inbox holds every peer's; `out` holds `count` and is `own`
+/// itself or disjoint from every source.
+unsafe fn reduce_inbox<B: Backend + ?Sized>(
+    ctx: &Ctx<'_, B>,
+    call: &Call,
+    own: *const u8,
+    room: *mut u8,
+    bytes: usize,
+    out: *mut u8,
+) {
+    let (mut on_stack, mut on_heap) = ([std::ptr::null::<u8>(); 8], Vec::new());
+    let srcs = scratch(&mut on_stack, &mut on_heap, ctx.n, std::ptr::null());
+    for (j, src) in srcs.iter_mut().enumerate() {
+        *src = if j == ctx.me { own } else { room.wrapping_add(j * bytes) };
+    }
+    // SAFETY: caller's contract.
+    unsafe { kernels::reduce(call.dtype, call.op.expect("a reduction has an op"), srcs, out, call.count) };
+}
+
 /// allreduce on the small-message path: every member sends its input to every peer and
 /// reduces all of them in group-rank order (the one-shot result, bit for bit). False: a peer
 /// runs the round protocol (nothing done).
@@ -226,25 +265,11 @@ unsafe fn small_allreduce<B: Backend + ?Sized>(
     let room = inbox(p, ctx.n, bytes);
     let msg = ll::Msg { data: inp, bytes, count: call.count };
     // SAFETY: `inp` holds `bytes`; the inbox holds a message of `bytes` per member.
-    let done = unsafe {
-        ll::round(
-            ctx,
-            p,
-            call.sig(),
-            |_| msg,
-            |j, sig, len| disagreement(ctx, &call, true, j, sig, len),
-            |j| Some((room.wrapping_add(j * bytes), bytes)),
-        )?
-    };
+    let done = unsafe { small_round(ctx, p, &call, |_| msg, |j| Some((room.wrapping_add(j * bytes), bytes)))? };
     if done {
-        let (mut on_stack, mut on_heap) = ([std::ptr::null::<u8>(); 8], Vec::new());
-        let srcs = scratch(&mut on_stack, &mut on_heap, ctx.n, std::ptr::null());
-        for (j, src) in srcs.iter_mut().enumerate() {
-            *src = if j == ctx.me { inp } else { room.wrapping_add(j * bytes) };
-        }
-        // SAFETY: every source holds `count` elements; `out` is the input itself or disjoint
-        // from every source (the inbox is local scratch).
-        unsafe { kernels::reduce(call.dtype, call.op.expect("allreduce has an op"), srcs, out, call.count) };
+        // SAFETY: every message holds `count` elements; `out` is the input itself or disjoint
+        // from it (contract) and from the inbox (local scratch).
+        unsafe { reduce_inbox(ctx, &call, inp, room, bytes, out) };
     }
     Ok(done)
 }
@@ -534,26 +559,13 @@ pub unsafe fn reduce_scatter<B: Backend + ?Sized>(
     if call.lp.is_none() && ll::fits(ctx, m * size) {
         let room = inbox(p, n, m * size);
         let part = |j: usize| inp.wrapping_add(j * m * size);
+        let msg = |j: usize| ll::Msg { data: part(j), bytes: m * size, count: m };
         // SAFETY: part j of `inp` holds `m` elements; the inbox holds `m` per member.
-        let done = unsafe {
-            ll::round(
-                ctx,
-                p,
-                call.sig(),
-                |j| ll::Msg { data: part(j), bytes: m * size, count: m },
-                |j, sig, len| disagreement(ctx, &call, true, j, sig, len),
-                |j| Some((room.wrapping_add(j * m * size), m * size)),
-            )?
-        };
+        let done = unsafe { small_round(ctx, p, &call, msg, |j| Some((room.wrapping_add(j * m * size), m * size)))? };
         if done {
-            let (mut on_stack, mut on_heap) = ([std::ptr::null::<u8>(); 8], Vec::new());
-            let srcs = scratch(&mut on_stack, &mut on_heap, n, std::ptr::null());
-            for (j, src) in srcs.iter_mut().enumerate() {
-                *src = if j == ctx.me { part(j) } else { room.wrapping_add(j * m * size) };
-            }
-            // SAFETY: every source holds `m` elements; `out` is my own part of `inp` or disjoint
-            // from every source.
-            unsafe { kernels::reduce(call.dtype, call.op.expect("reduce_scatter has an op"), srcs, out, m) };
+            // SAFETY: every message holds `m` elements; `out` is my own part of `inp` or
+            // disjoint from every source.
+            unsafe { reduce_inbox(ctx, &call, part(ctx.me), room, m * size, out) };
             return Ok(());
         }
     }
@@ -638,16 +650,7 @@ pub unsafe fn allgather<B: Backend + ?Sized>(
         let msg = ll::Msg { data: inp, bytes: m * size, count: m };
         let slot = |j: usize| out.wrapping_add(j * m * size);
         // SAFETY: `inp` holds `m` elements, every slot of `out` too.
-        let done = unsafe {
-            ll::round(
-                ctx,
-                p,
-                call.sig(),
-                |_| msg,
-                |j, sig, len| disagreement(ctx, &call, true, j, sig, len),
-                |j| Some((slot(j), m * size)),
-            )?
-        };
+        let done = unsafe { small_round(ctx, p, &call, |_| msg, |j| Some((slot(j), m * size)))? };
         if done {
             // SAFETY: my slot of `out` holds `m` elements and is `inp` itself (in place, which
             // `copy` skips) or disjoint from it.
@@ -697,17 +700,9 @@ pub unsafe fn broadcast<B: Backend + ?Sized>(
         // The root sends its data, the others their header alone (every member hears from
         // every peer in every round; see `ll`).
         let msg = if is_root { ll::Msg { data: buf, bytes: count * size, count } } else { ll::Msg::header(count) };
+        let into = |j: usize| (j == call.root && !is_root).then_some((buf, count * size));
         // SAFETY: `buf` holds `count` elements.
-        let done = unsafe {
-            ll::round(
-                ctx,
-                p,
-                call.sig(),
-                |_| msg,
-                |j, sig, len| disagreement(ctx, &call, true, j, sig, len),
-                |j| (j == call.root && !is_root).then_some((buf, count * size)),
-            )?
-        };
+        let done = unsafe { small_round(ctx, p, &call, |_| msg, into)? };
         if done {
             return Ok(());
         }
