@@ -431,6 +431,25 @@ impl SimComm {
         )))
     }
 
+    /// Waits on this rank's doorbell until `check` gives a value or `deadline` passes (`None`),
+    /// failing early when a peer `site` watches ends (see [`Self::check_alive`]).
+    fn wait_at_site<T>(
+        &self,
+        site: &WaitSite,
+        deadline: Instant,
+        check: impl FnMut() -> Option<T>,
+    ) -> Result<Option<T>> {
+        let watched: Vec<Rank> =
+            if site.watch.is_empty() { site.group.clone().unwrap_or_default() } else { site.watch.clone() };
+        let needed: Vec<Rank> = site.waiting_on.map_or_else(|| watched.clone(), |r| vec![r]);
+        let health = || self.check_alive(&watched, &needed, &site.op);
+        match wait::wait_until(self.me().header(), self.policy, deadline, check, health) {
+            Ok(v) => Ok(Some(v)),
+            Err(WaitEnd::Failed(e)) => Err(e),
+            Err(WaitEnd::TimedOut) => Ok(None),
+        }
+    }
+
     /// `PeerLost` if one of `ranks` (on this host) has ended.
     /// `PeerExited` if one of `needed` left on purpose (its closed mark: it dropped its
     /// communicator or its process exited normally); `PeerLost` if one of `ranks` ended without
@@ -765,14 +784,9 @@ impl Backend for SimComm {
             let v = word.load();
             cmp.holds(v, value).then_some(v)
         };
-        let watched: Vec<Rank> =
-            if site.watch.is_empty() { site.group.clone().unwrap_or_default() } else { site.watch.clone() };
-        let needed: Vec<Rank> = site.waiting_on.map_or_else(|| watched.clone(), |r| vec![r]);
-        let health = || self.check_alive(&watched, &needed, &site.op);
-        match wait::wait_until(self.me().header(), self.policy, start + timeout, check, health) {
-            Ok(v) => Ok(v),
-            Err(WaitEnd::Failed(e)) => Err(e),
-            Err(WaitEnd::TimedOut) => Err(self.timeout_error(
+        match self.wait_at_site(site, start + timeout, check)? {
+            Some(v) => Ok(v),
+            None => Err(self.timeout_error(
                 site,
                 format!("signal {} {value}", cmp.symbol()),
                 word.load().to_string(),
@@ -790,14 +804,9 @@ impl Backend for SimComm {
         let start = Instant::now();
         // Any signal to this rank rings its doorbell: a sleeper wakes and checks every word.
         let check = || signals.iter().position(|(word, value)| word.load() >= *value);
-        let watched: Vec<Rank> =
-            if site.watch.is_empty() { site.group.clone().unwrap_or_default() } else { site.watch.clone() };
-        let needed: Vec<Rank> = site.waiting_on.map_or_else(|| watched.clone(), |r| vec![r]);
-        let health = || self.check_alive(&watched, &needed, &site.op);
-        match wait::wait_until(self.me().header(), self.policy, start + timeout, check, health) {
-            Ok(i) => Ok(i),
-            Err(WaitEnd::Failed(e)) => Err(e),
-            Err(WaitEnd::TimedOut) => {
+        match self.wait_at_site(site, start + timeout, check)? {
+            Some(i) => Ok(i),
+            None => {
                 let conditions: Vec<String> = words.iter().map(|(_, v)| format!("signal >= {v}")).collect();
                 let seen: Vec<String> = signals.iter().map(|(w, _)| w.load().to_string()).collect();
                 Err(self.timeout_error(site, conditions.join(" / "), seen.join(" / "), Vec::new(), start.elapsed()))
