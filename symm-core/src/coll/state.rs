@@ -247,6 +247,7 @@ impl CollState {
     pub fn of<'g, B: Backend + ?Sized>(b: &B, group: &'g Group) -> Result<&'g CollState> {
         let st = group.extension(|| {
             let rank = b.rank();
+            let me = group.member().at(rank)?.index();
             let tun = Tunables::from_env().at(rank)?;
             let n = group.size();
             // Every member fails a collective allocation the same way, so a failure here can
@@ -298,7 +299,6 @@ impl CollState {
                 // The pages this member writes when it sends: its small-message slots and its
                 // mailbox in every peer's heap (see `touch_pages`). Only this member writes them,
                 // and only once this set-up is over.
-                let me = group.member().at(rank)?.index();
                 let (mail_each, ll_each) = (MAIL_SLOTS * tun.mail_chunk, super::ll::buffer_bytes(1));
                 for peer in bases {
                     // SAFETY: the ranges lie inside the peer's `mail` and `ll` buffers, mapped.
@@ -311,7 +311,7 @@ impl CollState {
             Ok::<_, Error>(CollState {
                 mapped,
                 base: SendPtr(base),
-                me: group.member().at(rank)?.index(),
+                me,
                 flags,
                 stage,
                 mail,
