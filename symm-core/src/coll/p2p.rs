@@ -182,25 +182,28 @@ impl Outgoing {
                 // `lo + len <= bytes`.
                 unsafe {
                     match ctx.mapped {
-                        // The header with direct stores where the heap is mapped (the put below
-                        // orders them before the flag like its own data).
-                        Some(bases) => std::ptr::copy_nonoverlapping(
-                            self.header.as_ptr(),
-                            bases[self.dst].0.add(slot + HEADER_AT),
-                            self.header.len(),
-                        ),
-                        None => ctx.b.put_bytes(peer, slot + HEADER_AT, self.header.as_ptr(), self.header.len())?,
+                        // Direct stores where the heap is mapped; the flag's signal orders them
+                        // before it (as a put-with-signal would).
+                        Some(bases) => {
+                            let at = bases[self.dst].0.add(slot);
+                            std::ptr::copy_nonoverlapping(self.header.as_ptr(), at.add(HEADER_AT), self.header.len());
+                            std::ptr::copy_nonoverlapping(self.buf.add(lo), at.add(PAYLOAD_AT), len);
+                            ctx.b.signal_at(peer, slot, SignalWidth::W64, SignalOp::Set, k as i64)?;
+                        }
+                        None => {
+                            ctx.b.put_bytes(peer, slot + HEADER_AT, self.header.as_ptr(), self.header.len())?;
+                            ctx.b.put_signal_bytes(
+                                peer,
+                                slot + PAYLOAD_AT,
+                                self.buf.add(lo),
+                                len,
+                                slot,
+                                SignalWidth::W64,
+                                SignalOp::Set,
+                                k as i64,
+                            )?;
+                        }
                     }
-                    ctx.b.put_signal_bytes(
-                        peer,
-                        slot + PAYLOAD_AT,
-                        self.buf.add(lo),
-                        len,
-                        slot,
-                        SignalWidth::W64,
-                        SignalOp::Set,
-                        k as i64,
-                    )?;
                 }
             }
             p.sent[self.dst] = k;
