@@ -138,8 +138,8 @@ impl PyCommunicator {
         self.run_allreduce(py, g, t, op, lp)
     }
 
-    /// The in-place allreduce of a checked tensor, the GIL released: what the full path and
-    /// the fast path ([`crate::fast`]) both end in.
+    /// The in-place allreduce of a checked tensor, the GIL released once the call is about to
+    /// block: what the full path and the fast path ([`crate::fast`]) both end in.
     pub(crate) fn run_allreduce(
         &self,
         py: Python<'_>,
@@ -149,14 +149,14 @@ impl PyCommunicator {
         lp: Option<DType>,
     ) -> PyResult<()> {
         let comm = self.comm();
-        py.detach(|| {
+        let run = || {
             // SAFETY: `t` describes the caller's contiguous host tensor, held by the caller for
             // the call (the `Desc` contract, which the fast path keeps too: it reads the tensor
             // object the caller passed); the call returns only when it is done writing it.
             let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };
             comm.allreduce(g, buf, op, &options(lp))
-        })
-        .py(py)
+        };
+        gil_released_when_blocking(py, run).py(py)
     }
 
     /// Seconds taken by `iters` in-place sum allreduces of `t`, in one native loop with the GIL
@@ -386,4 +386,33 @@ impl PyCommunicator {
         })
         .py(py)
     }
+}
+
+/// Runs `f` (which must not touch Python) holding the GIL while it spins and releasing it only
+/// when it is about to block (`symm_core::coll::hook`): a small collective whose peers are
+/// already there never blocks, and releasing and re-taking the GIL would cost it ~40 ns; one
+/// that waits for a late peer lets every other Python thread run meanwhile, as `py.detach`
+/// would. The GIL is held again when this returns or unwinds.
+fn gil_released_when_blocking<R>(_py: Python<'_>, f: impl FnOnce() -> R) -> R {
+    /// The thread state saved when the hook released the GIL; restoring it re-takes the GIL.
+    struct Released(std::cell::Cell<*mut pyo3::ffi::PyThreadState>);
+    impl Drop for Released {
+        fn drop(&mut self) {
+            let saved = self.0.replace(std::ptr::null_mut());
+            if !saved.is_null() {
+                // SAFETY: `saved` is this thread's state, saved by `PyEval_SaveThread` below and
+                // not restored since: this re-takes the GIL the `_py` token stands for.
+                unsafe { pyo3::ffi::PyEval_RestoreThread(saved) };
+            }
+        }
+    }
+    let released = Released(std::cell::Cell::new(std::ptr::null_mut()));
+    let mut release = || {
+        // SAFETY: this thread holds the GIL (the `_py` token) and has not released it yet (the
+        // hook runs once); nothing touches Python until `released` restores it.
+        released.0.set(unsafe { pyo3::ffi::PyEval_SaveThread() });
+    };
+    let (r, _) = symm_core::coll::hook::with_hook(&mut release, f);
+    drop(released);
+    r
 }

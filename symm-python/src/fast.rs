@@ -37,12 +37,13 @@
 //! itself (Mismatch, Timeout, PeerRejected, ...) come from the core call both paths end in.
 //!
 //! The collective runs exactly as on the full path: the same core call
-//! ([`PyCommunicator::run_allreduce`]), with the GIL released once around it (a collective
-//! waits for its peers; holding the GIL there would stall every other Python thread for as
-//! long as the slowest peer takes). Releasing and retaking the GIL (about 40 ns) is now most
-//! of what a call costs beyond the core's own work: on one rank about 60 ns, of which the GIL
-//! ~40, the shim's six reads ~15, the profiler flag ~4 (the call itself and its loop in the
-//! caller's Python code, ~30-45 ns more, are the interpreter's).
+//! ([`PyCommunicator::run_allreduce`]), which keeps the GIL while it spins and releases it
+//! when it is about to block (a collective may wait for its peers; holding the GIL then would
+//! stall every other Python thread for as long as the slowest peer takes). Releasing and
+//! retaking the GIL (about 40 ns) was most of what a call cost beyond the core's own work (on
+//! one rank about 60 ns, of which the GIL ~40, the shim's six reads ~15, the profiler flag ~4;
+//! the call itself and its loop in the caller's Python code, ~30-45 ns more, are the
+//! interpreter's); a call whose peers are already there no longer pays it.
 //!
 //! The table of operations is [`Kind`]: its parameters, the Python function of its full path
 //! (registered by `symm._api` with [`set_full_path`]) and how its common case runs. Another

@@ -19,6 +19,7 @@
 
 mod algo;
 pub mod copy;
+pub mod hook;
 pub mod kernels;
 mod ll;
 pub mod lowp;

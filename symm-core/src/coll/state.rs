@@ -459,6 +459,7 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
                 std::hint::spin_loop();
             }
         }
+        super::hook::before_blocking();
         let writer = flag.writer;
         let site = WaitSite {
             op: format!("{} (round {})", self.op, flag.value),

@@ -65,6 +65,8 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
     /// and, for a collective, which members `arrived` where the caller waits (point-to-point:
     /// the one peer).
     pub fn wait_any(&self, flags: &[Flag], arrived: &dyn Fn(usize) -> bool) -> Result<()> {
+        // Callers come here once their own quick checks failed: a longer wait is ahead.
+        super::hook::before_blocking();
         let met = || flags.iter().any(|f| f.reached(self));
         let start = Instant::now();
         let deadline = start + self.timeout;
