@@ -36,7 +36,8 @@ pub fn with_hook<R>(hook: &mut dyn FnMut(), f: impl FnOnce() -> R) -> (R, bool) 
     (r, ran)
 }
 
-/// Called by a wait about to block: runs this thread's armed hook, once.
+/// Called by a wait about to block (and before a group's first collective sets up its state,
+/// which waits for every member): runs this thread's armed hook, once.
 pub(crate) fn before_blocking() {
     if let Some(hook) = HOOK.with(|h| h.take()) {
         // SAFETY: armed by `with_hook` in this thread, whose frame keeps the hook alive and

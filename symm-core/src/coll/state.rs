@@ -246,6 +246,8 @@ impl CollState {
     /// The state of `group`, allocating the workspace collectively on first use.
     pub fn of<'g, B: Backend + ?Sized>(b: &B, group: &'g Group) -> Result<&'g CollState> {
         let st = group.extension(|| {
+            // Collective allocations and a barrier follow: they wait for every member.
+            super::hook::before_blocking();
             let rank = b.rank();
             let me = group.member().at(rank)?.index();
             let tun = Tunables::from_env().at(rank)?;
