@@ -53,6 +53,33 @@ def expect(cls, fn, *needles, rank=None):
     raise AssertionError(f"expected {cls.__name__}, nothing was raised")
 
 
+def other_threads_run_while_waiting(rank, call, sync):
+    """After ``sync()``, every rank runs ``call()``, rank 0 at once and its peers 0.6 s late;
+    asserts that a thread of rank 0 kept running meanwhile (the call released the GIL while it
+    waited for them)."""
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0.01)
+
+    th = threading.Thread(target=ticker)
+    sync()
+    if rank == 0:
+        th.start()
+        t0 = time.monotonic()
+        call()
+        waited = time.monotonic() - t0
+        stop.set()
+        th.join()
+        assert waited > 0.3 and len(ticks) > 10, (waited, len(ticks))
+    else:
+        time.sleep(0.6)
+        call()
+
+
 def pattern(dtype, seed, n=8):
     """``n`` distinct values of ``dtype`` that depend on ``seed``."""
     base = torch.arange(n, dtype=torch.float32) + 10 * seed

@@ -8,14 +8,13 @@ every dtype) except where a low-precision transport rounds.
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 import torch
 import torch.distributed as dist
 
 import symm
-from scenarios import expect, same_bits, zero
+from scenarios import expect, other_threads_run_while_waiting, same_bits, zero
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
@@ -236,28 +235,7 @@ def collectives(rank, world):
 
     # Blocking collectives release the GIL: a thread keeps running while this rank waits in
     # an allreduce for a late peer.
-    ticks = []
-    stop = threading.Event()
-
-    def ticker():
-        while not stop.is_set():
-            ticks.append(1)
-            time.sleep(0.01)
-
-    th = threading.Thread(target=ticker)
-    symm.barrier()
-    if rank == 0:
-        th.start()
-        t = torch.ones(8)
-        t0 = time.monotonic()
-        symm.shmem_allreduce(t)
-        waited = time.monotonic() - t0
-        stop.set()
-        th.join()
-        assert waited > 0.3 and len(ticks) > 10, (waited, len(ticks))
-    else:
-        time.sleep(0.6)
-        symm.shmem_allreduce(torch.ones(8))
+    other_threads_run_while_waiting(rank, lambda: symm.shmem_allreduce(torch.ones(8)), symm.barrier)
     dist.barrier()
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import threading
 import time
 from functools import partial
 
@@ -19,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 import symm
-from scenarios import expect, same_bits
+from scenarios import expect, other_threads_run_while_waiting, same_bits
 from scenarios_coll import symmetric_like
 from symm import _api, _symm
 
@@ -162,27 +161,7 @@ def fast_path(rank, world):
 
     # Blocking in the fast path releases the GIL: a thread keeps running while this rank
     # waits for a late peer.
-    ticks = []
-    stop = threading.Event()
-
-    def ticker():
-        while not stop.is_set():
-            ticks.append(1)
-            time.sleep(0.01)
-
-    th = threading.Thread(target=ticker)
-    dist.barrier()
-    if rank == 0:
-        th.start()
-        t0 = time.monotonic()
-        takes("fast", symm.shmem_allreduce, torch.ones(8))
-        waited = time.monotonic() - t0
-        stop.set()
-        th.join()
-        assert waited > 0.3 and len(ticks) > 10, (waited, len(ticks))
-    else:
-        time.sleep(0.6)
-        takes("fast", symm.shmem_allreduce, torch.ones(8))
+    other_threads_run_while_waiting(rank, lambda: takes("fast", symm.shmem_allreduce, torch.ones(8)), dist.barrier)
 
     # Not the common case: the full path, with its results and errors.
     x = values(rank, 64, torch.float32, 7)
