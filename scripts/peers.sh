@@ -102,7 +102,7 @@ table() {
     local ip=$1
     shift
     awk -F, -v ip="$ip" '
-        function t(us) { return us >= 10000 ? sprintf("%.0f", us) : us >= 100 ? sprintf("%.1f", us) : sprintf("%.2f", us) }
+        function t(us) { return us >= 10000 ? sprintf("%.0f", us) : us >= 100 ? sprintf("%.1f", us) : us >= 1 ? sprintf("%.2f", us) : sprintf("%.3f", us) }
         function cols(k,   s, m) {   # k: the time column, 10 out of place, 14 in place
             s = best["symm", $6, k]; m = best["mpi", $6, k]
             if (s == "" || m == "") return sprintf("  %9s %9s %7s %7s %8s", "N/A", "N/A", "N/A", "N/A", "N/A")

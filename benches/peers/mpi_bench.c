@@ -419,7 +419,8 @@ static void note(const char *fmt, ...) {
 static void fmt_time(double us, char *buf, size_t cap) {
     if (us >= 10000.0) snprintf(buf, cap, "%.0f", us);
     else if (us >= 100.0) snprintf(buf, cap, "%.1f", us);
-    else snprintf(buf, cap, "%.2f", us);
+    else if (us >= 1.0) snprintf(buf, cap, "%.2f", us);
+    else snprintf(buf, cap, "%.3f", us); /* as symm-bench: a third decimal below 1 us */
 }
 
 static const char *type_name(void) { return o.dbl ? "double" : "float"; }

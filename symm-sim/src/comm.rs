@@ -40,11 +40,13 @@ pub struct SimConfig {
     pub host_id: Option<String>,
     /// Flight-recorder records per rank (0: no recorder); the same on every rank.
     pub recorder_entries: usize,
+    /// Whether the rank keeps per-operation statistics (`SYMM_STATS`).
+    pub stats: bool,
 }
 
 impl SimConfig {
-    /// From `SYMMETRIC_MEMORY_HEAP_SIZE`, `SYMMETRIC_MEMORY_TIMEOUT`, `SYMM_HOST_ID` and
-    /// `SYMM_FLIGHT_RECORDER_ENTRIES`.
+    /// From `SYMMETRIC_MEMORY_HEAP_SIZE`, `SYMMETRIC_MEMORY_TIMEOUT`, `SYMM_HOST_ID`,
+    /// `SYMM_FLIGHT_RECORDER_ENTRIES` and `SYMM_STATS`.
     pub fn from_env() -> std::result::Result<SimConfig, BootstrapError> {
         let heap_size = env::heap_size_from_env().map_err(|e| BootstrapError::Env {
             var: env::HEAP_SIZE_VAR,
@@ -61,7 +63,12 @@ impl SimConfig {
             value: std::env::var(dfx::ENTRIES_VAR).ok(),
             reason,
         })?;
-        Ok(SimConfig { heap_size, timeout, host_id: std::env::var("SYMM_HOST_ID").ok(), recorder_entries })
+        let stats = dfx::stats_from_env().map_err(|reason| BootstrapError::Env {
+            var: dfx::STATS_VAR,
+            value: std::env::var(dfx::STATS_VAR).ok(),
+            reason,
+        })?;
+        Ok(SimConfig { heap_size, timeout, host_id: std::env::var("SYMM_HOST_ID").ok(), recorder_entries, stats })
     }
 
     /// A config with the given heap size and the environment's other settings (or defaults).
@@ -71,6 +78,7 @@ impl SimConfig {
             timeout: env::DEFAULT_TIMEOUT,
             host_id: None,
             recorder_entries: dfx::recorder::DEFAULT_ENTRIES,
+            stats: true,
         });
         c.heap_size = heap_size;
         c
@@ -831,7 +839,7 @@ impl Backend for SimComm {
     }
 
     fn op_stats(&self) -> Option<&StatsTable> {
-        Some(&self.stats)
+        self.config.stats.then_some(&self.stats)
     }
 
     fn barrier_group(&self, group: &Group, timeout: Duration) -> Result<()> {

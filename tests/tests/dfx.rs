@@ -78,6 +78,51 @@ fn every_rank_reads_the_whole_nodes_flight_recorder_and_its_own_statistics() {
 }
 
 #[test]
+fn statistics_and_recorder_switch_off_without_changing_results() {
+    // Statistics off, recorder on: no statistics, records still timed.
+    let mut c = config();
+    c.stats = false;
+    let results = run_in_process(2, c, |comm| {
+        allreduce(&comm, 10).expect("allreduce");
+        assert!(dfx::stats(&comm).is_empty());
+        let mine = &dfx::records(&comm).expect("records")[0];
+        let r = mine.records.iter().find(|r| r.op == "allreduce").expect("allreduce record");
+        assert!(r.start_ns > 0 && r.end_ns >= r.start_ns, "{r:?}");
+        comm.barrier(&comm.world()).expect("barrier");
+    });
+    for (r, res) in results.into_iter().enumerate() {
+        res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
+    }
+    // Both off: nothing kept, the calls' results unchanged, and a wait still ends in a clear
+    // timeout (which names what it waited for, without the recorder's picture).
+    let mut c = config();
+    (c.stats, c.recorder_entries, c.timeout) = (false, 0, Duration::from_millis(300));
+    let results = run_in_process(2, c, |comm| {
+        let mut buf = vec![comm.rank().index() as f32 + 1.0; 10];
+        comm.allreduce(&comm.world(), LocalMut::from(&mut buf), ReduceOp::Sum, &CollOptions::default())
+            .expect("allreduce");
+        assert_eq!(buf, vec![3.0; 10]);
+        assert!(dfx::stats(&comm).is_empty());
+        assert!(dfx::records(&comm).is_err(), "the recorder is off");
+        if comm.rank().index() == 0 {
+            match allreduce(&comm, 10) {
+                Err(Error::Timeout(t)) => {
+                    assert!(t.flight_dump.is_none() && t.to_string().contains("allreduce"), "{t}")
+                }
+                other => panic!("expected a timeout, got {other:?}"),
+            }
+        } else {
+            // Stays (without calling) past rank 0's timeout, so that rank 0 times out rather
+            // than seeing this rank leave.
+            std::thread::sleep(Duration::from_millis(900));
+        }
+    });
+    for (r, res) in results.into_iter().enumerate() {
+        res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
+    }
+}
+
+#[test]
 fn the_log_sink_receives_one_line_per_operation_with_rank_and_group() {
     let lines: Arc<Mutex<Vec<(Level, String)>>> = Arc::default();
     let sink = lines.clone();

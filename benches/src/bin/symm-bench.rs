@@ -1074,14 +1074,17 @@ impl<'c> Bench<'c> {
     }
 }
 
-/// nccl-tests' time format: fewer decimals for longer times.
+/// nccl-tests' time format: fewer decimals for longer times, and a third one below a
+/// microsecond, where calls differ by nanoseconds.
 fn fmt_time(us: f64) -> String {
     if us >= 10000.0 {
         format!("{us:.0}")
     } else if us >= 100.0 {
         format!("{us:.1}")
-    } else {
+    } else if us >= 1.0 {
         format!("{us:.2}")
+    } else {
+        format!("{us:.3}")
     }
 }
 

@@ -140,6 +140,8 @@ pub struct OpEvent<'a> {
 #[must_use]
 pub struct Started<'a> {
     start_ns: u64,
+    /// Whether the operation is timed (see [`start`]).
+    timed: bool,
     /// The caller's ring and the record's index in it (looked up once per operation).
     record: Option<(FlightRing<'a>, u64)>,
 }
@@ -147,20 +149,24 @@ pub struct Started<'a> {
 /// Records the start of `ev` on `b`'s rank.
 #[inline]
 pub fn start<'a, B: Backend + ?Sized>(b: &'a B, ev: &OpEvent<'_>) -> Started<'a> {
-    let start_ns = clock::now_ns();
-    let record = b.flight_ring(b.rank()).map(|ring| {
+    let ring = b.flight_ring(b.rank());
+    // The clock is read only for someone who uses the time (two readings are a quarter of a
+    // small call's software): the recorder, the statistics, or the debug log.
+    let timed = ring.is_some() || b.op_stats().is_some() || log::enabled(Level::Debug);
+    let start_ns = if timed { clock::now_ns() } else { 0 };
+    let record = ring.map(|ring| {
         let start = RecordStart { op: ev.op, group: ev.group, seq: ev.seq, count: ev.count, dtype: ev.dtype, start_ns };
         (ring, ring.begin(&start))
     });
     symm_log!(Level::Trace, b.rank(), "{} started", describe(ev));
-    Started { start_ns, record }
+    Started { start_ns, timed, record }
 }
 
 /// Records the end of `ev` with outcome `r`: ring, statistics, log; a timeout gets the
 /// node's flight-recorder picture attached (and logged).
 #[inline]
 pub fn finish<B: Backend + ?Sized, T>(b: &B, ev: &OpEvent<'_>, s: Started<'_>, r: &mut Result<T>) {
-    let end_ns = clock::now_ns();
+    let end_ns = if s.timed { clock::now_ns() } else { 0 };
     if let Err(Error::Timeout(t)) = r {
         // Before this rank's own record is marked failed: the picture shows it still waiting.
         attach_flight(b, t);
@@ -394,6 +400,23 @@ pub fn entries_from_env() -> std::result::Result<usize, String> {
             }
         },
         Err(_) => Ok(recorder::DEFAULT_ENTRIES),
+    }
+}
+
+/// The environment variable that turns the per-operation statistics off (`0`, `false`, `no`,
+/// `off`; on by default).
+pub const STATS_VAR: &str = "SYMM_STATS";
+
+/// Whether `SYMM_STATS` leaves the statistics on (the default); an invalid value is an error
+/// naming the variable.
+pub fn stats_from_env() -> std::result::Result<bool, String> {
+    match std::env::var(STATS_VAR) {
+        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" => Ok(false),
+            _ => Err(format!("{STATS_VAR} = {v:?}: expected 1/0 (true/false, yes/no, on/off)")),
+        },
+        Err(_) => Ok(true),
     }
 }
 
