@@ -6,9 +6,9 @@
 # (smallest) time of each program over the N runs.
 #
 # Usage: scripts/peers.sh [-b MIN] [-e MAX] [-f FACTOR] [-g RANKS] [-n ITERS] [-w WARMUP]
-#                         [-r REPS] [--pin 0|1] [--no-build] [op ...]
+#                         [-r REPS] [--pin 0|1] [--touch 0|1] [--no-build] [op ...]
 #   ops: all_reduce reduce_scatter all_gather alltoall sendrecv broadcast pingpong (default: all)
-#   -b/-e/-f/-g/-n/-w/--pin mean what they mean to symm-bench (same defaults); both programs get
+#   -b/-e/-f/-g/-n/-w/--pin/--touch mean what they mean to symm-bench (same defaults); both programs get
 #   the same values. -r REPS: runs of each program per op, alternating (default 1).
 #   --no-build uses the symm-bench binary already built.
 #   MPI_OPTS (environment): the mpirun options; the default is the best measured on a 2-core
@@ -32,7 +32,7 @@ usage() {
     exit 2
 }
 
-min=8 max=64M factor=2 ranks=2 iters=20 warmup=5 pin=1 build=1 reps=1
+min=8 max=64M factor=2 ranks=2 iters=20 warmup=5 pin=1 touch=0 build=1 reps=1
 ops=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -44,6 +44,7 @@ while [ $# -gt 0 ]; do
         -w) warmup=$2; shift 2 ;;
         -r) reps=$2; shift 2 ;;
         --pin) pin=$2; shift 2 ;;
+        --touch) touch=$2; shift 2 ;;
         --no-build) build=0; shift ;;
         -h | --help) usage ;;
         -*) echo "peers.sh: unknown option $1" >&2; usage ;;
@@ -77,7 +78,7 @@ mpicc -O2 -o "$out/mpi_bench" benches/peers/mpi_bench.c
 symm=target/release/symm-bench
 [ -x "$symm" ] || { echo "peers.sh: $symm is missing (run without --no-build)" >&2; exit 2; }
 
-common=(-b "$min" -e "$max" -f "$factor" -n "$iters" -w "$warmup" --pin "$pin" --csv)
+common=(-b "$min" -e "$max" -f "$factor" -n "$iters" -w "$warmup" --pin "$pin" --touch "$touch" --csv)
 # shellcheck disable=SC2206 # MPI_OPTS is a list of words
 mpirun=(mpirun --allow-run-as-root --oversubscribe -np "$ranks" $MPI_OPTS)
 
@@ -140,7 +141,7 @@ header() {
 }
 
 lib=$( ("${mpirun[@]}" "$out/mpi_bench" broadcast -b 8 -e 8 -c 0 --pin 0 2>&1 || true) | sed -n 's/^# library: //p' | cut -d, -f1)
-echo "# symm vs MPI: ranks $ranks, sizes $min .. $max x$factor, iters $iters, warmup $warmup, pinned $pin, dtype float"
+echo "# symm vs MPI: ranks $ranks, sizes $min .. $max x$factor, iters $iters, warmup $warmup, pinned $pin, touched inputs $touch, dtype float"
 echo "# machine: nproc $(nproc), $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
 echo "# symm: $symm (symmetric-heap buffers); MPI: ${lib:-Open MPI}, mpirun ${mpirun[*]:1}"
 echo "# time: mean per iteration, slowest rank (us), best of $reps run(s) each, alternating; busbw in GB/s"

@@ -3,7 +3,7 @@
  * same way so that the two tables can be put side by side (scripts/peers.sh does).
  *
  *   mpirun -np N mpi_bench <op> [-b minbytes] [-e maxbytes] [-f factor] [-d float|double]
- *                               [-n iters] [-w warmup] [-c 0|1] [--pin 0|1] [--csv]
+ *                               [-n iters] [-w warmup] [-c 0|1] [--pin 0|1] [--touch 0|1] [--csv]
  *
  * <op> and the MPI call of each form (out of place / in place):
  *   all_reduce      MPI_Allreduce(sum)             / MPI_Allreduce(MPI_IN_PLACE)
@@ -63,7 +63,7 @@ enum form { OOP = 0, IP = 1 };
 struct options {
     enum op op;
     size_t min_bytes, max_bytes, factor;
-    int iters, warmup, check, pin, csv;
+    int iters, warmup, check, pin, touch, csv;
     int dbl; /* 0: float, 1: double */
 };
 
@@ -148,6 +148,7 @@ static const char *USAGE =
     "  -w ITERS      warm-up iterations per size (default 5; fewer from 16 MiB up)\n"
     "  -c 0|1        check results (default 1)\n"
     "  --pin 0|1     pin rank r to allowed CPU r % count (default 1)\n"
+    "  --touch 0|1   rewrite one byte per 64-byte line of the input before every call (default 0)\n"
     "  --csv         symm-bench's CSV rows on stdout (comments go to stderr)\n";
 
 /* Returns NULL on success, else an error message ("" asks for the usage text). */
@@ -185,6 +186,7 @@ static const char *parse_args(int argc, char **argv) {
         else if (!strcmp(a, "-w")) bad = parse_int(v, 0, &o.warmup);
         else if (!strcmp(a, "-c")) bad = parse_int(v, 0, &o.check) || o.check > 1;
         else if (!strcmp(a, "--pin")) bad = parse_int(v, 0, &o.pin) || o.pin > 1;
+        else if (!strcmp(a, "--touch")) bad = parse_int(v, 0, &o.touch) || o.touch > 1;
         else if (!strcmp(a, "-d")) {
             if (!strcasecmp(v, "float")) o.dbl = 0;
             else if (!strcasecmp(v, "double")) o.dbl = 1;
@@ -276,8 +278,29 @@ static double as_dtype(double v) { return o.dbl ? v : (double)(float)v; }
 
 /* ---- the operation ---- */
 
+/* As symm-bench --touch: one byte per 64-byte line of len elements at buf + at, rewritten. */
+static void touch(unsigned char *buf, size_t at, size_t len) {
+    volatile unsigned char *p = buf + at * DSIZE;
+    for (size_t i = 0; i < len * DSIZE; i += 64)
+        p[i] = p[i];
+}
+
+/* This rank's input of one call (as symm-bench's), rewritten when --touch 1. */
+static void touch_input(enum form f, size_t c) {
+    size_t n = (size_t)n_ranks, r = (size_t)me;
+    switch (o.op) {
+    case ALL_REDUCE: case SENDRECV: touch(A, 0, c); break;
+    case REDUCE_SCATTER: case ALLTOALL: touch(A, 0, n * c); break;
+    case ALL_GATHER: if (f == OOP) touch(A, 0, c); else touch(B, r * c, c); break;
+    case BROADCAST: if (me == 0) touch(A, 0, c); break;
+    case PINGPONG: if (me < 2) touch(B, 0, c); break;
+    default: break;
+    }
+}
+
 static void once(enum form f, size_t c) {
     int n = n_ranks, ic = (int)c;
+    if (o.touch) touch_input(f, c);
     int next = (me + 1) % n, prev = (me + n - 1) % n;
     switch (o.op) {
     case ALL_REDUCE:
@@ -541,8 +564,9 @@ int main(int argc, char **argv) {
         MPI_Get_library_version(lib, &len);
         char *nl = strchr(lib, '\n');
         if (nl) *nl = 0;
-        note("# mpi_bench %s: ranks %d, dtype %s, op %s, iters %d, warmup %d, pinned %s, buffers host",
-             OP_NAMES[o.op], n_ranks, type_name(), redop_name(), o.iters, o.warmup, o.pin ? "yes" : "no");
+        note("# mpi_bench %s: ranks %d, dtype %s, op %s, iters %d, warmup %d, pinned %s, buffers host, inputs %s",
+             OP_NAMES[o.op], n_ranks, type_name(), redop_name(), o.iters, o.warmup, o.pin ? "yes" : "no",
+             o.touch ? "rewritten before every call (--touch 1)" : "unchanged between calls");
         note("# library: %s", lib);
         note("# machine: nproc %ld", sysconf(_SC_NPROCESSORS_ONLN));
         note("# sizes %zu .. %zu B x%zu, iters scaled from 1 MiB (min(n, max(3, 2^28/size))), check %s", o.min_bytes,

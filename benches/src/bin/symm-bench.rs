@@ -97,6 +97,8 @@ const USAGE: &str = "usage: symm-bench <op> [options]
   -c 0|1        check results (default 1)
   --pin 0|1     pin rank r to CPU r % nproc (default 1)
   --host 0|1    1: ordinary host vectors instead of symmetric-heap buffers (default 0)
+  --touch 0|1   1: rewrite one byte per 64-byte line of this rank's input before every call, as a
+                training step produces new inputs (timed; default 0, like nccl-tests)
   --csv         machine-readable rows on stdout (comments go to stderr)";
 
 /// The benchmarked operation.
@@ -217,6 +219,8 @@ struct Options {
     check: bool,
     pin: bool,
     host: bool,
+    /// Rewrite the inputs before every call (see the usage text).
+    touch: bool,
     csv: bool,
 }
 
@@ -235,6 +239,7 @@ impl Options {
             check: true,
             pin: true,
             host: false,
+            touch: false,
             csv: false,
         }
     }
@@ -312,6 +317,7 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
             "-c" | "--check" => o.check = flag01(flag, v)?,
             "--pin" => o.pin = flag01(flag, v)?,
             "--host" => o.host = flag01(flag, v)?,
+            "--touch" => o.touch = flag01(flag, v)?,
             other => return Err(format!("unknown option {other:?}")),
         }
     }
@@ -558,7 +564,7 @@ fn launch(args: &[String], o: &Options) -> i32 {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let yes = |b: bool| if b { "yes" } else { "no" };
     out.note(&format!(
-        "# symm-bench {}: ranks {}, dtype {}, op {}, iters {}, warmup {}, pinned {}, buffers {}",
+        "# symm-bench {}: ranks {}, dtype {}, op {}, iters {}, warmup {}, pinned {}, buffers {}, inputs {}",
         o.op.name(),
         o.ranks,
         type_name(o.dtype),
@@ -566,7 +572,8 @@ fn launch(args: &[String], o: &Options) -> i32 {
         o.iters,
         o.warmup,
         yes(o.pin),
-        if o.host { "host" } else { "heap" }
+        if o.host { "host" } else { "heap" },
+        if o.touch { "rewritten before every call (--touch 1)" } else { "unchanged between calls" }
     ));
     out.note(&format!("# machine: nproc {nproc}, cpu {model}, Linux {}", kernel.trim()));
     out.note(&format!("# command: symm-bench {}", args.join(" ")));
@@ -703,6 +710,19 @@ impl Region {
 
     fn sym(&self) -> &SymmBuffer {
         self.sym.as_ref().expect("put and pingpong targets live in the heap")
+    }
+
+    /// Rewrites one byte (with its own value) in every 64-byte line of elements `at..at + len`:
+    /// the lines become modified in this core's cache, as freshly computed inputs are, so a
+    /// peer reading them pays the transfer (unchanged inputs stay shared in both caches after
+    /// the first call, which flatters libraries that read peers' inputs in place).
+    fn touch(&self, at: usize, len: usize) {
+        let (p, bytes) = (self.at(at, len), len * self.dtype.size());
+        for i in (0..bytes).step_by(64) {
+            // SAFETY: inside the region (checked by `at`); this rank's memory, which no call
+            // is using now (between operations).
+            unsafe { p.add(i).write_volatile(p.add(i).read_volatile()) };
+        }
     }
 
     /// Writes `f(i)` into elements `at + i`, `i < len`.
@@ -905,6 +925,11 @@ impl<'c> Bench<'c> {
     fn once(&self, form: Form, c: usize) -> symm_core::Result<()> {
         let (comm, g, opts, op) = (self.comm, &self.world, &self.copts, self.o.redop);
         let (a, b, n, me) = (&self.a, &self.b, self.n, self.me);
+        if self.o.touch {
+            if let Some((region, at, len)) = self.input(form, c) {
+                region.touch(at, len);
+            }
+        }
         match (self.o.op, form) {
             (Op::AllReduce, Form::OutOfPlace) => comm.allreduce_into(g, a.r(0, c), b.m(0, c), op, opts),
             (Op::AllReduce, Form::InPlace) => comm.allreduce(g, a.m(0, c), op, opts),
@@ -941,6 +966,20 @@ impl<'c> Bench<'c> {
                 }
             }
             (Op::Put | Op::PingPong, _) => Ok(()),
+        }
+    }
+
+    /// The input of one call of `form` at count `c` on this rank (region, first element,
+    /// elements), if it has one.
+    fn input(&self, form: Form, c: usize) -> Option<(&Region, usize, usize)> {
+        let (a, b, n, me) = (&self.a, &self.b, self.n, self.me);
+        match (self.o.op, form) {
+            (Op::AllReduce | Op::SendRecv, _) | (Op::AllGather, Form::OutOfPlace) => Some((a, 0, c)),
+            (Op::ReduceScatter | Op::AllToAll, _) => Some((a, 0, n * c)),
+            (Op::AllGather, Form::InPlace) => Some((b, me * c, c)),
+            (Op::Broadcast, _) => (me == 0).then_some((a, 0, c)),
+            (Op::Put, _) => (me == 0).then_some((b, 0, c)),
+            (Op::PingPong, _) => (me < 2).then_some((b, 0, c)),
         }
     }
 
