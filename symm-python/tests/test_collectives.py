@@ -46,5 +46,34 @@ def test_perf_entry_point_runs_every_op_through_symm_and_gloo_and_checks_results
     rows = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
     assert len(rows) == 6 * 3, text
     for row in rows:
-        assert len(row) == 8 and row[-1] == "0", row  # size, count, 2 times, 2 busbw, ratio, #wrong
+        # size, count, 2 times, 2 busbw, bound, 2 %bound, ratio, #wrong
+        assert len(row) == 11 and row[-1] == "0", row
+        symm_us, bound_us, symm_pct = float(row[2]), float(row[6]), float(row[7])
+        assert bound_us > 0 and symm_pct == pytest.approx(100 * bound_us / symm_us, rel=0.02, abs=0.2), row
     assert "symm(us)" in text and "gloo(us)" in text and "wrong elements in total: 0" in text, text
+    assert "# copy: 1 rank" in text and "bound(us)" in text and "symm %bnd" in text, text
+
+
+def test_perf_bound_follows_the_traffic_model_and_can_be_left_out(tmp_path):
+    from symm import perf
+
+    # 1 MiB all_reduce on 2 ranks: each rank reads and writes 2 MiB, 4 MiB together. Copying at
+    # 10 GB/s for one rank and 15 GB/s for both together, the machine's share (4 MiB at 2 x 15
+    # GB/s, 140 us) takes longer than one rank's (2 MiB at 2 x 10 GB/s, 105 us): it is the bound.
+    mib = float(1 << 20)
+    bw = (10e9, 15e9, 2)
+    assert perf.traffic("all_reduce", mib, 2) == (4 * mib, 2 * mib)
+    assert perf.bound_seconds("all_reduce", mib, 2, bw) == pytest.approx(4 * mib / 30e9)
+    assert perf.bound_seconds("all_reduce", mib, 2, (5e9, 15e9, 2)) == pytest.approx(2 * mib / 10e9)
+    assert perf.traffic("broadcast", mib, 4) == (6 * mib, 2 * mib)
+    assert perf.traffic("reduce_scatter", mib, 4) == (4 * (mib + mib / 4), mib + mib / 4)
+    env = dict(DEFAULT_ENV)
+    env.pop("SYMMETRIC_MEMORY_HEAP_SIZE")
+    env = {**os.environ, **env}
+    cmd = [sys.executable, "-m", "symm.perf", "-b", "1K", "-e", "1K", "-n", "2", "-w", "1", "-g", "2"]
+    cmd += ["-o", "all_reduce", "--backends", "symm", "--bound", "0"]
+    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    assert "bound" not in out.stdout and "# copy" not in out.stdout, out.stdout
+    rows = [line.split() for line in out.stdout.splitlines() if line and not line.startswith("#")]
+    assert [len(r) for r in rows] == [5], out.stdout  # size, count, time, busbw, #wrong

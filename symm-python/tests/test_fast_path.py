@@ -53,12 +53,12 @@ def test_perf_native_column_times_the_rust_api_in_the_same_run(tmp_path):
             rows.setdefault(op, []).append(line.split())
     assert len(rows["all_reduce"]) == 3 and len(rows["broadcast"]) == 3, text
     for row in rows["all_reduce"]:
-        # size, count, symm, rust, 2 busbw, py/rust, #wrong
-        assert len(row) == 8 and row[-1] == "0", row
-        symm_us, rust_us, ratio = float(row[2]), float(row[3]), float(row[6])
+        # size, count, symm, rust, 2 busbw, bound, 2 %bound, py/rust, #wrong
+        assert len(row) == 11 and row[-1] == "0", row
+        symm_us, rust_us, ratio = float(row[2]), float(row[3]), float(row[9])
         assert 0 < rust_us and 0 < symm_us and ratio == pytest.approx(symm_us / rust_us, rel=0.05, abs=0.02), row
     for row in rows["broadcast"]:
-        assert row[3] == "N/A" and row[5] == "N/A" and row[6] == "N/A" and row[-1] == "0", row
+        assert row[3] == "N/A" and row[5] == "N/A" and row[8] == "N/A" and row[9] == "N/A" and row[-1] == "0", row
 
 
 def test_perf_backend_and_native_options_are_checked():

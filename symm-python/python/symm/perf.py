@@ -29,6 +29,16 @@ processes, right after the Python timing) timed by a loop in Rust
 times in place), and ``py/rust``, symm's time through the Python API divided by that: the cost
 of the Python API measured in one run. Other operations show ``N/A`` there.
 
+Memory-bandwidth bound (as ``symm-bench``): before the operations the ranks measure a copy of
+256 MiB (``Tensor.copy_``, one thread per rank, best of 3) by rank 0 alone (B1) and by
+``T = min(ranks, CPUs)`` ranks at once (BT, the sum). For each operation and size, ``traffic``
+gives the bytes every rank must at least read plus write (each input byte read once, each output
+byte written once, reductions split evenly), and ``bound(us)`` is
+``max(total traffic / (2 x BT), largest traffic of one rank / (2 x B1))``: the time of plain
+copies of those bytes. ``<backend> %bnd`` is ``bound / time``, the fraction of the bound reached
+(DRAM bandwidths: sizes that fit in the caches can exceed 100%; small sizes are latency-bound).
+``--bound 0`` leaves the measurement and the columns out.
+
 ``SYMMETRIC_MEMORY_HEAP_SIZE`` defaults to what the largest size needs when it is not set.
 """
 
@@ -53,6 +63,9 @@ RATIOS = {
     "py/rust": ("symm", "rust", "symm's time through the Python API / through the Rust API (rust column)"),
 }
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
+#: Bytes and rounds of the copy-bandwidth measurement (as symm-bench's).
+COPY_BYTES = 256 << 20
+COPY_ROUNDS = 3
 
 
 def parse_size(text: str) -> int:
@@ -97,6 +110,12 @@ def parser() -> argparse.ArgumentParser:
         help="1: pin rank r to allowed CPU r %% CPUs after start-up, as symm-bench --pin 1 does (default 0)",
     )
     p.add_argument(
+        "--bound",
+        type=int,
+        default=1,
+        help="1 (default): measure the copy bandwidth and print each size's memory-bandwidth bound and %% reached",
+    )
+    p.add_argument(
         "--native",
         type=int,
         default=0,
@@ -130,6 +149,8 @@ def validate(args: argparse.Namespace) -> None:
         raise SystemExit(f"symm.perf: --pin {args.pin}: expected 0 or 1")
     if args.native not in (0, 1):
         raise SystemExit(f"symm.perf: --native {args.native}: expected 0 or 1")
+    if args.bound not in (0, 1):
+        raise SystemExit(f"symm.perf: --bound {args.bound}: expected 0 or 1")
     if args.native and "symm" not in backends:
         raise SystemExit("symm.perf: --native 1 times symm's all_reduce in Rust: it needs the symm backend")
 
@@ -336,6 +357,57 @@ class MpiBackend(Backend):
 DT: Any = None  # the torch dtype of the run (set in each rank)
 
 
+def traffic(op: str, size: float, n: int) -> Tuple[float, float]:
+    """(bytes all ranks together, bytes of the busiest rank) that ``op`` on ``size`` bytes must at
+    least read plus write (symm-bench's model; all_gather out of place)."""
+    per_rank = {
+        "all_reduce": 2 * size,
+        "alltoall": 2 * size,
+        "sendrecv": 2 * size,
+        "reduce_scatter": size + size / n,
+        "all_gather": size / n + size,
+    }
+    if op == "broadcast":
+        return (n - 1) * 2 * size, 2 * size
+    return n * per_rank[op], per_rank[op]
+
+
+def bound_seconds(op: str, size: float, n: int, bw: Tuple[float, float, int]) -> float:
+    """The memory-bandwidth bound of ``op`` on ``size`` bytes at copy bandwidths ``bw``
+    (one rank, all copying ranks together, their number)."""
+    one, together, _ = bw
+    total, busiest = traffic(op, size, n)
+    return max(total / (2 * together), busiest / (2 * one))
+
+
+def copy_bandwidth(rank: int, n: int, nbytes: int = COPY_BYTES) -> Tuple[float, float, int]:
+    """Bytes copied per second by rank 0 alone and by ``T = min(n, CPUs)`` ranks at once (sum),
+    best of ``COPY_ROUNDS``, and ``T``. Every rank calls it (it synchronises them)."""
+    import torch
+    import torch.distributed as dist
+
+    def best(active: bool, share: int) -> float:
+        if active:
+            src = torch.ones(share, dtype=torch.uint8)
+            dst = torch.empty_like(src)
+            dst.copy_(src)  # pages faulted in before the timed rounds
+        took = math.inf
+        for _ in range(COPY_ROUNDS):
+            dist.barrier()
+            t0 = time.perf_counter()
+            if active:
+                dst.copy_(src)
+            stat = torch.tensor([time.perf_counter() - t0 if active else 0.0], dtype=torch.float64)
+            dist.all_reduce(stat, op=dist.ReduceOp.MAX)  # a round lasts until the slowest rank
+            took = min(took, stat.item())
+        return took
+
+    one = nbytes / best(rank == 0, nbytes)
+    together = min(n, os.cpu_count() or 1)
+    share = nbytes // together
+    return one, share * together / best(rank < together, share), together
+
+
 def shapes(op: str, size: int, n: int, esize: int) -> Tuple[int, int, int]:
     """(count, send elements, receive elements) of one rank for ``size`` bytes."""
     if op in ("reduce_scatter", "all_gather", "alltoall"):
@@ -434,6 +506,7 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
         backends.append(MpiBackend(mpi_comm))
     names = [b.name for b in backends]
     ratios = [r for r, (a, b, _) in RATIOS.items() if a in names and b in names]
+    bw = copy_bandwidth(rank, n) if args.bound else None
     out = sys.stdout
     if rank == 0:
         out.write(
@@ -443,12 +516,20 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
             + "".join(f"; {r}: {RATIOS[r][2]}" for r in ratios)
             + "\n"
         )
+        if bw is not None:
+            out.write(
+                f"# copy: 1 rank {bw[0] / 1e9:.2f} GB/s, {bw[2]} ranks at once {bw[1] / 1e9:.2f} GB/s "
+                f"({COPY_BYTES >> 20} MiB, best of {COPY_ROUNDS}); bound(us): time of plain copies of the bytes "
+                "the op must read and write; %bnd: bound / time\n"
+            )
     total_wrong = 0
     for op in args.ops:
         if rank == 0:
             head = f"{'size':>10} {'count':>10}"
             head += "".join(f" {nm + '(us)':>11}" for nm in names)
             head += "".join(f" {nm + ' busbw':>11}" for nm in names)
+            if bw is not None:
+                head += f" {'bound(us)':>10}" + "".join(f" {nm + ' %bnd':>10}" for nm in names)
             head += "".join(f" {r:>9}" for r in ratios)
             head += f" {'#wrong':>7}"
             out.write(f"\n# {op}  (busbw factor {bus_factor(op, n):.3g})\n#{head[1:]}\n")
@@ -470,7 +551,10 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
                 by = dict(zip(names, times))
                 line = f"{moved:>10} {c:>10}"
                 line += "".join(f" {_num(t * 1e6, '.2f'):>11}" for t in times)
-                line += "".join(f" {_num(bw, '.4g'):>11}" for bw in bws)
+                line += "".join(f" {_num(b, '.4g'):>11}" for b in bws)
+                if bw is not None:
+                    bound = bound_seconds(op, moved, n, bw)
+                    line += f" {bound * 1e6:>10.2f}" + "".join(f" {_num(100 * bound / t, '.1f'):>10}" for t in times)
                 line += "".join(f" {_num(by[RATIOS[r][0]] / by[RATIOS[r][1]], '.2f'):>9}" for r in ratios)
                 line += f" {wrong:>7}"
                 out.write(line + "\n")
