@@ -138,8 +138,8 @@ impl PyCommunicator {
         self.run_allreduce(py, g, t, op, lp)
     }
 
-    /// The in-place allreduce of a checked tensor, the GIL released once the call is about to
-    /// block: what the full path and the fast path ([`crate::fast`]) both end in.
+    /// The in-place allreduce of a checked tensor, the GIL released as [`gil_released`] says:
+    /// what the full path and the fast path ([`crate::fast`]) both end in.
     pub(crate) fn run_allreduce(
         &self,
         py: Python<'_>,
@@ -156,7 +156,7 @@ impl PyCommunicator {
             let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };
             comm.allreduce(g, buf, op, &options(lp))
         };
-        gil_released_when_blocking(py, run).py(py)
+        gil_released(py, t.len * t.dtype.size(), run).py(py)
     }
 
     /// Seconds taken by `iters` in-place sum allreduces of `t`, in one native loop with the GIL
@@ -202,11 +202,25 @@ impl PyCommunicator {
             check_len(py, me, "input_tensor", &i, n * o.len, why)?;
             Ok((o, i, op_arg(py, me, op)?, low_precision_arg(py, me, low_precision)?))
         })?;
+        self.run_reduce_scatter(py, g, o, i, op, lp)
+    }
+
+    /// The reduce_scatter of checked tensors (`i` holds the group size times `o`'s elements,
+    /// same dtype): what the full path and the fast path both end in.
+    pub(crate) fn run_reduce_scatter(
+        &self,
+        py: Python<'_>,
+        g: &Group,
+        o: Local,
+        i: Local,
+        op: ReduceOp,
+        lp: Option<DType>,
+    ) -> PyResult<()> {
         let comm = self.comm();
-        py.detach(|| {
+        gil_released(py, i.len * i.dtype.size(), || {
             // SAFETY: `o` and `i` describe the caller's contiguous host tensors, held for the
-            // call (the `Desc` contract); the core checks that they are identical parts or
-            // disjoint.
+            // call (the `Desc` contract, which the fast path keeps too); the core checks that
+            // they are identical parts or disjoint.
             let (out, inp) = unsafe {
                 (
                     LocalMut::from_raw(o.ptr as *mut u8, o.len, o.dtype),
@@ -235,9 +249,15 @@ impl PyCommunicator {
             check_len(py, me, "output_tensor", &o, n * i.len, why)?;
             Ok((o, i))
         })?;
+        self.run_allgather(py, g, o, i)
+    }
+
+    /// The allgather of checked tensors (`o` holds the group size times `i`'s elements, same
+    /// dtype): what the full path and the fast path both end in.
+    pub(crate) fn run_allgather(&self, py: Python<'_>, g: &Group, o: Local, i: Local) -> PyResult<()> {
         let comm = self.comm();
-        py.detach(|| {
-            // SAFETY: as in `coll_reduce_scatter`.
+        gil_released(py, o.len * o.dtype.size(), || {
+            // SAFETY: as in `run_reduce_scatter`.
             let (out, inp) = unsafe {
                 (
                     LocalMut::from_raw(o.ptr as *mut u8, o.len, o.dtype),
@@ -336,9 +356,15 @@ impl PyCommunicator {
         let (t, root) = self.checked(py, g, || {
             Ok((self.local(py, tensor, "tensor")?, group_rank_arg(py, me, g, "src_rank", src_rank)?))
         })?;
+        self.run_broadcast(py, g, t, root)
+    }
+
+    /// The broadcast of a checked tensor from group rank `root` (a rank of `g`): what the full
+    /// path and the fast path both end in.
+    pub(crate) fn run_broadcast(&self, py: Python<'_>, g: &Group, t: Local, root: usize) -> PyResult<()> {
         let comm = self.comm();
-        py.detach(|| {
-            // SAFETY: as in `coll_allreduce`.
+        gil_released(py, t.len * t.dtype.size(), || {
+            // SAFETY: as in `run_allreduce`.
             let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };
             comm.broadcast(g, buf, root, &CollOptions::default())
         })
@@ -385,6 +411,27 @@ impl PyCommunicator {
             comm.recv(g, buf, src, &CollOptions::default())
         })
         .py(py)
+    }
+}
+
+/// Calls up to this many bytes keep the GIL until they block ([`gil_released_when_blocking`]);
+/// larger ones release it for the whole call, as their copies may take long enough to stall
+/// other Python threads (64 KiB take a few microseconds, where the ~40 ns of a release no longer
+/// count).
+const GIL_HOLD_MAX_BYTES: usize = 64 << 10;
+
+/// Runs the core call `f` of a collective moving `bytes` with the GIL released for other
+/// Python threads: only once it is about to block for a small call, for the whole call for a
+/// large one (see [`GIL_HOLD_MAX_BYTES`]).
+fn gil_released<R, F>(py: Python<'_>, bytes: usize, f: F) -> R
+where
+    F: pyo3::marker::Ungil + FnOnce() -> R,
+    R: pyo3::marker::Ungil,
+{
+    if bytes <= GIL_HOLD_MAX_BYTES {
+        gil_released_when_blocking(py, f)
+    } else {
+        py.detach(f)
     }
 }
 

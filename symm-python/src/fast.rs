@@ -1,6 +1,6 @@
-//! The fast path of the public collectives: `symm.shmem_allreduce` is this module's native
-//! function, which runs the common case itself and hands every other call to the full path in
-//! Python (`symm._api`).
+//! The fast path of the public collectives: `symm.shmem_allreduce`, `shmem_reduce_scatter`,
+//! `shmem_allgather` and `shmem_broadcast` are this module's native functions, which run the
+//! common case themselves and hand every other call to the full path in Python (`symm._api`).
 //!
 //! The full path checks the profiler, resolves the group, asks the platform adapter to describe
 //! each tensor as a [`Desc`](crate::comm::Desc) tuple (dtype and device as strings), and the
@@ -29,16 +29,17 @@
 //!
 //! **The common case**: the fast path enabled (by `symm.init`), no profiler recording, every
 //! argument given as a value it recognises (`group` None or a group the API already resolved,
-//! that this rank belongs to; no low-precision format; an op by name or code) and plain
-//! contiguous CPU tensors of supported dtypes. Anything else goes to the full path **before
+//! that this rank belongs to; no low-precision format; an op by name or code; a source rank as
+//! an `int` of the group) and plain contiguous CPU tensors of supported dtypes (two tensors:
+//! the same dtype, and the element counts the operation relates). Anything else goes to the full path **before
 //! anything was done** (no round joined, nothing rejected, no error raised) with the arguments
 //! as given, so every error keeps its class and message, a rejected round still lets the peers
 //! fail at once instead of waiting, and profiler ranges are recorded. Errors of the collective
 //! itself (Mismatch, Timeout, PeerRejected, ...) come from the core call both paths end in.
 //!
 //! The collective runs exactly as on the full path: the same core call
-//! ([`PyCommunicator::run_allreduce`]), which keeps the GIL while it spins and releases it
-//! when it is about to block (a collective may wait for its peers; holding the GIL then would
+//! ([`PyCommunicator::run_allreduce`] and its siblings), which for small messages keeps the GIL
+//! while it spins and releases it when it is about to block (a collective may wait for its peers; holding the GIL then would
 //! stall every other Python thread for as long as the slowest peer takes). Releasing and
 //! retaking the GIL (about 40 ns) was most of what a call cost beyond the core's own work (on
 //! one rank about 60 ns, of which the GIL ~40, the shim's six reads ~15, the profiler flag ~4;
@@ -555,6 +556,13 @@ impl FastSpec {
         cached.cast_into::<PyGroup>().ok().map(FastGroup::Cached)
     }
 
+    /// [`FastSpec::group`], when this rank is a member (the world's membership was checked
+    /// once, in [`FastSpec::new`]).
+    fn member_group<'a, 'py>(&'a self, group: Option<&Bound<'py, PyAny>>) -> Option<FastGroup<'a, 'py>> {
+        let g = self.group(group)?;
+        (!matches!(g, FastGroup::Cached(_)) || g.get().member().is_ok()).then_some(g)
+    }
+
     /// `tensor` as a checked local range when it is a plain contiguous CPU tensor of a supported
     /// dtype (what `Platform.describe` and the communicator check on the full path); `None`
     /// for anything else, including a tensor whose attributes raise (the exception is dropped:
@@ -644,22 +652,28 @@ pub(crate) fn enable(py: Python<'_>, comm: Py<PyCommunicator>, spec: FastSpec) {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     AllReduce,
+    ReduceScatter,
+    AllGather,
+    Broadcast,
 }
 
 /// The most parameters of a [`Kind`].
-const MAX_PARAMS: usize = 4;
+const MAX_PARAMS: usize = 5;
 
 /// A call's arguments by parameter position, borrowed from the caller (`None`: not given, the
 /// default applies).
 type Args<'a, 'py> = [Option<Borrowed<'a, 'py, PyAny>>; MAX_PARAMS];
 
 impl Kind {
-    const ALL: [Kind; 1] = [Kind::AllReduce];
+    const ALL: [Kind; 4] = [Kind::AllReduce, Kind::ReduceScatter, Kind::AllGather, Kind::Broadcast];
 
     /// The name `set_full_path` registers the full path under.
     fn name(self) -> &'static str {
         match self {
             Kind::AllReduce => "allreduce",
+            Kind::ReduceScatter => "reduce_scatter",
+            Kind::AllGather => "allgather",
+            Kind::Broadcast => "broadcast",
         }
     }
 
@@ -667,6 +681,9 @@ impl Kind {
     fn params(self) -> &'static [&'static str] {
         match self {
             Kind::AllReduce => &["tensor", "op", "group", "low_precision_dtype"],
+            Kind::ReduceScatter => &["output_tensor", "input_tensor", "op", "group", "low_precision_dtype"],
+            Kind::AllGather => &["output_tensor", "input_tensor", "group"],
+            Kind::Broadcast => &["tensor", "src_rank", "group"],
         }
     }
 
@@ -674,6 +691,7 @@ impl Kind {
     fn required(self) -> usize {
         match self {
             Kind::AllReduce => 1,
+            Kind::ReduceScatter | Kind::AllGather | Kind::Broadcast => 2,
         }
     }
 
@@ -814,21 +832,50 @@ impl Kind {
             return Ok(false);
         }
         let comm = fast.comm.get();
+        // No format given (`None` given is none).
+        let no_format = |lp: &Option<Borrowed<'_, '_, PyAny>>| !lp.is_some_and(|l| !l.is_none());
         match self {
             Kind::AllReduce => {
-                let [Some(tensor), op, group, lp] = a else { return Ok(false) };
-                if lp.is_some_and(|l| !l.is_none()) {
-                    return Ok(false);
-                }
-                let Some(op) = reduce_op(op.as_deref()) else { return Ok(false) };
-                let Some(g) = f.group(group.as_deref()) else { return Ok(false) };
-                // The world's membership was checked once (`FastSpec::new`).
-                if matches!(g, FastGroup::Cached(_)) && g.get().member().is_err() {
-                    return Ok(false);
-                }
-                let g = g.get();
+                let [Some(tensor), op, g, lp, _] = a else { return Ok(false) };
+                let Some(op) = reduce_op(op.as_deref()).filter(|_| no_format(lp)) else { return Ok(false) };
+                let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
                 let Some(t) = f.tensor(tensor) else { return Ok(false) };
-                comm.run_allreduce(py, g, t, op, None)?;
+                comm.run_allreduce(py, g.get(), t, op, None)?;
+            }
+            Kind::ReduceScatter => {
+                let [Some(output), Some(input), op, g, lp] = a else { return Ok(false) };
+                let Some(op) = reduce_op(op.as_deref()).filter(|_| no_format(lp)) else { return Ok(false) };
+                let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
+                let (Some(o), Some(i)) = (f.tensor(output), f.tensor(input)) else { return Ok(false) };
+                if o.dtype != i.dtype || o.len.checked_mul(g.get().size()) != Some(i.len) {
+                    return Ok(false);
+                }
+                comm.run_reduce_scatter(py, g.get(), o, i, op, None)?;
+            }
+            Kind::AllGather => {
+                let [Some(output), Some(input), g, ..] = a else { return Ok(false) };
+                let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
+                let (Some(o), Some(i)) = (f.tensor(output), f.tensor(input)) else { return Ok(false) };
+                if o.dtype != i.dtype || i.len.checked_mul(g.get().size()) != Some(o.len) {
+                    return Ok(false);
+                }
+                comm.run_allgather(py, g.get(), o, i)?;
+            }
+            Kind::Broadcast => {
+                let [Some(tensor), Some(src), g, ..] = a else { return Ok(false) };
+                let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
+                // A group rank given as a plain int (not a bool, a tensor, ...).
+                let Some(root) = src
+                    .is_exact_instance_of::<PyInt>()
+                    .then(|| src.extract::<i64>().ok())
+                    .flatten()
+                    .and_then(|r| usize::try_from(r).ok())
+                    .filter(|&r| r < g.get().size())
+                else {
+                    return Ok(false);
+                };
+                let Some(t) = f.tensor(tensor) else { return Ok(false) };
+                comm.run_broadcast(py, g.get(), t, root)?;
             }
         }
         Ok(true)
@@ -922,32 +969,106 @@ pub(crate) fn shmem_allreduce<'py>(
     group: Given<'py>,
     low_precision_dtype: Given<'py>,
 ) -> PyResult<()> {
-    let given = [Some(&tensor), op.0.as_ref(), group.0.as_ref(), low_precision_dtype.0.as_ref()];
+    let given = [Some(&tensor), op.0.as_ref(), group.0.as_ref(), low_precision_dtype.0.as_ref(), None];
     Kind::AllReduce.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
 }
 
-/// The entry point of `shmem_allreduce` (see [`Kind::entry`]).
+/// ``input_tensor`` holds ``group_size`` equal parts (in flat element order); group rank r's
+/// ``output_tensor`` becomes the reduction of part r over all members.
 ///
-/// # Safety
-///
-/// Called by CPython as a `METH_FASTCALL | METH_KEYWORDS` function, with the GIL held.
-unsafe extern "C" fn shmem_allreduce_entry(
-    _module: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargsf: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: this function's contract.
-    unsafe { Kind::AllReduce.entry(args, nargsf, kwnames) }
+/// Collective over ``group``. ``input_tensor.numel()`` must be ``group_size *
+/// output_tensor.numel()`` and both have the same dtype. ``output_tensor`` may be this rank's
+/// own part of ``input_tensor`` (in place) or disjoint from it. ``op`` and
+/// ``low_precision_dtype`` as in ``shmem_allreduce``.
+#[pyfunction]
+#[pyo3(
+    signature = (output_tensor, input_tensor, op = Given(None), group = Given(None), low_precision_dtype = Given(None)),
+    text_signature = "(output_tensor, input_tensor, op='sum', group=None, low_precision_dtype=None)"
+)]
+pub(crate) fn shmem_reduce_scatter<'py>(
+    py: Python<'py>,
+    output_tensor: Bound<'py, PyAny>,
+    input_tensor: Bound<'py, PyAny>,
+    op: Given<'py>,
+    group: Given<'py>,
+    low_precision_dtype: Given<'py>,
+) -> PyResult<()> {
+    let given =
+        [Some(&output_tensor), Some(&input_tensor), op.0.as_ref(), group.0.as_ref(), low_precision_dtype.0.as_ref()];
+    Kind::ReduceScatter.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
 }
+
+/// Every member's ``output_tensor`` becomes the concatenation, in group-rank order, of the
+/// members' ``input_tensor``.
+///
+/// Collective over ``group``. ``output_tensor.numel()`` must be ``group_size *
+/// input_tensor.numel()`` (the flat layout: with contiguous tensors, the concatenation along
+/// dim 0); same dtype. ``input_tensor`` may be this rank's own part of ``output_tensor``.
+#[pyfunction]
+#[pyo3(
+    signature = (output_tensor, input_tensor, group = Given(None)),
+    text_signature = "(output_tensor, input_tensor, group=None)"
+)]
+pub(crate) fn shmem_allgather<'py>(
+    py: Python<'py>,
+    output_tensor: Bound<'py, PyAny>,
+    input_tensor: Bound<'py, PyAny>,
+    group: Given<'py>,
+) -> PyResult<()> {
+    let given = [Some(&output_tensor), Some(&input_tensor), group.0.as_ref(), None, None];
+    Kind::AllGather.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
+}
+
+/// Every member's ``tensor`` becomes group rank ``src_rank``'s ``tensor``. Collective over
+/// ``group``; ``src_rank`` is a rank of ``group`` (global when ``group`` is None).
+#[pyfunction]
+#[pyo3(signature = (tensor, src_rank, group = Given(None)), text_signature = "(tensor, src_rank, group=None)")]
+pub(crate) fn shmem_broadcast<'py>(
+    py: Python<'py>,
+    tensor: Bound<'py, PyAny>,
+    src_rank: Bound<'py, PyAny>,
+    group: Given<'py>,
+) -> PyResult<()> {
+    let given = [Some(&tensor), Some(&src_rank), group.0.as_ref(), None, None];
+    Kind::Broadcast.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
+}
+
+/// Declares the entry point of a public function (see [`Kind::entry`]).
+macro_rules! entry_point {
+    ($name:ident, $kind:expr) => {
+        /// The entry point of the public function of the same name (see [`Kind::entry`]).
+        ///
+        /// # Safety
+        ///
+        /// Called by CPython as a `METH_FASTCALL | METH_KEYWORDS` function, with the GIL held.
+        unsafe extern "C" fn $name(
+            _module: *mut ffi::PyObject,
+            args: *const *mut ffi::PyObject,
+            nargsf: ffi::Py_ssize_t,
+            kwnames: *mut ffi::PyObject,
+        ) -> *mut ffi::PyObject {
+            // SAFETY: this function's contract.
+            unsafe { $kind.entry(args, nargsf, kwnames) }
+        }
+    };
+}
+
+entry_point!(shmem_allreduce_entry, Kind::AllReduce);
+entry_point!(shmem_reduce_scatter_entry, Kind::ReduceScatter);
+entry_point!(shmem_allgather_entry, Kind::AllGather);
+entry_point!(shmem_broadcast_entry, Kind::Broadcast);
 
 /// Adds the public functions to the module `m`: each is its entry point (see [`Kind::entry`]),
 /// under the name, signature and documentation of its `#[pyfunction]`, which binds the calls
 /// the entry point hands over.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    let entries: [(Kind, ffi::PyCFunctionFastWithKeywords, Bound<'_, PyCFunction>); 1] =
-        [(Kind::AllReduce, shmem_allreduce_entry, wrap_pyfunction!(shmem_allreduce, m)?)];
+    let entries: [(Kind, ffi::PyCFunctionFastWithKeywords, Bound<'_, PyCFunction>); Kind::ALL.len()] = [
+        (Kind::AllReduce, shmem_allreduce_entry, wrap_pyfunction!(shmem_allreduce, m)?),
+        (Kind::ReduceScatter, shmem_reduce_scatter_entry, wrap_pyfunction!(shmem_reduce_scatter, m)?),
+        (Kind::AllGather, shmem_allgather_entry, wrap_pyfunction!(shmem_allgather, m)?),
+        (Kind::Broadcast, shmem_broadcast_entry, wrap_pyfunction!(shmem_broadcast, m)?),
+    ];
     for (kind, entry, binding) in entries {
         // SAFETY: a function PyO3 made is a `PyCFunctionObject`, whose definition is static
         // (PyO3 keeps it for the life of the process): its name and documentation (with the

@@ -1,4 +1,5 @@
-"""The fast path of ``symm.shmem_allreduce`` (src/fast.rs), on real ranks (run by worker.py as
+"""The fast path of ``symm.shmem_allreduce`` and of ``shmem_reduce_scatter``, ``shmem_allgather``
+and ``shmem_broadcast`` (src/fast.rs), on real ranks (run by worker.py as
 ``scenarios_fast.<name>``): which calls take it, that its results are the full path's bit for
 bit, and that every other call still gets the full path's checks, errors, rejections and
 profiler ranges.
@@ -23,29 +24,39 @@ from scenarios_coll import symmetric_like
 from symm import _api, _symm
 
 
-class FullPath:
-    """Counts the calls of ``shmem_allreduce`` that take the full path, while registered."""
+#: The full path of each collective with a fast path, by the name it is registered under.
+FULL_PATHS = {
+    "allreduce": _api._shmem_allreduce,
+    "reduce_scatter": _api._shmem_reduce_scatter,
+    "allgather": _api._shmem_allgather,
+    "broadcast": _api._shmem_broadcast,
+}
 
-    def __init__(self) -> None:
+
+class FullPath:
+    """Counts the calls of a collective (``kind``) that take the full path, while registered."""
+
+    def __init__(self, kind="allreduce") -> None:
         self.calls = 0
-        self.inner = _api._shmem_allreduce
+        self.kind = kind
+        self.inner = FULL_PATHS[kind]
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
         return self.inner(*args, **kwargs)
 
     def __enter__(self) -> "FullPath":
-        _symm.set_full_path("allreduce", self)
+        _symm.set_full_path(self.kind, self)
         return self
 
     def __exit__(self, *exc) -> None:
-        _symm.set_full_path("allreduce", self.inner)
+        _symm.set_full_path(self.kind, self.inner)
 
 
-def takes(path, fn, *args, **kwargs):
-    """Runs ``fn(*args, **kwargs)`` and asserts that it took ``path`` ("fast" or "full");
-    returns what it returned (an exception it raised propagates)."""
-    with FullPath() as full:
+def takes(path, fn, *args, kind="allreduce", **kwargs):
+    """Runs ``fn(*args, **kwargs)`` and asserts that it took ``path`` ("fast" or "full") for
+    collective ``kind``; returns what it returned (an exception it raised propagates)."""
+    with FullPath(kind) as full:
         try:
             return fn(*args, **kwargs)
         finally:
@@ -322,4 +333,153 @@ def full_path_only(rank, world):
     takes("full", symm.shmem_allreduce, t)
     takes("full", symm.shmem_allreduce, t, "max")
     assert t.tolist() == [float(sum(range(world)))] * 3, t
+    dist.barrier()
+
+
+def fast_path_split_ops(rank, world):
+    """shmem_reduce_scatter, shmem_allgather and shmem_broadcast: the common case takes the
+    fast path with the full path's results bit for bit; every other call the full path, with
+    its errors and rejections; the profiler still sees every call."""
+    symm.init()
+    assert _api._state.fast_path is not None
+    rs, ag, bc = symm.shmem_reduce_scatter, symm.shmem_allgather, symm.shmem_broadcast
+    for f, kind, params in [
+        (rs, "reduce_scatter", ["output_tensor", "input_tensor", "op", "group", "low_precision_dtype"]),
+        (ag, "allgather", ["output_tensor", "input_tensor", "group"]),
+        (bc, "broadcast", ["tensor", "src_rank", "group"]),
+    ]:
+        assert f is getattr(_symm, f.__name__) and f is getattr(_api, f.__name__), f
+        assert [p.name for p in inspect.signature(f).parameters.values()] == params, (kind, inspect.signature(f))
+        assert "Collective over" in (f.__doc__ or ""), f.__doc__
+    rev = symm.create_group(list(reversed(range(world))))
+    for kind, call in [
+        ("reduce_scatter", lambda: rs(torch.zeros(1), torch.zeros(world), group=rev)),
+        ("allgather", lambda: ag(torch.zeros(world), torch.zeros(1), group=rev)),
+        ("broadcast", lambda: bc(torch.zeros(1), 0, group=rev)),
+    ]:
+        takes("full" if kind == "reduce_scatter" else "fast", call, kind=kind)  # the group: cached once
+
+    salt = 0
+    for dtype in [torch.float32, torch.bfloat16, torch.int64, torch.uint8]:
+        for count in [1, 7, 1000]:
+            for group in [None, rev]:
+                n = world
+                me = rank if group is None else world - 1 - rank
+                salt += 1
+                # reduce_scatter, out of place and in place (output = this rank's part)
+                for op in ["sum", "max", 3]:
+                    x = values(rank, n * count, dtype, salt)
+                    want = torch.empty(count, dtype=dtype)
+                    _api._shmem_reduce_scatter(want, x.clone(), op, group)
+                    out = torch.empty(count, dtype=dtype)
+                    takes("fast", rs, out, x.clone(), op, group, kind="reduce_scatter")
+                    assert same_bits(out, want), ("reduce_scatter", dtype, count, group, op)
+                    a = symmetric_like(x, group)
+                    takes("fast", rs, a[me * count : (me + 1) * count], a, op=op, group=group, kind="reduce_scatter")
+                    assert same_bits(a[me * count : (me + 1) * count], want), ("reduce_scatter in place", dtype)
+                    symm.free(a)
+                # allgather, out of place and in place (input = this rank's part of the output)
+                x = values(rank, count, dtype, salt)
+                want = torch.empty(n * count, dtype=dtype)
+                _api._shmem_allgather(want, x, group)
+                out = torch.empty(n * count, dtype=dtype)
+                takes("fast", ag, out, x, group, kind="allgather")
+                assert same_bits(out, want), ("allgather", dtype, count, group)
+                out = torch.zeros(n * count, dtype=dtype)
+                out[me * count : (me + 1) * count] = x
+                takes(
+                    "fast",
+                    ag,
+                    output_tensor=out,
+                    input_tensor=out[me * count : (me + 1) * count],
+                    group=group,
+                    kind="allgather",
+                )
+                assert same_bits(out, want), ("allgather in place", dtype, count, group)
+                # broadcast from every group rank
+                for src in range(n):
+                    x = values(rank, count, dtype, salt + src)
+                    want = x.clone()
+                    _api._shmem_broadcast(want, src, group)
+                    a = x.clone()
+                    takes("fast", bc, a, src, group, kind="broadcast")
+                    assert same_bits(a, want), ("broadcast", dtype, count, group, src)
+
+    # Not the common case: the full path, with the same results.
+    x = values(rank, world * 64, torch.float32, 5)
+    want = torch.empty(64)
+    _api._shmem_reduce_scatter(want, x.clone(), "sum", None, torch.bfloat16)
+    out = torch.empty(64)
+    takes("full", rs, out, x.clone(), low_precision_dtype="bfloat16", kind="reduce_scatter")  # a format
+    assert same_bits(out, want)
+    a = torch.full((3,), float(rank))
+    takes("full", bc, a, torch.tensor(1), kind="broadcast")  # src_rank as a tensor
+    assert a.tolist() == [1.0] * 3, a
+    a = torch.full((3,), float(rank))
+    takes("full", bc, a, True, kind="broadcast")  # a bool is not taken for a rank
+    assert a.tolist() == [1.0] * 3, a
+
+    # Errors: every rank makes the same mistake; the full path raises them, with the same class
+    # and message as a direct call of the full path.
+    inv = symm.InvalidArgument
+    bad = [
+        ("reduce_scatter", rs, (torch.ones(2), torch.ones(world * 2 + 1)), "input_tensor"),
+        ("reduce_scatter", rs, (torch.ones(2), torch.ones(world * 2, dtype=torch.float64)), "dtype"),
+        ("reduce_scatter", rs, (torch.ones(2), torch.ones(world * 2), "mul"), "op = 'mul'"),
+        ("allgather", ag, (torch.ones(world * 2 + 1), torch.ones(2)), "output_tensor"),
+        ("allgather", ag, (torch.ones(world * 2), torch.ones(2, dtype=torch.int32)), "dtype"),
+        ("allgather", ag, (torch.ones(world * 2), torch.ones(4, 4).t()[0]), "contiguous"),
+        ("broadcast", bc, (torch.ones(2), world), "src_rank"),
+        ("broadcast", bc, (torch.ones(2), -1), "src_rank"),
+        ("broadcast", bc, (torch.ones(2), "0"), "src_rank"),
+    ]
+    for kind, f, args, needle in bad:
+        try:
+            FULL_PATHS[kind](*args)
+        except symm.SymmError as e:
+            direct = e
+        else:
+            raise AssertionError(f"{kind}{args}: expected an error")
+        assert isinstance(direct, (inv, symm.GroupError)), direct  # a rank outside the group
+        e = expect(type(direct), partial(takes, "full", f, *args, kind=kind), needle, rank=rank)
+        assert str(e) == str(direct), (str(e), str(direct))
+    for call in [lambda: rs(torch.ones(1)), lambda: ag(torch.ones(1), bogus=1), lambda: bc(torch.ones(1))]:
+        try:
+            call()
+        except TypeError:
+            pass
+        else:
+            raise AssertionError("expected a TypeError")
+
+    # One rank with a bad source rank (full path, which rejects the round), the others valid
+    # (fast path, waiting in the core): PeerRejected at once, and the group stays usable.
+    t0 = time.monotonic()
+    if rank == 1:
+        expect(
+            symm.GroupError, lambda: takes("full", bc, torch.ones(4), world, kind="broadcast"), "src_rank", rank=rank
+        )
+    else:
+        expect(symm.PeerRejected, lambda: takes("fast", bc, torch.ones(4), 0, kind="broadcast"), "rejected", rank=rank)
+    assert time.monotonic() - t0 < 5, time.monotonic() - t0
+    a = torch.full((2,), float(rank))
+    takes("fast", bc, a, world - 1, kind="broadcast")
+    assert a.tolist() == [float(world - 1)] * 2, a
+    # sizes that differ: Mismatch from the core on the fast path
+    expect(
+        symm.Mismatch,
+        lambda: takes("fast", ag, torch.ones(world * (2 + rank)), torch.ones(2 + rank), kind="allgather"),
+        rank=rank,
+    )
+
+    # Blocking on the fast path releases the GIL: a thread keeps running while this rank waits.
+    other_threads_run_while_waiting(rank, lambda: takes("fast", bc, torch.ones(8), 0, kind="broadcast"), dist.barrier)
+
+    # While the profiler records, calls take the full path, which records the range.
+    with torch.profiler.profile() as prof:
+        takes("full", rs, torch.ones(3), torch.ones(3 * world), kind="reduce_scatter")
+        takes("full", ag, torch.ones(3 * world), torch.ones(3), kind="allgather")
+        takes("full", bc, torch.ones(3), 0, kind="broadcast")
+    keys = {e.key for e in prof.key_averages()}
+    for name in ["reduce_scatter", "allgather", "broadcast"]:
+        assert any(k.startswith(f"symm::{name}(") for k in keys), (name, sorted(k for k in keys if "symm" in k))
     dist.barrier()

@@ -1,4 +1,5 @@
-"""The fast path of ``symm.shmem_allreduce`` (src/fast.rs) and ``python -m symm.perf --native``."""
+"""The fast paths of ``symm.shmem_allreduce`` and the other collectives with one (src/fast.rs), and
+``python -m symm.perf --native``."""
 
 import inspect
 import os
@@ -20,6 +21,11 @@ def test_fast_path_results_fallbacks_errors_profiler_on_3_ranks(tmp_path, reader
     # through the descriptors (a torch without the shim).
     env = {"SYMMETRIC_MEMORY_TIMEOUT": "5", "SYMM_TEST_FAST_READER": reader}
     check_all_passed(run_ranks("scenarios_fast.fast_path", 3, tmp_path, env=env))
+
+
+def test_fast_path_of_reduce_scatter_allgather_broadcast_on_3_ranks(tmp_path):
+    env = {"SYMMETRIC_MEMORY_TIMEOUT": "5", "SYMM_TEST_FAST_READER": "handle"}
+    check_all_passed(run_ranks("scenarios_fast.fast_path_split_ops", 3, tmp_path, env=env))
 
 
 def test_fast_path_can_be_turned_off(tmp_path):

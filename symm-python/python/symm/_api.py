@@ -543,23 +543,18 @@ def _shmem_allreduce(tensor: Any, op: Any = "sum", group: Any = None, low_precis
 
 # The public function is native: it runs the common case (a plain contiguous CPU tensor, group
 # None or one already used, no profiler recording, no low-precision format) in one call, and
-# passes every other call to the full path above before doing anything (src/fast.rs).
+# passes every other call to the full path above before doing anything (src/fast.rs). So are
+# shmem_reduce_scatter, shmem_allgather and shmem_broadcast below.
 _symm.set_full_path("allreduce", _shmem_allreduce)
 shmem_allreduce = _symm.shmem_allreduce
 
 
 @_profiled("reduce_scatter", _on("input_tensor"))
-def shmem_reduce_scatter(
+def _shmem_reduce_scatter(
     output_tensor: Any, input_tensor: Any, op: Any = "sum", group: Any = None, low_precision_dtype: Any = None
 ) -> None:
-    """``input_tensor`` holds ``group_size`` equal parts (in flat element order); group rank r's
-    ``output_tensor`` becomes the reduction of part r over all members.
-
-    Collective over ``group``. ``input_tensor.numel()`` must be ``group_size *
-    output_tensor.numel()`` and both have the same dtype. ``output_tensor`` may be this rank's
-    own part of ``input_tensor`` (in place) or disjoint from it. ``op`` and
-    ``low_precision_dtype`` as in ``shmem_allreduce``.
-    """
+    """The full path of ``shmem_reduce_scatter`` (native, like ``shmem_allreduce``; its
+    documentation is the public function's)."""
     st = _current()
     g = _native_group(st, group)
     o, i, lp = _prepared(
@@ -574,21 +569,24 @@ def shmem_reduce_scatter(
     st.comm.reduce_scatter(g, o, i, op, lp)
 
 
-@_profiled("allgather", _on("input_tensor"))
-def shmem_allgather(output_tensor: Any, input_tensor: Any, group: Any = None) -> None:
-    """Every member's ``output_tensor`` becomes the concatenation, in group-rank order, of the
-    members' ``input_tensor``.
+_symm.set_full_path("reduce_scatter", _shmem_reduce_scatter)
+shmem_reduce_scatter = _symm.shmem_reduce_scatter
 
-    Collective over ``group``. ``output_tensor.numel()`` must be ``group_size *
-    input_tensor.numel()`` (the flat layout: with contiguous tensors, the concatenation along
-    dim 0); same dtype. ``input_tensor`` may be this rank's own part of ``output_tensor``.
-    """
+
+@_profiled("allgather", _on("input_tensor"))
+def _shmem_allgather(output_tensor: Any, input_tensor: Any, group: Any = None) -> None:
+    """The full path of ``shmem_allgather`` (native, like ``shmem_allreduce``; its documentation
+    is the public function's)."""
     st = _current()
     g = _native_group(st, group)
     o, i = _prepared(
         st, g, lambda: (_desc(st, output_tensor, "output_tensor"), _desc(st, input_tensor, "input_tensor"))
     )
     st.comm.allgather(g, o, i)
+
+
+_symm.set_full_path("allgather", _shmem_allgather)
+shmem_allgather = _symm.shmem_allgather
 
 
 def _alltoall_text(st: _State, a: Dict[str, Any]) -> str:
@@ -630,13 +628,17 @@ def shmem_alltoall(send_tensor_list: Any, receive_tensor: Any, receive_list: Any
 
 
 @_profiled("broadcast", _on("tensor"))
-def shmem_broadcast(tensor: Any, src_rank: Any, group: Any = None) -> None:
-    """Every member's ``tensor`` becomes group rank ``src_rank``'s ``tensor``. Collective over
-    ``group``; ``src_rank`` is a rank of ``group`` (global when ``group`` is None)."""
+def _shmem_broadcast(tensor: Any, src_rank: Any, group: Any = None) -> None:
+    """The full path of ``shmem_broadcast`` (native, like ``shmem_allreduce``; its documentation
+    is the public function's)."""
     st = _current()
     g = _native_group(st, group)
     t = _prepared(st, g, lambda: _desc(st, tensor, "tensor"))
     st.comm.broadcast(g, t, st.platform.scalar(src_rank))
+
+
+_symm.set_full_path("broadcast", _shmem_broadcast)
+shmem_broadcast = _symm.shmem_broadcast
 
 
 @_profiled("send", _on("tensor"))
