@@ -382,8 +382,14 @@ impl PyCommunicator {
         self.member_of(py, g)?;
         let t = self.local(py, tensor, "tensor")?;
         let dst = group_rank_arg(py, me, g, "dst_rank", dst_rank)?;
+        self.run_send(py, g, t, dst)
+    }
+
+    /// The send of a checked tensor to group rank `dst` (a rank of `g`): what the full path and
+    /// the fast path both end in.
+    pub(crate) fn run_send(&self, py: Python<'_>, g: &Group, t: Local, dst: usize) -> PyResult<()> {
         let comm = self.comm();
-        py.detach(|| {
+        gil_released(py, t.len * t.dtype.size(), || {
             // SAFETY: `t` describes the caller's contiguous host tensor, held for the call; the
             // call returns once the data is out of it.
             let buf = unsafe { LocalRef::from_raw(t.ptr as *const u8, t.len, t.dtype) };
@@ -403,8 +409,14 @@ impl PyCommunicator {
         self.member_of(py, g)?;
         let t = self.local(py, tensor, "tensor")?;
         let src = group_rank_arg(py, me, g, "src_rank", src_rank)?;
+        self.run_recv(py, g, t, src)
+    }
+
+    /// The receive into a checked tensor from group rank `src` (a rank of `g`): what the full
+    /// path and the fast path both end in.
+    pub(crate) fn run_recv(&self, py: Python<'_>, g: &Group, t: Local, src: usize) -> PyResult<()> {
         let comm = self.comm();
-        py.detach(|| {
+        gil_released(py, t.len * t.dtype.size(), || {
             // SAFETY: `t` describes the caller's contiguous host tensor, held for the call; the
             // call returns once the message is in it.
             let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };

@@ -1,6 +1,7 @@
 //! The fast path of the public collectives: `symm.shmem_allreduce`, `shmem_reduce_scatter`,
-//! `shmem_allgather` and `shmem_broadcast` are this module's native functions, which run the
-//! common case themselves and hand every other call to the full path in Python (`symm._api`).
+//! `shmem_allgather`, `shmem_broadcast`, `shmem_send` and `shmem_recv` are this module's native
+//! functions, which run the common case themselves and hand every other call to the full path
+//! in Python (`symm._api`).
 //!
 //! The full path checks the profiler, resolves the group, asks the platform adapter to describe
 //! each tensor as a [`Desc`](crate::comm::Desc) tuple (dtype and device as strings), and the
@@ -30,7 +31,7 @@
 //! **The common case**: the fast path enabled (by `symm.init`), no profiler recording, every
 //! argument given as a value it recognises (`group` None or a group the API already resolved,
 //! that this rank belongs to; no low-precision format; an op by name or code; a source rank as
-//! an `int` of the group) and plain contiguous CPU tensors of supported dtypes (two tensors:
+//! an `int` of the group, and so a peer's rank) and plain contiguous CPU tensors of supported dtypes (two tensors:
 //! the same dtype, and the element counts the operation relates). Anything else goes to the full path **before
 //! anything was done** (no round joined, nothing rejected, no error raised) with the arguments
 //! as given, so every error keeps its class and message, a rejected round still lets the peers
@@ -609,6 +610,15 @@ impl FastGroup<'_, '_> {
     }
 }
 
+/// A rank of group `g` given as a plain `int` (not a bool, a tensor, ...); `None` for anything
+/// else, including a rank outside the group (the full path reports it).
+fn group_rank(rank: &Bound<'_, PyAny>, g: &Group) -> Option<usize> {
+    if !rank.is_exact_instance_of::<PyInt>() {
+        return None;
+    }
+    usize::try_from(rank.extract::<i64>().ok()?).ok().filter(|&r| r < g.size())
+}
+
 /// A reduction given by name (as spelled by [`ReduceOp::name`], or any spelling the core
 /// parses) or by code, `Sum` when not given; `None` for anything else.
 fn reduce_op(op: Option<&Bound<'_, PyAny>>) -> Option<ReduceOp> {
@@ -655,6 +665,8 @@ enum Kind {
     ReduceScatter,
     AllGather,
     Broadcast,
+    Send,
+    Recv,
 }
 
 /// The most parameters of a [`Kind`].
@@ -665,7 +677,8 @@ const MAX_PARAMS: usize = 5;
 type Args<'a, 'py> = [Option<Borrowed<'a, 'py, PyAny>>; MAX_PARAMS];
 
 impl Kind {
-    const ALL: [Kind; 4] = [Kind::AllReduce, Kind::ReduceScatter, Kind::AllGather, Kind::Broadcast];
+    const ALL: [Kind; 6] =
+        [Kind::AllReduce, Kind::ReduceScatter, Kind::AllGather, Kind::Broadcast, Kind::Send, Kind::Recv];
 
     /// The name `set_full_path` registers the full path under.
     fn name(self) -> &'static str {
@@ -674,6 +687,8 @@ impl Kind {
             Kind::ReduceScatter => "reduce_scatter",
             Kind::AllGather => "allgather",
             Kind::Broadcast => "broadcast",
+            Kind::Send => "send",
+            Kind::Recv => "recv",
         }
     }
 
@@ -683,7 +698,8 @@ impl Kind {
             Kind::AllReduce => &["tensor", "op", "group", "low_precision_dtype"],
             Kind::ReduceScatter => &["output_tensor", "input_tensor", "op", "group", "low_precision_dtype"],
             Kind::AllGather => &["output_tensor", "input_tensor", "group"],
-            Kind::Broadcast => &["tensor", "src_rank", "group"],
+            Kind::Broadcast | Kind::Recv => &["tensor", "src_rank", "group"],
+            Kind::Send => &["tensor", "dst_rank", "group"],
         }
     }
 
@@ -691,7 +707,7 @@ impl Kind {
     fn required(self) -> usize {
         match self {
             Kind::AllReduce => 1,
-            Kind::ReduceScatter | Kind::AllGather | Kind::Broadcast => 2,
+            Kind::ReduceScatter | Kind::AllGather | Kind::Broadcast | Kind::Send | Kind::Recv => 2,
         }
     }
 
@@ -861,21 +877,16 @@ impl Kind {
                 }
                 comm.run_allgather(py, g.get(), o, i)?;
             }
-            Kind::Broadcast => {
-                let [Some(tensor), Some(src), g, ..] = a else { return Ok(false) };
+            Kind::Broadcast | Kind::Send | Kind::Recv => {
+                let [Some(tensor), Some(rank), g, ..] = a else { return Ok(false) };
                 let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
-                // A group rank given as a plain int (not a bool, a tensor, ...).
-                let Some(root) = src
-                    .is_exact_instance_of::<PyInt>()
-                    .then(|| src.extract::<i64>().ok())
-                    .flatten()
-                    .and_then(|r| usize::try_from(r).ok())
-                    .filter(|&r| r < g.get().size())
-                else {
-                    return Ok(false);
-                };
+                let Some(rank) = group_rank(rank, g.get()) else { return Ok(false) };
                 let Some(t) = f.tensor(tensor) else { return Ok(false) };
-                comm.run_broadcast(py, g.get(), t, root)?;
+                match self {
+                    Kind::Broadcast => comm.run_broadcast(py, g.get(), t, rank)?,
+                    Kind::Send => comm.run_send(py, g.get(), t, rank)?,
+                    _ => comm.run_recv(py, g.get(), t, rank)?,
+                }
             }
         }
         Ok(true)
@@ -1033,6 +1044,43 @@ pub(crate) fn shmem_broadcast<'py>(
     Kind::Broadcast.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
 }
 
+/// Sends ``tensor`` to ``dst_rank`` (a rank of ``group``), which receives it with
+/// ``shmem_recv`` of the same element count and dtype. Messages between two ranks arrive in
+/// the order they were sent.
+///
+/// Returns once the data is out of ``tensor``: small messages (up to about 256 KiB) are
+/// buffered at the receiver, larger ones stream as the receiver takes them, so two ranks that
+/// both send a large message to each other before receiving wait for each other (order them:
+/// one sends first). The first call in a group allocates its workspace collectively (see the
+/// README).
+#[pyfunction]
+#[pyo3(signature = (tensor, dst_rank, group = Given(None)), text_signature = "(tensor, dst_rank, group=None)")]
+pub(crate) fn shmem_send<'py>(
+    py: Python<'py>,
+    tensor: Bound<'py, PyAny>,
+    dst_rank: Bound<'py, PyAny>,
+    group: Given<'py>,
+) -> PyResult<()> {
+    let given = [Some(&tensor), Some(&dst_rank), group.0.as_ref(), None, None];
+    Kind::Send.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
+}
+
+/// Receives the next message from ``src_rank`` (a rank of ``group``) into ``tensor``.
+///
+/// The message must have ``tensor``'s element count and dtype; otherwise Mismatch names both
+/// (the message is consumed, and the pair stays usable).
+#[pyfunction]
+#[pyo3(signature = (tensor, src_rank, group = Given(None)), text_signature = "(tensor, src_rank, group=None)")]
+pub(crate) fn shmem_recv<'py>(
+    py: Python<'py>,
+    tensor: Bound<'py, PyAny>,
+    src_rank: Bound<'py, PyAny>,
+    group: Given<'py>,
+) -> PyResult<()> {
+    let given = [Some(&tensor), Some(&src_rank), group.0.as_ref(), None, None];
+    Kind::Recv.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
+}
+
 /// Declares the entry point of a public function (see [`Kind::entry`]).
 macro_rules! entry_point {
     ($name:ident, $kind:expr) => {
@@ -1057,6 +1105,8 @@ entry_point!(shmem_allreduce_entry, Kind::AllReduce);
 entry_point!(shmem_reduce_scatter_entry, Kind::ReduceScatter);
 entry_point!(shmem_allgather_entry, Kind::AllGather);
 entry_point!(shmem_broadcast_entry, Kind::Broadcast);
+entry_point!(shmem_send_entry, Kind::Send);
+entry_point!(shmem_recv_entry, Kind::Recv);
 
 /// Adds the public functions to the module `m`: each is its entry point (see [`Kind::entry`]),
 /// under the name, signature and documentation of its `#[pyfunction]`, which binds the calls
@@ -1068,6 +1118,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         (Kind::ReduceScatter, shmem_reduce_scatter_entry, wrap_pyfunction!(shmem_reduce_scatter, m)?),
         (Kind::AllGather, shmem_allgather_entry, wrap_pyfunction!(shmem_allgather, m)?),
         (Kind::Broadcast, shmem_broadcast_entry, wrap_pyfunction!(shmem_broadcast, m)?),
+        (Kind::Send, shmem_send_entry, wrap_pyfunction!(shmem_send, m)?),
+        (Kind::Recv, shmem_recv_entry, wrap_pyfunction!(shmem_recv, m)?),
     ];
     for (kind, entry, binding) in entries {
         // SAFETY: a function PyO3 made is a `PyCFunctionObject`, whose definition is static

@@ -30,6 +30,8 @@ FULL_PATHS = {
     "reduce_scatter": _api._shmem_reduce_scatter,
     "allgather": _api._shmem_allgather,
     "broadcast": _api._shmem_broadcast,
+    "send": _api._shmem_send,
+    "recv": _api._shmem_recv,
 }
 
 
@@ -337,9 +339,9 @@ def full_path_only(rank, world):
 
 
 def fast_path_split_ops(rank, world):
-    """shmem_reduce_scatter, shmem_allgather and shmem_broadcast: the common case takes the
-    fast path with the full path's results bit for bit; every other call the full path, with
-    its errors and rejections; the profiler still sees every call."""
+    """shmem_reduce_scatter, shmem_allgather, shmem_broadcast, shmem_send and shmem_recv: the
+    common case takes the fast path with the full path's results bit for bit; every other call
+    the full path, with its errors and rejections; the profiler still sees every call."""
     symm.init()
     assert _api._state.fast_path is not None
     rs, ag, bc = symm.shmem_reduce_scatter, symm.shmem_allgather, symm.shmem_broadcast
@@ -347,10 +349,12 @@ def fast_path_split_ops(rank, world):
         (rs, "reduce_scatter", ["output_tensor", "input_tensor", "op", "group", "low_precision_dtype"]),
         (ag, "allgather", ["output_tensor", "input_tensor", "group"]),
         (bc, "broadcast", ["tensor", "src_rank", "group"]),
+        (symm.shmem_send, "send", ["tensor", "dst_rank", "group"]),
+        (symm.shmem_recv, "recv", ["tensor", "src_rank", "group"]),
     ]:
         assert f is getattr(_symm, f.__name__) and f is getattr(_api, f.__name__), f
         assert [p.name for p in inspect.signature(f).parameters.values()] == params, (kind, inspect.signature(f))
-        assert "Collective over" in (f.__doc__ or ""), f.__doc__
+        assert "``group``" in (f.__doc__ or ""), f.__doc__
     rev = symm.create_group(list(reversed(range(world))))
     for kind, call in [
         ("reduce_scatter", lambda: rs(torch.zeros(1), torch.zeros(world), group=rev)),
@@ -404,6 +408,42 @@ def fast_path_split_ops(rank, world):
                     a = x.clone()
                     takes("fast", bc, a, src, group, kind="broadcast")
                     assert same_bits(a, want), ("broadcast", dtype, count, group, src)
+
+    # send / recv around a ring, in both directions, world and reversed group; even ranks send
+    # first (eager messages would not need it; this keeps the pattern valid for any size).
+    send, recv = symm.shmem_send, symm.shmem_recv
+    for group in [None, rev]:
+        me = rank if group is None else world - 1 - rank
+        for count in [1, 1000, 70_000]:
+            for step in [1, world - 1]:
+                nxt, prv = (me + step) % world, (me - step) % world
+                x = values(rank, count, torch.float32, count + step)
+                got = torch.empty(count)
+                sending = partial(takes, "fast", send, x, nxt, group, kind="send")
+                receiving = partial(takes, "fast", recv, got, prv, group, kind="recv")
+                for call in (sending, receiving) if me % 2 == 0 else (receiving, sending):
+                    call()
+                peer = prv if group is None else world - 1 - prv
+                assert same_bits(got, values(peer, count, torch.float32, count + step)), (group, count, step)
+    # A message that does not match the receive: Mismatch (consumed; the pair stays usable).
+    if rank == 0:
+        takes("fast", send, torch.ones(3), 1, kind="send")
+        takes("fast", send, torch.full((2,), 7.0), 1, kind="send")
+    elif rank == 1:
+        expect(symm.Mismatch, lambda: takes("fast", recv, torch.empty(4), 0, kind="recv"), rank=rank)
+        got = torch.empty(2)
+        takes("fast", recv, got, 0, kind="recv")
+        assert got.tolist() == [7.0, 7.0], got
+    # Ranks the fast path does not take: the full path, with its errors.
+    for kind, f in [("send", send), ("recv", recv)]:
+        for peer in [world, -1, "1"]:
+            try:
+                takes("full", f, torch.ones(1), peer, kind=kind)
+            except (symm.InvalidArgument, symm.GroupError):
+                pass
+            else:
+                raise AssertionError(f"{kind} with rank {peer!r}: expected an error")
+    dist.barrier()
 
     # Not the common case: the full path, with the same results.
     x = values(rank, world * 64, torch.float32, 5)
@@ -479,7 +519,10 @@ def fast_path_split_ops(rank, world):
         takes("full", rs, torch.ones(3), torch.ones(3 * world), kind="reduce_scatter")
         takes("full", ag, torch.ones(3 * world), torch.ones(3), kind="allgather")
         takes("full", bc, torch.ones(3), 0, kind="broadcast")
+        if rank < 2:
+            takes("full", send, torch.ones(3), 1 - rank, kind="send")
+            takes("full", recv, torch.ones(3), 1 - rank, kind="recv")
     keys = {e.key for e in prof.key_averages()}
-    for name in ["reduce_scatter", "allgather", "broadcast"]:
+    for name in ["reduce_scatter", "allgather", "broadcast"] + (["send", "recv"] if rank < 2 else []):
         assert any(k.startswith(f"symm::{name}(") for k in keys), (name, sorted(k for k in keys if "symm" in k))
     dist.barrier()

@@ -23,7 +23,7 @@ def test_fast_path_results_fallbacks_errors_profiler_on_3_ranks(tmp_path, reader
     check_all_passed(run_ranks("scenarios_fast.fast_path", 3, tmp_path, env=env))
 
 
-def test_fast_path_of_reduce_scatter_allgather_broadcast_on_3_ranks(tmp_path):
+def test_fast_paths_of_reduce_scatter_allgather_broadcast_send_recv_on_3_ranks(tmp_path):
     env = {"SYMMETRIC_MEMORY_TIMEOUT": "5", "SYMM_TEST_FAST_READER": "handle"}
     check_all_passed(run_ranks("scenarios_fast.fast_path_split_ops", 3, tmp_path, env=env))
 

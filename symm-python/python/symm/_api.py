@@ -544,7 +544,7 @@ def _shmem_allreduce(tensor: Any, op: Any = "sum", group: Any = None, low_precis
 # The public function is native: it runs the common case (a plain contiguous CPU tensor, group
 # None or one already used, no profiler recording, no low-precision format) in one call, and
 # passes every other call to the full path above before doing anything (src/fast.rs). So are
-# shmem_reduce_scatter, shmem_allgather and shmem_broadcast below.
+# shmem_reduce_scatter, shmem_allgather, shmem_broadcast, shmem_send and shmem_recv below.
 _symm.set_full_path("allreduce", _shmem_allreduce)
 shmem_allreduce = _symm.shmem_allreduce
 
@@ -642,30 +642,27 @@ shmem_broadcast = _symm.shmem_broadcast
 
 
 @_profiled("send", _on("tensor"))
-def shmem_send(tensor: Any, dst_rank: Any, group: Any = None) -> None:
-    """Sends ``tensor`` to ``dst_rank`` (a rank of ``group``), which receives it with
-    ``shmem_recv`` of the same element count and dtype. Messages between two ranks arrive in
-    the order they were sent.
-
-    Returns once the data is out of ``tensor``: small messages (up to about 256 KiB) are
-    buffered at the receiver, larger ones stream as the receiver takes them, so two ranks that
-    both send a large message to each other before receiving wait for each other (order them:
-    one sends first). The first call in a group allocates its workspace collectively (see the
-    README).
-    """
+def _shmem_send(tensor: Any, dst_rank: Any, group: Any = None) -> None:
+    """The full path of ``shmem_send`` (native, like ``shmem_allreduce``; its documentation is
+    the public function's)."""
     st = _current()
     st.comm.send(_native_group(st, group), _desc(st, tensor, "tensor"), st.platform.scalar(dst_rank))
 
 
-@_profiled("recv", _on("tensor"))
-def shmem_recv(tensor: Any, src_rank: Any, group: Any = None) -> None:
-    """Receives the next message from ``src_rank`` (a rank of ``group``) into ``tensor``.
+_symm.set_full_path("send", _shmem_send)
+shmem_send = _symm.shmem_send
 
-    The message must have ``tensor``'s element count and dtype; otherwise Mismatch names both
-    (the message is consumed, and the pair stays usable).
-    """
+
+@_profiled("recv", _on("tensor"))
+def _shmem_recv(tensor: Any, src_rank: Any, group: Any = None) -> None:
+    """The full path of ``shmem_recv`` (native, like ``shmem_allreduce``; its documentation is
+    the public function's)."""
     st = _current()
     st.comm.recv(_native_group(st, group), _desc(st, tensor, "tensor"), st.platform.scalar(src_rank))
+
+
+_symm.set_full_path("recv", _shmem_recv)
+shmem_recv = _symm.shmem_recv
 
 
 def create_group(ranks: Sequence[int]) -> Any:
