@@ -330,16 +330,31 @@ impl PyCommunicator {
                 )),
             }
         })?;
+        self.run_alltoall(py, g, &sends, r, &counts)
+    }
+
+    /// The alltoall of checked tensors (one send tensor per group rank, all of `r`'s dtype;
+    /// `counts`, one per group rank, summing to at most `r`'s elements): what the full path and
+    /// the fast path both end in.
+    pub(crate) fn run_alltoall(
+        &self,
+        py: Python<'_>,
+        g: &Group,
+        sends: &[Local],
+        r: Local,
+        counts: &[usize],
+    ) -> PyResult<()> {
         let comm = self.comm();
-        py.detach(|| {
+        let bytes = sends.iter().map(|s| s.len).sum::<usize>().max(r.len) * r.dtype.size();
+        gil_released(py, bytes, || {
             // SAFETY: every `Local` describes a contiguous host tensor the caller holds for the
-            // call (the `Desc` contract); the receive tensor is written only at the offsets of
-            // `counts`, whose sum was checked against its length.
+            // call (the `Desc` contract, which the fast path keeps too); the receive tensor is
+            // written only at the offsets of `counts`, whose sum was checked against its length.
             let refs: Vec<LocalRef<'_>> =
                 sends.iter().map(|s| unsafe { LocalRef::from_raw(s.ptr as *const u8, s.len, s.dtype) }).collect();
             // SAFETY: as above.
             let out = unsafe { LocalMut::from_raw(r.ptr as *mut u8, r.len, r.dtype) };
-            comm.alltoall(g, &refs, out, &counts, &CollOptions::default())
+            comm.alltoall(g, &refs, out, counts, &CollOptions::default())
         })
         .py(py)
     }

@@ -1,7 +1,7 @@
 //! The fast path of the public collectives: `symm.shmem_allreduce`, `shmem_reduce_scatter`,
-//! `shmem_allgather`, `shmem_broadcast`, `shmem_send` and `shmem_recv` are this module's native
-//! functions, which run the common case themselves and hand every other call to the full path
-//! in Python (`symm._api`).
+//! `shmem_allgather`, `shmem_alltoall`, `shmem_broadcast`, `shmem_send` and `shmem_recv` are
+//! this module's native functions, which run the common case themselves and hand every other
+//! call to the full path in Python (`symm._api`).
 //!
 //! The full path checks the profiler, resolves the group, asks the platform adapter to describe
 //! each tensor as a [`Desc`](crate::comm::Desc) tuple (dtype and device as strings), and the
@@ -31,7 +31,8 @@
 //! **The common case**: the fast path enabled (by `symm.init`), no profiler recording, every
 //! argument given as a value it recognises (`group` None or a group the API already resolved,
 //! that this rank belongs to; no low-precision format; an op by name or code; a source rank as
-//! an `int` of the group, and so a peer's rank) and plain contiguous CPU tensors of supported dtypes (two tensors:
+//! an `int` of the group, and so a peer's rank; lists given as a `list` or `tuple`, of tensors, or
+//! of counts as `int`s) and plain contiguous CPU tensors of supported dtypes (two tensors:
 //! the same dtype, and the element counts the operation relates). Anything else goes to the full path **before
 //! anything was done** (no round joined, nothing rejected, no error raised) with the arguments
 //! as given, so every error keeps its class and message, a rejected round still lets the peers
@@ -60,7 +61,7 @@ use pyo3::ffi;
 use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyCFunction, PyDict, PyInt, PyString, PyTuple, PyType};
+use pyo3::types::{PyCFunction, PyDict, PyInt, PyList, PySequence, PyString, PyTuple, PyType};
 use symm_core::{DType, Group, ReduceOp};
 
 use crate::comm::{Local, PyCommunicator, PyGroup};
@@ -610,6 +611,13 @@ impl FastGroup<'_, '_> {
     }
 }
 
+/// The items of `list` when it is a plain `list` or `tuple` (exact types) of `n` items.
+fn plain_items<'py>(list: &Bound<'py, PyAny>, n: usize) -> Option<Bound<'py, PySequence>> {
+    let plain = list.is_exact_instance_of::<PyList>() || list.is_exact_instance_of::<PyTuple>();
+    let seq = list.cast::<PySequence>().ok().filter(|_| plain)?;
+    (seq.len().ok()? == n).then(|| seq.clone())
+}
+
 /// A rank of group `g` given as a plain `int` (not a bool, a tensor, ...); `None` for anything
 /// else, including a rank outside the group (the full path reports it).
 fn group_rank(rank: &Bound<'_, PyAny>, g: &Group) -> Option<usize> {
@@ -664,6 +672,7 @@ enum Kind {
     AllReduce,
     ReduceScatter,
     AllGather,
+    AllToAll,
     Broadcast,
     Send,
     Recv,
@@ -677,8 +686,15 @@ const MAX_PARAMS: usize = 5;
 type Args<'a, 'py> = [Option<Borrowed<'a, 'py, PyAny>>; MAX_PARAMS];
 
 impl Kind {
-    const ALL: [Kind; 6] =
-        [Kind::AllReduce, Kind::ReduceScatter, Kind::AllGather, Kind::Broadcast, Kind::Send, Kind::Recv];
+    const ALL: [Kind; 7] = [
+        Kind::AllReduce,
+        Kind::ReduceScatter,
+        Kind::AllGather,
+        Kind::AllToAll,
+        Kind::Broadcast,
+        Kind::Send,
+        Kind::Recv,
+    ];
 
     /// The name `set_full_path` registers the full path under.
     fn name(self) -> &'static str {
@@ -686,6 +702,7 @@ impl Kind {
             Kind::AllReduce => "allreduce",
             Kind::ReduceScatter => "reduce_scatter",
             Kind::AllGather => "allgather",
+            Kind::AllToAll => "alltoall",
             Kind::Broadcast => "broadcast",
             Kind::Send => "send",
             Kind::Recv => "recv",
@@ -698,6 +715,7 @@ impl Kind {
             Kind::AllReduce => &["tensor", "op", "group", "low_precision_dtype"],
             Kind::ReduceScatter => &["output_tensor", "input_tensor", "op", "group", "low_precision_dtype"],
             Kind::AllGather => &["output_tensor", "input_tensor", "group"],
+            Kind::AllToAll => &["send_tensor_list", "receive_tensor", "receive_list", "group"],
             Kind::Broadcast | Kind::Recv => &["tensor", "src_rank", "group"],
             Kind::Send => &["tensor", "dst_rank", "group"],
         }
@@ -708,6 +726,7 @@ impl Kind {
         match self {
             Kind::AllReduce => 1,
             Kind::ReduceScatter | Kind::AllGather | Kind::Broadcast | Kind::Send | Kind::Recv => 2,
+            Kind::AllToAll => 3,
         }
     }
 
@@ -877,6 +896,33 @@ impl Kind {
                 }
                 comm.run_allgather(py, g.get(), o, i)?;
             }
+            Kind::AllToAll => {
+                let [Some(sends), Some(receive), Some(counts), g, _] = a else { return Ok(false) };
+                let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
+                let n = g.get().size();
+                let Some(r) = f.tensor(receive) else { return Ok(false) };
+                let (Some(sends), Some(counts)) = (plain_items(sends, n), plain_items(counts, n)) else {
+                    return Ok(false);
+                };
+                let mut locals = Vec::with_capacity(n);
+                let mut recv_counts = Vec::with_capacity(n);
+                for i in 0..n {
+                    let (Ok(s), Ok(c)) = (sends.get_item(i), counts.get_item(i)) else { return Ok(false) };
+                    match f.tensor(&s) {
+                        Some(t) if t.dtype == r.dtype => locals.push(t),
+                        _ => return Ok(false),
+                    }
+                    let count = c.is_exact_instance_of::<PyInt>().then(|| c.extract::<u64>().ok()).flatten();
+                    match count.and_then(|c| usize::try_from(c).ok()) {
+                        Some(c) => recv_counts.push(c),
+                        None => return Ok(false),
+                    }
+                }
+                if recv_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c)).is_none_or(|t| t > r.len) {
+                    return Ok(false);
+                }
+                comm.run_alltoall(py, g.get(), &locals, r, &recv_counts)?;
+            }
             Kind::Broadcast | Kind::Send | Kind::Recv => {
                 let [Some(tensor), Some(rank), g, ..] = a else { return Ok(false) };
                 let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
@@ -1030,6 +1076,35 @@ pub(crate) fn shmem_allgather<'py>(
     Kind::AllGather.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
 }
 
+/// Personalised exchange: ``send_tensor_list[i]`` goes to group rank i; what group rank i
+/// sends lands in ``receive_tensor``, packed in source-rank order.
+///
+/// Collective over ``group``.
+///
+/// Args:
+///     send_tensor_list: one tensor per group rank (any sizes, ``receive_tensor``'s dtype).
+///     receive_tensor: receives ``receive_list[i]`` elements from rank i at offset
+///         ``sum(receive_list[:i])``; elements past ``sum(receive_list)`` are left untouched.
+///         It must not overlap the send tensors.
+///     receive_list: the element count received from each group rank: a sequence of ints or a
+///         1-D integer tensor. Each must equal what that rank sends here (Mismatch, raised by
+///         the ranks whose count disagrees, otherwise).
+#[pyfunction]
+#[pyo3(
+    signature = (send_tensor_list, receive_tensor, receive_list, group = Given(None)),
+    text_signature = "(send_tensor_list, receive_tensor, receive_list, group=None)"
+)]
+pub(crate) fn shmem_alltoall<'py>(
+    py: Python<'py>,
+    send_tensor_list: Bound<'py, PyAny>,
+    receive_tensor: Bound<'py, PyAny>,
+    receive_list: Bound<'py, PyAny>,
+    group: Given<'py>,
+) -> PyResult<()> {
+    let given = [Some(&send_tensor_list), Some(&receive_tensor), Some(&receive_list), group.0.as_ref(), None];
+    Kind::AllToAll.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
+}
+
 /// Every member's ``tensor`` becomes group rank ``src_rank``'s ``tensor``. Collective over
 /// ``group``; ``src_rank`` is a rank of ``group`` (global when ``group`` is None).
 #[pyfunction]
@@ -1104,6 +1179,7 @@ macro_rules! entry_point {
 entry_point!(shmem_allreduce_entry, Kind::AllReduce);
 entry_point!(shmem_reduce_scatter_entry, Kind::ReduceScatter);
 entry_point!(shmem_allgather_entry, Kind::AllGather);
+entry_point!(shmem_alltoall_entry, Kind::AllToAll);
 entry_point!(shmem_broadcast_entry, Kind::Broadcast);
 entry_point!(shmem_send_entry, Kind::Send);
 entry_point!(shmem_recv_entry, Kind::Recv);
@@ -1117,6 +1193,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         (Kind::AllReduce, shmem_allreduce_entry, wrap_pyfunction!(shmem_allreduce, m)?),
         (Kind::ReduceScatter, shmem_reduce_scatter_entry, wrap_pyfunction!(shmem_reduce_scatter, m)?),
         (Kind::AllGather, shmem_allgather_entry, wrap_pyfunction!(shmem_allgather, m)?),
+        (Kind::AllToAll, shmem_alltoall_entry, wrap_pyfunction!(shmem_alltoall, m)?),
         (Kind::Broadcast, shmem_broadcast_entry, wrap_pyfunction!(shmem_broadcast, m)?),
         (Kind::Send, shmem_send_entry, wrap_pyfunction!(shmem_send, m)?),
         (Kind::Recv, shmem_recv_entry, wrap_pyfunction!(shmem_recv, m)?),

@@ -29,6 +29,7 @@ FULL_PATHS = {
     "allreduce": _api._shmem_allreduce,
     "reduce_scatter": _api._shmem_reduce_scatter,
     "allgather": _api._shmem_allgather,
+    "alltoall": _api._shmem_alltoall,
     "broadcast": _api._shmem_broadcast,
     "send": _api._shmem_send,
     "recv": _api._shmem_recv,
@@ -348,6 +349,7 @@ def fast_path_split_ops(rank, world):
     for f, kind, params in [
         (rs, "reduce_scatter", ["output_tensor", "input_tensor", "op", "group", "low_precision_dtype"]),
         (ag, "allgather", ["output_tensor", "input_tensor", "group"]),
+        (symm.shmem_alltoall, "alltoall", ["send_tensor_list", "receive_tensor", "receive_list", "group"]),
         (bc, "broadcast", ["tensor", "src_rank", "group"]),
         (symm.shmem_send, "send", ["tensor", "dst_rank", "group"]),
         (symm.shmem_recv, "recv", ["tensor", "src_rank", "group"]),
@@ -409,6 +411,38 @@ def fast_path_split_ops(rank, world):
                     takes("fast", bc, a, src, group, kind="broadcast")
                     assert same_bits(a, want), ("broadcast", dtype, count, group, src)
 
+    # alltoall with uneven counts (what rank s sends to rank d: s + 2 d + 1 elements), lists and
+    # tuples, plain and symmetric send tensors, world and reversed group
+    a2a = symm.shmem_alltoall
+    for group in [None, rev]:
+        me = rank if group is None else world - 1 - rank
+        for scale in [1, 300]:
+            sends = [values(rank, scale * (me + 2 * d + 1), torch.float32, 50 + d) for d in range(world)]
+            counts = [scale * (s + 2 * me + 1) for s in range(world)]
+            want = torch.full((sum(counts) + 3,), -1.0)
+            _api._shmem_alltoall(sends, want, counts, group)
+            for form in [list, tuple]:
+                got = torch.full((sum(counts) + 3,), -1.0)
+                takes("fast", a2a, form(sends), got, form(counts), group, kind="alltoall")
+                assert same_bits(got, want), ("alltoall", group, scale, form)
+            # views into one symmetric block (the same size on every rank)
+            block = symm.empty((3 * scale * world * world,), torch.float32, group=group)
+            sym, at = [], 0
+            for t in sends:
+                sym.append(block[at : at + t.numel()])
+                sym[-1].copy_(t)
+                at += t.numel()
+            got = torch.full((sum(counts) + 3,), -1.0)
+            takes(
+                "fast", a2a, send_tensor_list=sym, receive_tensor=got, receive_list=counts, group=group, kind="alltoall"
+            )
+            assert same_bits(got, want), ("alltoall symmetric", group, scale)
+            symm.free(block)
+            # counts as a tensor: the full path, same result
+            got = torch.full((sum(counts) + 3,), -1.0)
+            takes("full", a2a, sends, got, torch.tensor(counts), group, kind="alltoall")
+            assert same_bits(got, want), ("alltoall counts tensor", group, scale)
+
     # send / recv around a ring, in both directions, world and reversed group; even ranks send
     # first (eager messages would not need it; this keeps the pattern valid for any size).
     send, recv = symm.shmem_send, symm.shmem_recv
@@ -469,6 +503,11 @@ def fast_path_split_ops(rank, world):
         ("allgather", ag, (torch.ones(world * 2 + 1), torch.ones(2)), "output_tensor"),
         ("allgather", ag, (torch.ones(world * 2), torch.ones(2, dtype=torch.int32)), "dtype"),
         ("allgather", ag, (torch.ones(world * 2), torch.ones(4, 4).t()[0]), "contiguous"),
+        ("alltoall", a2a, ([torch.ones(1)] * (world - 1), torch.ones(world), [1] * world), "send_tensor_list"),
+        ("alltoall", a2a, ([torch.ones(1)] * world, torch.ones(world), [1] * (world + 1)), "receive_list"),
+        ("alltoall", a2a, ([torch.ones(1)] * world, torch.ones(world - 1), [1] * world), "receive_list"),
+        ("alltoall", a2a, ([torch.ones(1, dtype=torch.int32)] * world, torch.ones(world), [1] * world), "dtype"),
+        ("alltoall", a2a, ([torch.ones(1)] * world, torch.ones(world), [1] * (world - 1) + [-1]), "receive_list"),
         ("broadcast", bc, (torch.ones(2), world), "src_rank"),
         ("broadcast", bc, (torch.ones(2), -1), "src_rank"),
         ("broadcast", bc, (torch.ones(2), "0"), "src_rank"),
@@ -519,10 +558,11 @@ def fast_path_split_ops(rank, world):
         takes("full", rs, torch.ones(3), torch.ones(3 * world), kind="reduce_scatter")
         takes("full", ag, torch.ones(3 * world), torch.ones(3), kind="allgather")
         takes("full", bc, torch.ones(3), 0, kind="broadcast")
+        takes("full", a2a, [torch.ones(1)] * world, torch.ones(world), [1] * world, kind="alltoall")
         if rank < 2:
             takes("full", send, torch.ones(3), 1 - rank, kind="send")
             takes("full", recv, torch.ones(3), 1 - rank, kind="recv")
     keys = {e.key for e in prof.key_averages()}
-    for name in ["reduce_scatter", "allgather", "broadcast"] + (["send", "recv"] if rank < 2 else []):
+    for name in ["reduce_scatter", "allgather", "broadcast", "alltoall"] + (["send", "recv"] if rank < 2 else []):
         assert any(k.startswith(f"symm::{name}(") for k in keys), (name, sorted(k for k in keys if "symm" in k))
     dist.barrier()

@@ -544,7 +544,8 @@ def _shmem_allreduce(tensor: Any, op: Any = "sum", group: Any = None, low_precis
 # The public function is native: it runs the common case (a plain contiguous CPU tensor, group
 # None or one already used, no profiler recording, no low-precision format) in one call, and
 # passes every other call to the full path above before doing anything (src/fast.rs). So are
-# shmem_reduce_scatter, shmem_allgather, shmem_broadcast, shmem_send and shmem_recv below.
+# shmem_reduce_scatter, shmem_allgather, shmem_alltoall, shmem_broadcast, shmem_send and
+# shmem_recv below.
 _symm.set_full_path("allreduce", _shmem_allreduce)
 shmem_allreduce = _symm.shmem_allreduce
 
@@ -598,21 +599,9 @@ def _alltoall_text(st: _State, a: Dict[str, Any]) -> str:
 
 
 @_profiled("alltoall", _alltoall_text)
-def shmem_alltoall(send_tensor_list: Any, receive_tensor: Any, receive_list: Any, group: Any = None) -> None:
-    """Personalised exchange: ``send_tensor_list[i]`` goes to group rank i; what group rank i
-    sends lands in ``receive_tensor``, packed in source-rank order.
-
-    Collective over ``group``.
-
-    Args:
-        send_tensor_list: one tensor per group rank (any sizes, ``receive_tensor``'s dtype).
-        receive_tensor: receives ``receive_list[i]`` elements from rank i at offset
-            ``sum(receive_list[:i])``; elements past ``sum(receive_list)`` are left untouched.
-            It must not overlap the send tensors.
-        receive_list: the element count received from each group rank: a sequence of ints or a
-            1-D integer tensor. Each must equal what that rank sends here (Mismatch, raised by
-            the ranks whose count disagrees, otherwise).
-    """
+def _shmem_alltoall(send_tensor_list: Any, receive_tensor: Any, receive_list: Any, group: Any = None) -> None:
+    """The full path of ``shmem_alltoall`` (native, like ``shmem_allreduce``; its documentation
+    is the public function's)."""
     st = _current()
     g = _native_group(st, group)
     sends, r, counts = _prepared(
@@ -625,6 +614,10 @@ def shmem_alltoall(send_tensor_list: Any, receive_tensor: Any, receive_list: Any
         ),
     )
     st.comm.alltoall(g, sends, r, counts)
+
+
+_symm.set_full_path("alltoall", _shmem_alltoall)
+shmem_alltoall = _symm.shmem_alltoall
 
 
 @_profiled("broadcast", _on("tensor"))
