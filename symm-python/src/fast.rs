@@ -918,7 +918,7 @@ impl Kind {
                         None => return Ok(false),
                     }
                 }
-                if recv_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c)).is_none_or(|t| t > r.len) {
+                if !recv_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c)).is_some_and(|t| t <= r.len) {
                     return Ok(false);
                 }
                 comm.run_alltoall(py, g.get(), &locals, r, &recv_counts)?;
