@@ -1105,56 +1105,59 @@ pub(crate) fn shmem_alltoall<'py>(
     Kind::AllToAll.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
 }
 
-/// Every member's ``tensor`` becomes group rank ``src_rank``'s ``tensor``. Collective over
-/// ``group``; ``src_rank`` is a rank of ``group`` (global when ``group`` is None).
-#[pyfunction]
-#[pyo3(signature = (tensor, src_rank, group = Given(None)), text_signature = "(tensor, src_rank, group=None)")]
-pub(crate) fn shmem_broadcast<'py>(
-    py: Python<'py>,
-    tensor: Bound<'py, PyAny>,
-    src_rank: Bound<'py, PyAny>,
-    group: Given<'py>,
-) -> PyResult<()> {
-    let given = [Some(&tensor), Some(&src_rank), group.0.as_ref(), None, None];
-    Kind::Broadcast.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
+/// Declares the binding of a public function whose parameters are `(tensor, <rank>, group=None)`.
+macro_rules! tensor_rank_binding {
+    ($(#[$doc:meta])* $name:ident, $kind:expr, $rank:ident, $text_signature:literal) => {
+        $(#[$doc])*
+        #[pyfunction]
+        #[pyo3(signature = (tensor, $rank, group = Given(None)), text_signature = $text_signature)]
+        pub(crate) fn $name<'py>(
+            py: Python<'py>,
+            tensor: Bound<'py, PyAny>,
+            $rank: Bound<'py, PyAny>,
+            group: Given<'py>,
+        ) -> PyResult<()> {
+            let given = [Some(&tensor), Some(&$rank), group.0.as_ref(), None, None];
+            $kind.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
+        }
+    };
 }
 
-/// Sends ``tensor`` to ``dst_rank`` (a rank of ``group``), which receives it with
-/// ``shmem_recv`` of the same element count and dtype. Messages between two ranks arrive in
-/// the order they were sent.
-///
-/// Returns once the data is out of ``tensor``: small messages (up to about 256 KiB) are
-/// buffered at the receiver, larger ones stream as the receiver takes them, so two ranks that
-/// both send a large message to each other before receiving wait for each other (order them:
-/// one sends first). The first call in a group allocates its workspace collectively (see the
-/// README).
-#[pyfunction]
-#[pyo3(signature = (tensor, dst_rank, group = Given(None)), text_signature = "(tensor, dst_rank, group=None)")]
-pub(crate) fn shmem_send<'py>(
-    py: Python<'py>,
-    tensor: Bound<'py, PyAny>,
-    dst_rank: Bound<'py, PyAny>,
-    group: Given<'py>,
-) -> PyResult<()> {
-    let given = [Some(&tensor), Some(&dst_rank), group.0.as_ref(), None, None];
-    Kind::Send.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
-}
+tensor_rank_binding!(
+    /// Every member's ``tensor`` becomes group rank ``src_rank``'s ``tensor``. Collective over
+    /// ``group``; ``src_rank`` is a rank of ``group`` (global when ``group`` is None).
+    shmem_broadcast,
+    Kind::Broadcast,
+    src_rank,
+    "(tensor, src_rank, group=None)"
+);
 
-/// Receives the next message from ``src_rank`` (a rank of ``group``) into ``tensor``.
-///
-/// The message must have ``tensor``'s element count and dtype; otherwise Mismatch names both
-/// (the message is consumed, and the pair stays usable).
-#[pyfunction]
-#[pyo3(signature = (tensor, src_rank, group = Given(None)), text_signature = "(tensor, src_rank, group=None)")]
-pub(crate) fn shmem_recv<'py>(
-    py: Python<'py>,
-    tensor: Bound<'py, PyAny>,
-    src_rank: Bound<'py, PyAny>,
-    group: Given<'py>,
-) -> PyResult<()> {
-    let given = [Some(&tensor), Some(&src_rank), group.0.as_ref(), None, None];
-    Kind::Recv.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
-}
+tensor_rank_binding!(
+    /// Sends ``tensor`` to ``dst_rank`` (a rank of ``group``), which receives it with
+    /// ``shmem_recv`` of the same element count and dtype. Messages between two ranks arrive in
+    /// the order they were sent.
+    ///
+    /// Returns once the data is out of ``tensor``: small messages (up to about 256 KiB) are
+    /// buffered at the receiver, larger ones stream as the receiver takes them, so two ranks
+    /// that both send a large message to each other before receiving wait for each other (order
+    /// them: one sends first). The first call in a group allocates its workspace collectively
+    /// (see the README).
+    shmem_send,
+    Kind::Send,
+    dst_rank,
+    "(tensor, dst_rank, group=None)"
+);
+
+tensor_rank_binding!(
+    /// Receives the next message from ``src_rank`` (a rank of ``group``) into ``tensor``.
+    ///
+    /// The message must have ``tensor``'s element count and dtype; otherwise Mismatch names both
+    /// (the message is consumed, and the pair stays usable).
+    shmem_recv,
+    Kind::Recv,
+    src_rank,
+    "(tensor, src_rank, group=None)"
+);
 
 /// Declares the entry point of a public function (see [`Kind::entry`]).
 macro_rules! entry_point {
