@@ -410,13 +410,16 @@ pub const STATS_VAR: &str = "SYMM_STATS";
 /// Whether `SYMM_STATS` leaves the statistics on (the default); an invalid value is an error
 /// naming the variable.
 pub fn stats_from_env() -> std::result::Result<bool, String> {
-    match std::env::var(STATS_VAR) {
-        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "1" | "true" | "yes" | "on" => Ok(true),
-            "0" | "false" | "no" | "off" => Ok(false),
-            _ => Err(format!("{STATS_VAR} = {v:?}: expected 1/0 (true/false, yes/no, on/off)")),
-        },
-        Err(_) => Ok(true),
+    stats_setting(std::env::var(STATS_VAR).ok().as_deref())
+}
+
+/// What a value of `SYMM_STATS` (`None`: unset) asks for.
+fn stats_setting(value: Option<&str>) -> std::result::Result<bool, String> {
+    let Some(v) = value else { return Ok(true) };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(format!("{STATS_VAR} = {v:?}: expected 1/0 (true/false, yes/no, on/off)")),
     }
 }
 
@@ -432,6 +435,19 @@ pub fn validate_from_env() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_statistics_switch_reads_its_spellings_and_names_itself_when_wrong() {
+        assert_eq!(stats_setting(None), Ok(true));
+        for on in ["1", "true", "YES", " on "] {
+            assert_eq!(stats_setting(Some(on)), Ok(true), "{on}");
+        }
+        for off in ["0", "false", "No", "OFF"] {
+            assert_eq!(stats_setting(Some(off)), Ok(false), "{off}");
+        }
+        let e = stats_setting(Some("maybe")).unwrap_err();
+        assert!(e.contains("SYMM_STATS") && e.contains("maybe"), "{e}");
+    }
 
     #[test]
     fn op_codes_are_stable_and_round_trip() {
