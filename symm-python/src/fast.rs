@@ -29,24 +29,24 @@
 //!   world, whose membership is checked once); the profiler flag is one borrowed dict read.
 //!
 //! **The common case**: the fast path enabled (by `symm.init`), no profiler recording, every
-//! argument given as a value it recognises (`group` None or a group the API already resolved,
-//! that this rank belongs to; no low-precision format; an op by name or code; a source rank as
-//! an `int` of the group, and so a peer's rank; lists given as a `list` or `tuple`, of tensors, or
-//! of counts as `int`s) and plain contiguous CPU tensors of supported dtypes (two tensors:
-//! the same dtype, and the element counts the operation relates). Anything else goes to the full path **before
-//! anything was done** (no round joined, nothing rejected, no error raised) with the arguments
-//! as given, so every error keeps its class and message, a rejected round still lets the peers
-//! fail at once instead of waiting, and profiler ranges are recorded. Errors of the collective
-//! itself (Mismatch, Timeout, PeerRejected, ...) come from the core call both paths end in.
+//! argument given as a value it recognises (`group` None or a group the API already resolved, that
+//! this rank belongs to; no low-precision format; an op by name or code; a source rank as an `int`
+//! of the group, and so a peer's rank; lists given as a `list` or `tuple`, of tensors, or of counts
+//! as `int`s) and plain contiguous CPU tensors of supported dtypes (two tensors: the same dtype,
+//! and the element counts the operation relates). Anything else goes to the full path **before
+//! anything was done** (no round joined, nothing rejected, no error raised) with the arguments as
+//! given, so every error keeps its class and message, a rejected round still lets the peers fail at
+//! once instead of waiting, and profiler ranges are recorded. Errors of the collective itself
+//! (Mismatch, Timeout, PeerRejected, ...) come from the core call both paths end in.
 //!
 //! The collective runs exactly as on the full path: the same core call
 //! ([`PyCommunicator::run_allreduce`] and its siblings), which for small messages keeps the GIL
-//! while it spins and releases it when it is about to block (a collective may wait for its peers; holding the GIL then would
-//! stall every other Python thread for as long as the slowest peer takes). Releasing and
-//! retaking the GIL (about 40 ns) was most of what a call cost beyond the core's own work (on
-//! one rank about 60 ns, of which the GIL ~40, the shim's six reads ~15, the profiler flag ~4;
-//! the call itself and its loop in the caller's Python code, ~30-45 ns more, are the
-//! interpreter's); a call whose peers are already there no longer pays it.
+//! while it spins and releases it when it is about to block (a collective may wait for its peers;
+//! holding the GIL then would stall every other Python thread for as long as the slowest peer
+//! takes). Releasing and retaking the GIL (about 40 ns) was most of what a call cost beyond the
+//! core's own work (on one rank about 60 ns, of which the GIL ~40, the shim's six reads ~15, the
+//! profiler flag ~4; the call itself and its loop in the caller's Python code, ~30-45 ns more, are
+//! the interpreter's); a call whose peers are already there no longer pays it.
 //!
 //! The table of operations is [`Kind`]: its parameters, the Python function of its full path
 //! (registered by `symm._api` with [`set_full_path`]) and how its common case runs. Another
