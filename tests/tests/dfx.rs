@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use symm_core::dfx::{self, Level, RecordState};
 use symm_core::{
-    Backend, CollOptions, Collectives, Communicator, DType, Error, LocalMut, Rank, ReduceOp, SymmetricHeap,
+    Backend, CollOptions, Collectives, Communicator, DType, Error, LocalMut, LocalRef, Rank, ReduceOp, SymmetricHeap,
 };
 use symm_sim::{run_in_process, SimConfig};
 
@@ -116,6 +116,47 @@ fn statistics_and_recorder_switch_off_without_changing_results() {
             // than seeing this rank leave.
             std::thread::sleep(Duration::from_millis(900));
         }
+    });
+    for (r, res) in results.into_iter().enumerate() {
+        res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
+    }
+}
+
+#[test]
+fn a_collective_that_timed_out_leaves_its_group_refusing_collectives_on_that_rank() {
+    // Rank 1 comes to call #2 after rank 0 gave up on it. Rank 0's next collective in the
+    // group would be paired with a call rank 1 is still in: it is refused at once, naming the
+    // call that failed; point-to-point calls and the barrier still work.
+    let mut c = config();
+    c.timeout = Duration::from_millis(300);
+    let results = run_in_process(2, c, |comm| {
+        let world = comm.world();
+        allreduce(&comm, 8).expect("warm-up");
+        if comm.rank().index() == 0 {
+            assert!(matches!(allreduce(&comm, 8), Err(Error::Timeout(_))));
+            let t0 = Instant::now();
+            for _ in 0..2 {
+                match allreduce(&comm, 8) {
+                    Err(e @ Error::InvalidArgument { .. }) => {
+                        let text = e.to_string();
+                        for needle in ["out of step", "allreduce #2", "SYMM_E_TIMEOUT", "group"] {
+                            assert!(text.contains(needle), "{needle:?} not in {text}");
+                        }
+                    }
+                    other => panic!("expected the group to refuse collectives, got {other:?}"),
+                }
+            }
+            assert!(t0.elapsed() < Duration::from_millis(100), "refused at once: {:?}", t0.elapsed());
+            let msg = vec![1.5f32; 4];
+            comm.send(&world, LocalRef::from(&msg), 1, &CollOptions::default()).expect("send");
+        } else {
+            std::thread::sleep(Duration::from_millis(600));
+            allreduce(&comm, 8).expect("the late call completes with what rank 0 had sent");
+            let mut got = vec![0.0f32; 4];
+            comm.recv(&world, LocalMut::from(&mut got), 0, &CollOptions::default()).expect("recv");
+            assert_eq!(got, vec![1.5; 4]);
+        }
+        comm.barrier(&world).expect("barrier");
     });
     for (r, res) in results.into_iter().enumerate() {
         res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));

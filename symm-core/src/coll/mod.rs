@@ -490,6 +490,11 @@ fn with_state<C: Communicator + ?Sized, T>(
             })
         }
     };
+    if let (false, Some(why)) = (p2p, &progress.out_of_step) {
+        let e = Error::InvalidArgument { rank, source: ArgError::invalid("group", format!("{group:?}"), why.clone()) };
+        dfx::refused(c, &ev, &e);
+        return Err(e);
+    }
     let call = if p2p {
         progress.p2p_calls += 1;
         progress.p2p_calls
@@ -510,6 +515,21 @@ fn with_state<C: Communicator + ?Sized, T>(
     };
     if let (true, Err(e)) = (validate, &mut r) {
         validate::annotate(&ctx, e);
+    }
+    let collective = !p2p && !st.tun.validate;
+    if let (true, Err(e @ (Error::Timeout(_) | Error::PeerLost { .. } | Error::PeerExited { .. }))) = (collective, &r) {
+        // This member left the call mid-round; a member still in it would pair its rounds with
+        // this member's next collective (a multi-round call then mixes two calls' data), so the
+        // group takes no more collectives here. In validation mode the next call's validation
+        // round compares call numbers instead, and reports the skew on every member.
+        progress.out_of_step = Some(format!(
+            "its members are out of step since {} #{call} failed on this rank ({}): a late member would \
+             pair later collectives with the wrong calls, so this group takes no more collectives \
+             (point-to-point calls, the heap and other groups still work; SYMM_VALIDATE=1 checks every \
+             collective's call number instead)",
+            plan.op.name(),
+            e.code()
+        ));
     }
     dfx::finish(c, &ev, started, &mut r);
     r

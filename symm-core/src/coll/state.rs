@@ -208,6 +208,9 @@ pub struct Progress {
     pub acked: Vec<u64>,
     /// Where small-message reductions gather the peers' messages (grown on demand).
     pub inbox: Vec<u8>,
+    /// Why the group takes no more collectives: one timed out, or lost a peer, on this member
+    /// (the message its later collectives fail with).
+    pub out_of_step: Option<String>,
 }
 
 /// The collectives' state for one group on one rank.
