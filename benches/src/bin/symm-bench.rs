@@ -60,7 +60,7 @@
 //! joined the job: `symm-sim` sizes its spin budget from the CPUs a rank may use when it starts,
 //! and a rank pinned beforehand would believe it shares a single core with every other rank.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -889,6 +889,9 @@ struct Bench<'c> {
     sig: Option<SymmBuffer>,
     /// Pingpong's round trips so far (the signal's next value).
     seq: Cell<i64>,
+    /// alltoall's per-rank counts at the size being timed (built once per size, not in the
+    /// timed loop: the peer benchmark allocates nothing per call either).
+    counts: RefCell<Vec<usize>>,
     copts: CollOptions,
 }
 
@@ -911,7 +914,19 @@ impl<'c> Bench<'c> {
             None
         };
         comm.barrier(&world)?;
-        Ok(Bench { comm, world, o: o.clone(), n, me, a, b, sig, seq: Cell::new(0), copts: CollOptions::default() })
+        Ok(Bench {
+            comm,
+            world,
+            o: o.clone(),
+            n,
+            me,
+            a,
+            b,
+            sig,
+            seq: Cell::new(0),
+            counts: RefCell::new(Vec::new()),
+            copts: CollOptions::default(),
+        })
     }
 
     fn free(self) -> symm_core::Result<()> {
@@ -938,7 +953,10 @@ impl<'c> Bench<'c> {
             (Op::AllGather, Form::OutOfPlace) => comm.allgather(g, b.m(0, n * c), a.r(0, c), opts),
             (Op::AllGather, Form::InPlace) => comm.allgather(g, b.m(0, n * c), b.r(me * c, c), opts),
             (Op::AllToAll, _) => {
-                let counts = vec![c; n];
+                let mut counts = self.counts.borrow_mut();
+                if counts.len() != n || counts.first() != Some(&c) {
+                    *counts = vec![c; n];
+                }
                 comm.alltoall_single(g, a.r(0, n * c), &counts, b.m(0, n * c), &counts, opts)
             }
             (Op::Broadcast, _) => comm.broadcast(g, a.m(0, c), 0, opts),
