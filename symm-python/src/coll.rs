@@ -462,6 +462,19 @@ where
     }
 }
 
+thread_local! {
+    /// Whether this thread's GIL is released by [`gil_released_when_blocking`] right now.
+    static RELEASED_BY_HOOK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is inside a collective that released its GIL by hand while waiting
+/// ([`gil_released_when_blocking`]). PyO3 still counts such a thread as attached (the call
+/// came in through a PyO3 function), so `Python::try_attach` would run Python on it without
+/// the GIL: code that may run there (the log sink) takes the GIL through the C API instead.
+pub(crate) fn gil_released_by_hook() -> bool {
+    RELEASED_BY_HOOK.with(std::cell::Cell::get)
+}
+
 /// Runs `f` (which must not touch Python) holding the GIL while it spins and releasing it only
 /// when it is about to block (`symm_core::coll::hook`): a small collective whose peers are
 /// already there never blocks, and releasing and re-taking the GIL would cost it ~40 ns; one
@@ -477,14 +490,17 @@ fn gil_released_when_blocking<R>(_py: Python<'_>, f: impl FnOnce() -> R) -> R {
                 // SAFETY: `saved` is this thread's state, saved by `PyEval_SaveThread` below and
                 // not restored since: this re-takes the GIL the `_py` token stands for.
                 unsafe { pyo3::ffi::PyEval_RestoreThread(saved) };
+                RELEASED_BY_HOOK.with(|r| r.set(false));
             }
         }
     }
     let released = Released(std::cell::Cell::new(std::ptr::null_mut()));
     let mut release = || {
         // SAFETY: this thread holds the GIL (the `_py` token) and has not released it yet (the
-        // hook runs once); nothing touches Python until `released` restores it.
+        // hook runs once); nothing touches Python until `released` restores it, except the log
+        // sink, which sees `RELEASED_BY_HOOK` and takes the GIL through the C API.
         released.0.set(unsafe { pyo3::ffi::PyEval_SaveThread() });
+        RELEASED_BY_HOOK.with(|r| r.set(true));
     };
     let (r, _) = symm_core::coll::hook::with_hook(&mut release, f);
     drop(released);

@@ -4,8 +4,10 @@
 //! ## The log sink and the GIL
 //!
 //! The core calls its sink from whatever thread logs: a Python thread inside a blocking call
-//! (the GIL released by `detach`), a Python thread holding the GIL, or a background thread of
-//! the core (`symm-*`: the signal-dump reader, the store server). Every line is queued first;
+//! (the GIL released by `detach`, or by a collective's own hook while it waits, which PyO3
+//! does not know of: the sink then takes the GIL through the C API), a Python thread holding
+//! the GIL, or a background thread of the core (`symm-*`: the signal-dump reader, the store
+//! server). Every line is queued first;
 //! then a thread that may take the GIL drains the queue into the Python callback
 //! (`symm._diag._forward`), in order. A background `symm-*` thread never waits for the GIL (it
 //! might hold something a Python thread waits for): its lines stay queued until the next line
@@ -64,6 +66,20 @@ fn sink(level: Level, line: &str) {
         return;
     }
     if background_thread() {
+        return;
+    }
+    if crate::coll::gil_released_by_hook() {
+        // Inside a collective that released the GIL by hand while it waits: PyO3 still counts
+        // this thread as attached, so take the GIL through the C API (the thread has its
+        // Python thread state, saved by the collective; `PyGILState_Ensure` restores it and
+        // `PyGILState_Release` saves it again).
+        // SAFETY: the interpreter is running (the sink forwards only between `install_log_sink`
+        // and the `atexit` hook that removes it) and this thread does not hold the GIL.
+        let state = unsafe { pyo3::ffi::PyGILState_Ensure() };
+        // SAFETY: the GIL is held until the release below.
+        drain(unsafe { Python::assume_attached() });
+        // SAFETY: pairs with the `PyGILState_Ensure` above, on the same thread.
+        unsafe { pyo3::ffi::PyGILState_Release(state) };
         return;
     }
     // `try_attach`: no GIL once the interpreter is shutting down; the lines then go to stderr.

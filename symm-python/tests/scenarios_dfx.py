@@ -93,6 +93,28 @@ def dfx(rank, world):
         check(time.monotonic() - t0 < 15, "timeout took too long")
         check(by_op(symm.stats())["barrier"]["errors"] == 1, symm.stats())
     dist.barrier()
+
+    # Log lines of a call that released the GIL by itself while waiting (small calls keep it
+    # until they block; PyO3 does not know of that release): on the full path (a rank given as
+    # a tensor), a late peer with the debug log on, then a timeout, reach logging and raise
+    # normally (they crashed the process before the log sink took the GIL through the C API).
+    rev = symm.create_group(list(reversed(range(world))))
+    symm.set_log_level("debug")
+    handler.lines.clear()
+    if rank == 0:
+        time.sleep(0.5)
+    t = torch.full((4,), float(rank))
+    symm.shmem_broadcast(t, torch.tensor(0), group=rev)
+    check(t.tolist() == [float(world - 1)] * 4, t)
+    check(any("broadcast" in m and "completed" in m for lvl, m in handler.lines), handler.lines)
+    symm.set_log_level("error")
+    if rank == 1:
+        expect(symm.Timeout, lambda: symm.shmem_recv(torch.empty(2), torch.tensor(1), group=rev), "recv")
+        errors = [m for lvl, m in handler.lines if lvl == logging.ERROR]
+        check(any("recv" in m and "SYMM_E_TIMEOUT" in m for m in errors), errors)
+    else:
+        time.sleep(2.5)
+    dist.barrier()
     log.removeHandler(handler)
     print("dfx ok", flush=True)
 
