@@ -773,6 +773,18 @@ pub fn errors<C: Collectives>(comm: &C) {
     let mut out = vec![0i32; 4 * n];
     let e = comm.allgather(&world, LocalMut::from(&mut out), LocalRef::from(&input), &opts).unwrap_err();
     assert!(e.to_string().contains("int32") && e.to_string().contains("float32"), "{e}");
+    // An alltoall whose receive buffer overlaps what it sends: rejected on every rank (all
+    // pass the same kind of arguments) before any byte moves.
+    let mut both = vec![0i32; 2 * n];
+    let at = both.as_mut_ptr().cast::<u8>();
+    // SAFETY: both views lie inside `both`, which outlives the call; they overlap on purpose
+    // and the call must refuse them before touching either.
+    let (send, recv) =
+        unsafe { (LocalRef::from_raw(at, n, DType::I32), LocalMut::from_raw(at.add(4 * n / 2), n, DType::I32)) };
+    let counts = vec![1usize; n];
+    let e = comm.alltoall_single(&world, send, &counts, recv, &counts, &opts).unwrap_err();
+    assert!(e.to_string().contains("receive_tensor") && e.to_string().contains("overlaps"), "rank {me}: {e}");
+    assert!(both.iter().all(|&x| x == 0), "rank {me}: nothing written: {both:?}");
     // Invalid root and peer.
     let mut b = vec![0u8; 4];
     let e = comm.broadcast(&world, LocalMut::from(&mut b), n + 1, &opts).unwrap_err();

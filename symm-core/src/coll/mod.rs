@@ -585,6 +585,7 @@ fn run_alltoall<C: Communicator + ?Sized>(
     opts: &CollOptions,
 ) -> Result<()> {
     let (n, dtype) = (group.size(), recv.dtype());
+    let recv_at: *const u8 = recv.as_mut_ptr();
     let total: Option<usize> = recv_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
     let bad = if recv_counts.len() != n {
         Some(ArgError::invalid(
@@ -597,6 +598,15 @@ fn run_alltoall<C: Communicator + ?Sized>(
             "receive_list",
             format!("{recv_counts:?}"),
             format!("sums to more than the receive buffer's {} elements", recv.len()),
+        ))
+    } else if let Some(i) =
+        sends.iter().position(|&(ptr, len)| ranges_overlap(ptr, len * dtype.size(), recv_at, recv.len() * dtype.size()))
+    {
+        // Peers read the send pieces while this member writes the receive buffer.
+        Some(ArgError::invalid(
+            "receive_tensor",
+            format!("{} elements at {recv_at:p}", recv.len()),
+            format!("overlaps the piece for group rank {i}; it must not overlap what is sent"),
         ))
     } else {
         None
