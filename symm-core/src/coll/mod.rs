@@ -599,17 +599,16 @@ fn run_alltoall<C: Communicator + ?Sized>(
             format!("{recv_counts:?}"),
             format!("sums to more than the receive buffer's {} elements", recv.len()),
         ))
-    } else if let Some(i) =
-        sends.iter().position(|&(ptr, len)| ranges_overlap(ptr, len * dtype.size(), recv_at, recv.len() * dtype.size()))
-    {
-        // Peers read the send pieces while this member writes the receive buffer.
-        Some(ArgError::invalid(
-            "receive_tensor",
-            format!("{} elements at {recv_at:p}", recv.len()),
-            format!("overlaps the piece for group rank {i}; it must not overlap what is sent"),
-        ))
     } else {
-        None
+        // Peers read the send pieces while this member writes the receive buffer.
+        let recv_bytes = recv.len() * dtype.size();
+        sends.iter().position(|&(ptr, len)| ranges_overlap(ptr, len * dtype.size(), recv_at, recv_bytes)).map(|i| {
+            ArgError::invalid(
+                "receive_tensor",
+                format!("{} elements at {recv_at:p}", recv.len()),
+                format!("overlaps the piece for group rank {i}; it must not overlap what is sent"),
+            )
+        })
     };
     if let Some(e) = bad {
         return reject(c, group, Op::AllToAll, e);
