@@ -147,6 +147,10 @@ fn a_collective_that_timed_out_leaves_its_group_refusing_collectives_on_that_ran
                 }
             }
             assert!(t0.elapsed() < Duration::from_millis(100), "refused at once: {:?}", t0.elapsed());
+            // A call with a bad argument still gets its own error, at once.
+            let mut ints = vec![1i64; 3];
+            let e = comm.allreduce(&world, LocalMut::from(&mut ints), ReduceOp::Avg, &CollOptions::default());
+            assert!(matches!(&e, Err(Error::InvalidArgument { .. })) && format!("{e:?}").contains("avg"), "{e:?}");
             let msg = vec![1.5f32; 4];
             comm.send(&world, LocalRef::from(&msg), 1, &CollOptions::default()).expect("send");
         } else {

@@ -490,7 +490,9 @@ fn with_state<C: Communicator + ?Sized, T>(
             })
         }
     };
-    if let (false, Some(why)) = (p2p, &progress.out_of_step) {
+    // A call that rejects its own arguments still runs (`reject` then skips its round): its
+    // error says more than this one.
+    if let (false, false, Some(why)) = (p2p, plan.rejected, &progress.out_of_step) {
         let e = Error::InvalidArgument { rank, source: ArgError::invalid("group", format!("{group:?}"), why.clone()) };
         dfx::refused(c, &ev, &e);
         return Err(e);
@@ -541,7 +543,10 @@ fn reject<C: Communicator + ?Sized>(c: &C, group: &Group, op: Op, e: ArgError) -
     let rank = c.rank();
     group.member().at(rank)?;
     with_ctx(c, group, &CollOptions::default(), Plan::rejected(op), |ctx, p| {
-        algo::reject(ctx, p)?;
+        // A group out of step takes no more rounds; the error is this call's own.
+        if p.out_of_step.is_none() {
+            algo::reject(ctx, p)?;
+        }
         Err(e).at(rank)
     })
 }
