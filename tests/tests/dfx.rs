@@ -153,13 +153,19 @@ fn a_collective_that_timed_out_leaves_its_group_refusing_collectives_on_that_ran
             assert!(matches!(&e, Err(Error::InvalidArgument { .. })) && format!("{e:?}").contains("avg"), "{e:?}");
             let msg = vec![1.5f32; 4];
             comm.send(&world, LocalRef::from(&msg), 1, &CollOptions::default()).expect("send");
+            // Rank 1 answers once it is through its late call (a bound well past its delay).
+            let mut ack = vec![0u8; 1];
+            let patient = CollOptions { timeout: Some(Duration::from_secs(20)), ..CollOptions::default() };
+            comm.recv(&world, LocalMut::from(&mut ack), 1, &patient).expect("ack");
         } else {
             std::thread::sleep(Duration::from_millis(600));
             allreduce(&comm, 8).expect("the late call completes with what rank 0 had sent");
             let mut got = vec![0.0f32; 4];
             comm.recv(&world, LocalMut::from(&mut got), 0, &CollOptions::default()).expect("recv");
             assert_eq!(got, vec![1.5; 4]);
+            comm.send(&world, LocalRef::from(&vec![1u8; 1]), 0, &CollOptions::default()).expect("ack");
         }
+        // Both are here within microseconds of each other now.
         comm.barrier(&world).expect("barrier");
     });
     for (r, res) in results.into_iter().enumerate() {
