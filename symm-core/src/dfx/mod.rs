@@ -416,10 +416,16 @@ pub fn stats_from_env() -> std::result::Result<bool, String> {
 /// What a value of `SYMM_STATS` (`None`: unset) asks for.
 fn stats_setting(value: Option<&str>) -> std::result::Result<bool, String> {
     let Some(v) = value else { return Ok(true) };
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(format!("{STATS_VAR} = {v:?}: expected 1/0 (true/false, yes/no, on/off)")),
+    switch(v).ok_or_else(|| format!("{STATS_VAR} = {v:?}: expected 1/0 (true/false, yes/no, on/off)"))
+}
+
+/// An on/off environment value: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` (any case,
+/// surrounding blanks ignored); `None` for anything else.
+fn switch(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
     }
 }
 
@@ -428,8 +434,7 @@ pub const VALIDATE_VAR: &str = "SYMM_VALIDATE";
 
 /// Whether `SYMM_VALIDATE` asks for validation (`1`, `true`, `yes`, `on`).
 pub fn validate_from_env() -> bool {
-    std::env::var(VALIDATE_VAR)
-        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+    std::env::var(VALIDATE_VAR).is_ok_and(|v| switch(&v) == Some(true))
 }
 
 #[cfg(test)]
