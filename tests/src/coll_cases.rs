@@ -19,6 +19,7 @@ pub const COLL_CASES: &[&str] = &[
     "reduce_scatter",
     "allgather",
     "broadcast",
+    "small_broadcasts",
     "alltoall",
     "sendrecv",
     "sendrecv_heap",
@@ -35,6 +36,7 @@ pub fn run_coll_case<C: Collectives>(name: &str, comm: &C) -> Option<()> {
         "reduce_scatter" => reduce_scatter(comm, cases(24)),
         "allgather" => allgather(comm, cases(24)),
         "broadcast" => broadcast(comm, cases(16)),
+        "small_broadcasts" => small_broadcasts(comm),
         "alltoall" => alltoall(comm, cases(16)),
         "sendrecv" => sendrecv(comm, cases(16)),
         "sendrecv_heap" => sendrecv_heap(comm),
@@ -400,6 +402,93 @@ pub fn broadcast<C: Collectives>(comm: &C, cases: usize) {
         assert_eq!(buf.bytes(count * dtype.size()), data, "rank {me}: case {k}: broadcast {dtype} from {root}");
         buf.release();
     }
+}
+
+/// Small broadcasts, whose root does not wait for its members: a root far ahead of late
+/// members (flow control), rotating roots, and members that disagree (each gets an error, no
+/// rank waits out the timeout, the group stays usable).
+pub fn small_broadcasts<C: Collectives>(comm: &C) {
+    let me = comm.rank().index();
+    let world = comm.world();
+    let n = world.size();
+    let opts = CollOptions { timeout: Some(Duration::from_secs(20)), ..CollOptions::default() };
+    let validate = Tunables::from_env().is_ok_and(|t| t.validate);
+    // 200 broadcasts (more than a root may run ahead of a member) from one root, while the other
+    // members start late, then from rotating roots; sizes up to the eager limit and past it.
+    if me != 0 {
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    for k in 0..400usize {
+        let root = if k < 200 { 0 } else { k % n };
+        let count = [1, 2, 10, 64, 65, 300][k % 6];
+        let expect: Vec<i32> = (0..count).map(|i| (k * 1000 + i + root) as i32).collect();
+        let mut buf = if me == root { expect.clone() } else { vec![-1; count] };
+        comm.broadcast(&world, LocalMut::from(&mut buf), root, &opts).expect("small broadcast");
+        assert!(buf == expect, "rank {me}: broadcast {k} from {root}");
+    }
+    if n < 2 {
+        return;
+    }
+    let usable = |what: &str| {
+        let mut x = vec![me as f64 + 1.0; 3];
+        comm.allreduce(&world, LocalMut::from(&mut x), ReduceOp::Sum, &opts).expect(what);
+        assert_eq!(x, vec![(n * (n + 1) / 2) as f64; 3], "rank {me}: {what}");
+        let mut y = vec![if me == n - 1 { 7i16 } else { 0 }; 5];
+        comm.broadcast(&world, LocalMut::from(&mut y), n - 1, &opts).expect(what);
+        assert_eq!(y, vec![7i16; 5], "rank {me}: {what}");
+    };
+    // Members that disagree on the root: nobody sends; every rank fails.
+    let mut buf = vec![0f32; 4];
+    let e = comm.broadcast(&world, LocalMut::from(&mut buf), if me == 0 { 1 } else { 0 }, &opts).unwrap_err();
+    assert!(matches!(e, Error::Mismatch { .. }) && e.to_string().contains("root="), "rank {me}: {e}");
+    usable("after a root disagreement");
+    // Counts that differ: the members fail naming both counts; the root, which does not wait
+    // for them, succeeds (validation mode compares counts first: every rank fails).
+    let mut buf = vec![1u8; if me == 0 { 8 } else { 9 }];
+    let r = comm.broadcast(&world, LocalMut::from(&mut buf), 0, &opts);
+    if me == 0 && !validate {
+        r.expect("the root of a small broadcast does not wait for its members");
+    } else {
+        let e = r.unwrap_err();
+        assert!(matches!(e, Error::Mismatch { .. }), "rank {me}: {e}");
+        assert!(e.to_string().contains("count=8") && e.to_string().contains("count=9"), "rank {me}: {e}");
+    }
+    usable("after a count disagreement");
+    // Calls in different orders: rank 0 broadcasts then reduces, the others reduce then
+    // receive the broadcast. The reductions disagree on the broadcasts made before them.
+    let mut x = vec![1i64; 2];
+    let mut b = vec![if me == 0 { 5i64 } else { 0 }; 2];
+    let (first, second) = if me == 0 {
+        let first = comm.broadcast(&world, LocalMut::from(&mut b), 0, &opts);
+        (first, comm.allreduce(&world, LocalMut::from(&mut x), ReduceOp::Sum, &opts))
+    } else {
+        let first = comm.allreduce(&world, LocalMut::from(&mut x), ReduceOp::Sum, &opts);
+        (first, comm.broadcast(&world, LocalMut::from(&mut b), 0, &opts))
+    };
+    if validate {
+        // The validation round compares the operations: both calls fail on every rank.
+        assert!(first.is_err() && second.is_err(), "rank {me}: {first:?} {second:?}");
+    } else {
+        let (bcast, reduce) = if me == 0 { (first, second) } else { (second, first) };
+        bcast.expect("the broadcast itself agrees");
+        assert_eq!(b, vec![5i64; 2], "rank {me}: broadcast data");
+        let e = reduce.unwrap_err();
+        assert!(e.to_string().contains("small broadcasts"), "rank {me}: {e}");
+        assert!(matches!(e, Error::Mismatch { .. }), "rank {me}: {e}");
+    }
+    usable("after calls in different orders");
+    // One member rejects its root: it fails with its own error, the others complete the
+    // broadcast from rank 0 (a rank waiting for the rejecting rank as root would fail instead).
+    let mut buf = vec![if me == 0 { 3i32 } else { 0 }; 6];
+    let r = comm.broadcast(&world, LocalMut::from(&mut buf), if me == n - 1 { n + 5 } else { 0 }, &opts);
+    if me == n - 1 {
+        let e = r.unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("root"), "rank {me}: {e}");
+    } else {
+        r.expect("broadcast with a rejecting member");
+        assert_eq!(buf, vec![3i32; 6], "rank {me}");
+    }
+    usable("after a rejection");
 }
 
 /// alltoall with random per-pair counts, list and single-buffer forms.

@@ -42,6 +42,7 @@ case!(allreduce);
 case!(reduce_scatter);
 case!(allgather);
 case!(broadcast);
+case!(small_broadcasts);
 case!(alltoall);
 case!(sendrecv);
 case!(sendrecv_heap);

@@ -11,6 +11,7 @@
 //! rounds.
 
 use super::copy::{copy, fence, Stores};
+use super::eager;
 use super::kernels;
 use super::ll;
 use super::lowp::{self, SubRun, SCALE_BLOCK};
@@ -40,15 +41,30 @@ pub struct Call {
     pub lp: Option<DType>,
     pub root: usize,
     pub count: usize,
+    /// Small broadcasts made in the group before this call ([`Progress::bcasts`], set by the
+    /// algorithms): part of the signature, so that members which disagree on them (a small
+    /// broadcast's root does not wait for its members, see [`eager`](super::eager)) fail.
+    pub bcasts: u64,
 }
 
+/// Bits of the signature that carry [`Call::bcasts`] (modulo 2^15, keeping the signature
+/// positive: -1 marks a rejection).
+const BCASTS_SHIFT: u32 = 48;
+const BCASTS_MASK: i64 = 0x7fff;
+
 impl Call {
-    fn sig(&self) -> i64 {
+    pub fn sig(&self) -> i64 {
         (self.kind as i64)
             | (i64::from(self.dtype.code()) << 8)
             | (self.op.map_or(0xff, |o| i64::from(o.code())) << 16)
             | (self.lp.map_or(0xff, |d| i64::from(d.code())) << 24)
             | ((self.root as i64 & 0xffff) << 32)
+            | ((self.bcasts as i64 & BCASTS_MASK) << BCASTS_SHIFT)
+    }
+
+    /// This call, made after the group's `p.bcasts` small broadcasts.
+    fn in_group(self, p: &Progress) -> Call {
+        Call { bcasts: p.bcasts, ..self }
     }
 
     fn describe(sig: i64, len: i64) -> String {
@@ -73,7 +89,11 @@ impl Call {
             _ => "?",
         };
         let root = if sig & 0xff == 4 { format!(", root={}", (sig >> 32) & 0xffff) } else { String::new() };
-        format!("{kind}(count={len}, dtype={dtype}{op}{lp}{root})")
+        let after = match (sig >> BCASTS_SHIFT) & BCASTS_MASK {
+            0 => String::new(),
+            b => format!(" after {b} small broadcasts (mod {})", BCASTS_MASK + 1),
+        };
+        format!("{kind}(count={len}, dtype={dtype}{op}{lp}{root}){after}")
     }
 }
 
@@ -99,14 +119,31 @@ fn agree<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, seq: u64, call: &Call, compare_l
 }
 
 /// Joins a round only to tell the peers that this member rejected its arguments; they fail
-/// with `PeerRejected` instead of waiting for it.
+/// with `PeerRejected` instead of waiting for it. First looks whether the peers run the call as
+/// a small broadcast, which has no round ([`eager::reject`]): whatever the rejected call was
+/// (a binding may reject any call through another one), the peers are the ones waiting.
 pub fn reject<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress) -> Result<()> {
+    if eager::reject(ctx, p)? {
+        return Ok(());
+    }
     let seq = next_round(p);
     ctx.publish(seq, [0, 0, -1, 0, 0])?;
     ctx.signal_all(DONE, seq)?;
     // Like every round, hear from every peer before the next (their READY: a peer on the
     // small-message path switches to the round protocol on seeing mine).
     ctx.wait_all(ready(seq), seq, "ready")
+}
+
+/// The error member `j`'s `sig`/`len` give against the caller's call, which they disagree with:
+/// [`disagreement`], comparing the counts.
+pub(super) fn mismatch<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, call: &Call, j: usize, sig: i64, len: i64) -> Error {
+    disagreement(ctx, call, true, j, sig, len).unwrap_or_else(|| Error::Mismatch {
+        rank: ctx.b.rank(),
+        op: ctx.op.into(),
+        peer: ctx.group.ranks()[j],
+        mine: Call::describe(call.sig(), call.count as i64),
+        theirs: format!("{} (not sending)", Call::describe(sig, len)),
+    })
 }
 
 /// Whether `sig`/`len` from member `j` disagree with the caller's call (`len` compared when
@@ -165,6 +202,7 @@ pub unsafe fn allreduce<B: Backend + ?Sized>(
     inp: *const u8,
     out: *mut u8,
 ) -> Result<()> {
+    let call = call.in_group(p);
     let size = call.dtype.size();
     let bytes = call.count * size;
     // SAFETY: forwarded.
@@ -555,6 +593,7 @@ pub unsafe fn reduce_scatter<B: Backend + ?Sized>(
     inp: *const u8,
     out: *mut u8,
 ) -> Result<()> {
+    let call = call.in_group(p);
     let (n, m, size) = (ctx.n, call.count, call.dtype.size());
     if call.lp.is_none() && ll::fits(ctx, m * size) {
         let room = inbox(p, n, m * size);
@@ -645,6 +684,7 @@ pub unsafe fn allgather<B: Backend + ?Sized>(
     inp: *const u8,
     out: *mut u8,
 ) -> Result<()> {
+    let call = call.in_group(p);
     let (n, m, size) = (ctx.n, call.count, call.dtype.size());
     if ll::fits(ctx, m * size) {
         let msg = ll::Msg { data: inp, bytes: m * size, count: m };
@@ -694,8 +734,20 @@ pub unsafe fn broadcast<B: Backend + ?Sized>(
     call: Call,
     buf: *mut u8,
 ) -> Result<()> {
+    let call = call.in_group(p);
     let (count, size) = (call.count, call.dtype.size());
     let is_root = ctx.me == call.root;
+    if eager::fits(count * size) {
+        if is_root {
+            // SAFETY: `buf` holds `count` elements, within the eager limit.
+            return unsafe { eager::root(ctx, p, &call, buf) };
+        }
+        // SAFETY: as above.
+        if let eager::Arrival::Message = unsafe { eager::member(ctx, p, &call, buf)? } {
+            return Ok(());
+        }
+        // The root runs a round: this call takes one too, which reports the disagreement.
+    }
     if ll::fits(ctx, count * size) {
         // The root sends its data, the others their header alone (every member hears from
         // every peer in every round; see `ll`).
@@ -751,6 +803,7 @@ pub unsafe fn alltoall<B: Backend + ?Sized>(
     recv: *mut u8,
     recv_counts: &[usize],
 ) -> Result<()> {
+    let call = call.in_group(p);
     let (n, size) = (ctx.n, call.dtype.size());
     let window = (ctx.st.tun.stage_bytes / n / size).max(1);
     let my_max = send.iter().map(|s| s.1).max().unwrap_or(0);

@@ -84,6 +84,11 @@ fn slot_offset<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, writer: usize, seq: u64) -
     ctx.st.ll.heap_offset() + (writer * 2 + (seq % 2) as usize) * SLOT_BYTES
 }
 
+/// The flag of `writer`'s message header for round `seq` in the caller's heap.
+pub fn header_flag<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, writer: usize, seq: u64) -> Flag {
+    Flag { writer, offset: slot_offset(ctx, writer, seq), value: seq, what: "small-message" }
+}
+
 /// Whether a call moving at most `bytes` per pair of members may take this path: the backend
 /// maps peers' heaps, and the size is within `SYMM_LL_MAX`.
 pub fn fits<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, bytes: usize) -> bool {
@@ -246,8 +251,8 @@ unsafe fn copy_part(src: *const u8, dst: *mut u8, left: usize) {
 
 /// Waits for member `j`'s header of round `seq`, or its round-protocol `READY` for the round.
 fn head<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, j: usize, seq: u64) -> Result<Head> {
-    let off = slot_offset(ctx, j, seq);
-    let small = Flag { writer: j, offset: off, value: seq, what: "small-message" };
+    let small = header_flag(ctx, j, seq);
+    let off = small.offset;
     let rounds = Flag { writer: j, offset: ctx.word_offset(j, ready(seq)), value: seq, what: "ready" };
     let (mut spins, fast) = (0u32, fast_spins(ctx.b));
     while !small.reached(ctx) {

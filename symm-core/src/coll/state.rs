@@ -8,8 +8,10 @@
 //!   rounds) of facts [`SRC`], [`RED`], [`SIG`], [`LEN`], [`MAX`] (about the writer's round,
 //!   written before `READY`, on the same cache line), [`ACK`]
 //!   (point-to-point acknowledgements), [`CALLS`] (the writer's collective call number, validation
-//!   mode only).
+//!   mode only), [`EAGER_WAIT`], [`EAGER_SIG`], [`EAGER_LEN`] (small broadcasts, see
+//!   [`eager`](super::eager)).
 //! - `ll`: two small-message slots per member (see [`ll`](super::ll)).
+//! - `eager`: a ring of small-broadcast slots per member (see [`eager`](super::eager)).
 //! - `stage`: staging area for inputs that are not in the heap, encoded low-precision data,
 //!   and results other members read.
 //! - `mail`: one point-to-point mailbox per sender, [`MAIL_SLOTS`] chunks deep.
@@ -84,8 +86,13 @@ pub const ACK: usize = 17;
 /// The writer's current collective call number in the group, independent of rounds (written
 /// in validation mode only, see [`validate`](super::validate)).
 pub const CALLS: usize = 18;
+/// The small broadcast the writer has entered as a member (see [`eager`](super::eager)).
+pub const EAGER_WAIT: usize = 19;
+/// The writer's signature and count in that broadcast (written before [`EAGER_WAIT`]).
+pub const EAGER_SIG: usize = 20;
+pub const EAGER_LEN: usize = 21;
 const _: () = assert!(READY_EVEN + FACTS_OFFSET + FACT_WORDS <= DONE && READY_ODD + FACTS_OFFSET + FACT_WORDS <= 16);
-const _: () = assert!(REDUCED < READY_ODD && CALLS < RECORD_WORDS);
+const _: () = assert!(REDUCED < READY_ODD && EAGER_LEN < 24 && EAGER_LEN < RECORD_WORDS);
 
 /// The word that carries `READY = seq` (the round's published data).
 pub const fn ready(seq: u64) -> usize {
@@ -206,6 +213,11 @@ pub struct Progress {
     pub received: Vec<u64>,
     /// The highest acknowledgement seen from each member (point-to-point).
     pub acked: Vec<u64>,
+    /// Small broadcasts made in the group (see [`eager`](super::eager)): the same on every
+    /// member.
+    pub bcasts: u64,
+    /// The latest `EAGER_WAIT` seen from each member (a root's view of which slots are free).
+    pub eager_seen: Vec<u64>,
     /// Where small-message reductions gather the peers' messages (grown on demand).
     pub inbox: Vec<u8>,
     /// Why the group takes no more collectives: one timed out, or lost a peer, on this member
@@ -221,6 +233,8 @@ pub struct CollState {
     pub mail: SymmBuffer,
     /// Small-message slots (see [`ll`](super::ll)): two per member, written by that member.
     pub ll: SymmBuffer,
+    /// Small-broadcast slots (see [`eager`](super::eager)): a ring per member, written by it.
+    pub eager: SymmBuffer,
     pub tun: Tunables,
     pub progress: Mutex<Progress>,
     /// The call holding `progress`: op code (bits 0-7) and sequence number (above), for the
@@ -262,6 +276,7 @@ impl CollState {
                 (tun.stage_bytes, DType::U8),
                 (n * MAIL_SLOTS * tun.mail_chunk, DType::U8),
                 (super::ll::buffer_bytes(n), DType::U8),
+                (super::eager::buffer_bytes(n), DType::U8),
             ];
             let mut bufs = Vec::with_capacity(sizes.len());
             for (len, dtype) in sizes {
@@ -275,11 +290,11 @@ impl CollState {
                     }
                 }
             }
-            let [flags, stage, mail, ll]: [SymmBuffer; 4] = bufs.try_into().expect("four buffers");
+            let [flags, stage, mail, ll, eager]: [SymmBuffer; 5] = bufs.try_into().expect("five buffers");
             // Fresh allocations may reuse memory: flags and slots start at zero (round 0 =
             // nothing yet).
             let base = b.local_heap_base();
-            for buf in [&flags, &ll] {
+            for buf in [&flags, &ll, &eager] {
                 // SAFETY: the caller's copy of `buf` is `bytes()` long; nobody else writes it
                 // until this rank has published something (the barrier below orders that).
                 unsafe { std::ptr::write_bytes(base.add(buf.heap_offset()), 0, buf.bytes()) };
@@ -305,10 +320,13 @@ impl CollState {
                 // mailbox in every peer's heap (see `touch_pages`). Only this member writes them,
                 // and only once this set-up is over.
                 let (mail_each, ll_each) = (MAIL_SLOTS * tun.mail_chunk, super::ll::buffer_bytes(1));
+                let eager_each = super::eager::ring_bytes();
                 for peer in bases {
-                    // SAFETY: the ranges lie inside the peer's `mail` and `ll` buffers, mapped.
+                    // SAFETY: the ranges lie inside the peer's `mail`, `ll` and `eager` buffers,
+                    // mapped.
                     unsafe {
                         touch_pages(peer.0.add(ll.heap_offset() + me * ll_each), ll_each);
+                        touch_pages(peer.0.add(eager.heap_offset() + me * eager_each), eager_each);
                         touch_pages(peer.0.add(mail.heap_offset() + me * mail_each), mail_each);
                     }
                 }
@@ -321,7 +339,9 @@ impl CollState {
                 stage,
                 mail,
                 ll,
+                eager,
                 progress: Mutex::new(Progress {
+                    eager_seen: vec![0; n],
                     sent: vec![0; n],
                     received: vec![0; n],
                     acked: vec![0; n],

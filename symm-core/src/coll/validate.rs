@@ -14,7 +14,8 @@
 //!
 //! and every member checks: the peer is in a validation round too (else the members do not run
 //! the same sequence of rounds: one of them skipped or repeated a call, or `SYMM_VALIDATE`
-//! differs between ranks), the call numbers agree, the operations agree, and for alltoall the
+//! differs between ranks), the call numbers agree, the operations agree, broadcast counts and dtypes
+//! agree (a small broadcast's root would not see it otherwise, see [`eager`](super::eager)), and for alltoall the
 //! split sizes agree pairwise (what j sends to i is what i expects from j). Call numbers and
 //! operations are seen alike by every member, so they all fail alike. Alltoall sizes are
 //! pairwise, so a second round shares each member's verdict and every member fails with the
@@ -69,12 +70,17 @@ fn op_word(plan: &Plan<'_>) -> i64 {
         | (i64::from(plan.rejected) << 16)
 }
 
-fn op_text(word: i64) -> String {
-    let op = Op::from_code((word & 0xff) as u8).map_or("?", Op::name);
-    let dtype = match (word >> 8) & 0xff {
+/// The dtype of an [`op_word`] (`, dtype float32`; empty without one).
+fn dtype_text(word: i64) -> String {
+    match (word >> 8) & 0xff {
         0 => String::new(),
         c => DType::from_code(c - 1).map_or_else(|_| ", dtype ?".into(), |d| format!(", dtype {d}")),
-    };
+    }
+}
+
+fn op_text(word: i64) -> String {
+    let op = Op::from_code((word & 0xff) as u8).map_or("?", Op::name);
+    let dtype = dtype_text(word);
     let rejected = if (word >> 16) & 1 == 1 { ", arguments rejected" } else { "" };
     format!("{op}{dtype}{rejected}")
 }
@@ -121,6 +127,17 @@ pub fn round<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, plan: &Pla
             Some(mismatch(
                 format!("{} as collective call #{call}", op_text(word)),
                 format!("{} as collective call #{len}", op_text(max)),
+            ))
+        } else if plan.op == Op::Broadcast
+            && !plan.rejected
+            && (max >> 16) & 1 == 0
+            && (src as usize != plan.count || max != word)
+        {
+            // The root of a small broadcast does not wait for its members (see `eager`), so its
+            // first round would not show it a count or dtype that differs: compared here.
+            Some(mismatch(
+                format!("broadcast(count={}{}) as collective call #{call}", plan.count, dtype_text(word)),
+                format!("broadcast(count={src}{}) as collective call #{len}", dtype_text(max)),
             ))
         } else {
             if let (Some((sends, expects)), false, false) = (plan.pairs, plan.rejected, (max >> 16) & 1 == 1) {
