@@ -50,7 +50,7 @@ impl SimNode {
             let now = dfx::monotonic_ns();
             let ev = RecordStart { op, group: Some(&self.world), seq: 0, count: 0, dtype: None, start_ns: now };
             let i = ring.begin(&ev);
-            ring.finish(i, RecordState::Completed, now);
+            ring.finish(i, RecordState::Completed, now, now);
         }
     }
 

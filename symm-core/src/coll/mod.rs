@@ -26,11 +26,11 @@ mod ll;
 pub mod lowp;
 mod p2p;
 mod state;
+mod try_lock;
 mod validate;
 mod wait;
 
 use std::sync::atomic::Ordering;
-use std::sync::TryLockError;
 use std::time::Duration;
 
 use crate::buffer::{LocalMut, LocalRef};
@@ -487,7 +487,7 @@ fn with_state<C: Communicator + ?Sized, T>(
     };
     let mut progress = match st.progress.try_lock() {
         Ok(p) => p,
-        Err(TryLockError::WouldBlock) => {
+        Err(try_lock::Taken::Busy) => {
             // Relaxed: a hint for the message; the holder may have moved on since.
             let busy = st.busy.load(Ordering::Relaxed);
             let busy = match Op::from_code((busy & 0xff) as u8) {
@@ -499,7 +499,7 @@ fn with_state<C: Communicator + ?Sized, T>(
             return Err(e);
         }
         // A poisoned lock means a panic mid-call; the round numbers may be off, so refuse.
-        Err(TryLockError::Poisoned(_)) => {
+        Err(try_lock::Taken::Poisoned) => {
             return Err(Error::InvalidArgument {
                 rank,
                 source: ArgError::invalid(

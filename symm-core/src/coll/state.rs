@@ -35,7 +35,6 @@
 //! DONE flag; a round that ends in an error still waits for every peer first.
 
 use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::backend::{Backend, SignalWidth, WaitSite};
@@ -47,6 +46,7 @@ use crate::error::{ArgError, AtRank, Error, Result};
 use crate::group::Group;
 use crate::op::{CmpOp, SignalOp};
 
+use super::try_lock::TryLock;
 pub use super::wait::Flag;
 
 /// Words per member record (32 words: 256 bytes, two 128-byte line pairs).
@@ -236,7 +236,7 @@ pub struct CollState {
     /// Small-broadcast slots (see [`eager`](super::eager)): a ring per member, written by it.
     pub eager: SymmBuffer,
     pub tun: Tunables,
-    pub progress: Mutex<Progress>,
+    pub progress: TryLock<Progress>,
     /// The call holding `progress`: op code (bits 0-7) and sequence number (above), for the
     /// message a second thread gets.
     pub busy: AtomicU64,
@@ -340,7 +340,7 @@ impl CollState {
                 mail,
                 ll,
                 eager,
-                progress: Mutex::new(Progress {
+                progress: TryLock::new(Progress {
                     eager_seen: vec![0; n],
                     sent: vec![0; n],
                     received: vec![0; n],

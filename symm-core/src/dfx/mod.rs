@@ -173,7 +173,7 @@ pub fn finish<B: Backend + ?Sized, T>(b: &B, ev: &OpEvent<'_>, s: Started<'_>, r
     }
     let state = if r.is_ok() { RecordState::Completed } else { RecordState::Failed };
     if let Some((ring, i)) = s.record {
-        ring.finish(i, state, end_ns);
+        ring.finish(i, state, s.start_ns, end_ns);
     }
     let took = end_ns.saturating_sub(s.start_ns);
     if let Some(t) = b.op_stats() {

@@ -21,8 +21,15 @@
 //! make that writer's odd `seq` visible to the second load). Writers never wait for readers;
 //! a record whose writer died inside it stays odd and is reported as unreadable.
 //!
-//! Cost of recording an operation: two clock reads (vDSO, no system call), one fetch-add, two
-//! compare-exchanges and about a dozen relaxed stores; no allocation, no lock, no system call.
+//! # The end of an operation: one word
+//! The end is the `end` word alone, 0 while the operation runs, then its outcome, its duration
+//! and a tag of its index (see [`end_word`]), stored once (release) without taking the record.
+//! A reader sees either value, and both are whole. Should the ring wrap while an operation runs
+//! and a later record take its slot, the late store lands in the later record with the wrong
+//! tag, which readers ignore (that record still shows as running, as it is).
+//!
+//! Cost of recording an operation: two clock reads, one fetch-add, one compare-exchange and
+//! about ten relaxed stores; no allocation, no lock, no system call.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -60,7 +67,7 @@ struct Header {
 struct Slot {
     /// `(index + 1) << 1`, odd while written; 0: never written.
     seq: AtomicU64,
-    /// op code (bits 0-7), state (8-15), dtype code + 1 (16-23, 0: none), group size (32-63).
+    /// op code (bits 0-7), dtype code + 1 (16-23, 0: none), group size (32-63).
     meta: AtomicU64,
     group: AtomicU64,
     /// Bit r set: global rank r is a member (ranks below 64 only).
@@ -68,7 +75,30 @@ struct Slot {
     op_seq: AtomicU64,
     count: AtomicU64,
     start: AtomicU64,
+    /// 0 while running, then [`end_word`].
     end: AtomicU64,
+}
+
+/// Bits of the `end` word: the outcome ([`RecordState`] code), the record index modulo
+/// 2^[`TAG_BITS`] (more than [`MAX_ENTRIES`], so two records of one slot never share it), and
+/// the duration in nanoseconds above (saturating at 2^45 ns, about 9.8 hours).
+const STATE_BITS: u32 = 2;
+const TAG_BITS: u32 = 17;
+const _: () = assert!(1 << TAG_BITS > MAX_ENTRIES && RecordState::Failed as u64 >> STATE_BITS == 0);
+
+/// The `end` word of record `index`, which ended in `state` after `took_ns`.
+fn end_word(index: u64, state: RecordState, took_ns: u64) -> u64 {
+    let took = took_ns.min((1 << (64 - STATE_BITS - TAG_BITS)) - 1);
+    (took << (STATE_BITS + TAG_BITS)) | ((index & ((1 << TAG_BITS) - 1)) << STATE_BITS) | state as u64
+}
+
+/// The outcome and duration in `end` word `w` of record `index`; `None`: still running (or a
+/// word another record left, see the module documentation).
+fn read_end(index: u64, w: u64) -> Option<(RecordState, u64)> {
+    let tag = (w >> STATE_BITS) & ((1 << TAG_BITS) - 1);
+    let state = RecordState::from_code(w & ((1 << STATE_BITS) - 1))?;
+    (tag == index & ((1 << TAG_BITS) - 1) && state != RecordState::Started)
+        .then_some((state, w >> (STATE_BITS + TAG_BITS)))
 }
 
 const _: () = assert!(std::mem::size_of::<Header>() == RECORD_BYTES && std::mem::size_of::<Slot>() == RECORD_BYTES);
@@ -243,7 +273,7 @@ impl<'a> FlightRing<'a> {
         // orders its contents.
         let index = self.header.head.fetch_add(1, Ordering::Relaxed);
         let slot = &self.slots[(index % self.slots.len() as u64) as usize];
-        if !Self::lock(slot, None, index) {
+        if !Self::lock(slot, index) {
             return index;
         }
         let (group, members, size) = match ev.group {
@@ -251,7 +281,7 @@ impl<'a> FlightRing<'a> {
             None => (0, 0, 0),
         };
         let dtype = ev.dtype.map_or(0, |d| u64::from(d.code()) + 1);
-        let meta = u64::from(ev.op.code()) | ((RecordState::Started as u64) << 8) | (dtype << 16) | (size << 32);
+        let meta = u64::from(ev.op.code()) | (dtype << 16) | (size << 32);
         // Relaxed: inside the sequence lock (see the module docs).
         slot.meta.store(meta, Ordering::Relaxed);
         slot.group.store(group, Ordering::Relaxed);
@@ -264,25 +294,22 @@ impl<'a> FlightRing<'a> {
         index
     }
 
-    /// Records the end of operation `index`, unless its record has been reused meanwhile.
+    /// Records the end of operation `index` (started at `start_ns`), unless its record has been
+    /// reused meanwhile: one store (see the module documentation).
     #[inline]
-    pub fn finish(&self, index: u64, state: RecordState, end_ns: u64) {
+    pub fn finish(&self, index: u64, state: RecordState, start_ns: u64, end_ns: u64) {
         let slot = &self.slots[(index % self.slots.len() as u64) as usize];
-        if !Self::lock(slot, Some(index), index) {
-            return;
+        // Relaxed: only skips a record already reused; a reuse after this load is told apart
+        // by the tag.
+        if slot.seq.load(Ordering::Relaxed) == (index + 1) << 1 {
+            // Release: a reader that sees the end sees the record it ends (stored before).
+            slot.end.store(end_word(index, state, end_ns.saturating_sub(start_ns)), Ordering::Release);
         }
-        // Relaxed: inside the sequence lock.
-        let meta = slot.meta.load(Ordering::Relaxed);
-        slot.meta.store((meta & !0xff00) | ((state as u64) << 8), Ordering::Relaxed);
-        slot.end.store(end_ns, Ordering::Relaxed);
-        Self::unlock(slot, index);
     }
 
-    /// Takes `slot` for writing record `index`: from any even value (`from: None`, a new
-    /// record) or only from record `from`'s published value (finishing it). False when the
-    /// record was reused, or when another writer keeps it busy for long (the event is dropped
-    /// rather than waiting).
-    fn lock(slot: &Slot, from: Option<u64>, index: u64) -> bool {
+    /// Takes `slot` for writing record `index` (from any even value). False when another
+    /// writer keeps it busy for long (the event is dropped rather than waiting).
+    fn lock(slot: &Slot, index: u64) -> bool {
         let odd = ((index + 1) << 1) | 1;
         for _ in 0..1000 {
             // Relaxed: the compare-exchange below decides; the fence after it orders the field
@@ -292,9 +319,6 @@ impl<'a> FlightRing<'a> {
                 // Another thread of this rank is inside the record: it only stores a few words.
                 std::hint::spin_loop();
                 continue;
-            }
-            if from.is_some_and(|i| cur != (i + 1) << 1) {
-                return false;
             }
             // Relaxed on the exchange itself: the release fence that follows orders it before
             // the field stores (the writer half of the sequence lock).
@@ -356,6 +380,10 @@ impl<'a> FlightRing<'a> {
                 continue;
             }
             let [meta, group, members, op_seq, count, start, end] = fields;
+            let (state, end_ns) = match read_end(index, end) {
+                Some((state, took)) => (state, start + took),
+                None => (RecordState::Started, 0),
+            };
             let size = (meta >> 32) as u32;
             let ranks = (group != 0 && members.count_ones() == size)
                 .then(|| (0..64u32).filter(|&r| members & (1 << r) != 0).map(Rank).collect());
@@ -372,9 +400,9 @@ impl<'a> FlightRing<'a> {
                 seq: op_seq,
                 count,
                 dtype,
-                state: RecordState::from_code((meta >> 8) & 0xff)?,
+                state,
                 start_ns: start,
-                end_ns: end,
+                end_ns,
             });
         }
         None
@@ -421,16 +449,19 @@ mod tests {
             start_ns: 100 + seq,
         };
         let first = r.begin(&ev(1));
-        r.finish(first, RecordState::Completed, 500);
+        r.finish(first, RecordState::Completed, 101, 500);
         for s in 2..=6 {
             r.begin(&ev(s));
         }
-        // Record 0 was reused by record 4: finishing it again changes nothing.
-        r.finish(first, RecordState::Failed, 900);
+        // Record 0 was reused by record 4: finishing it again changes nothing, even with its
+        // end stored into the slot behind the check (the tag tells it apart).
+        r.finish(first, RecordState::Failed, 101, 900);
+        r.slots[0].end.store(end_word(first, RecordState::Failed, 800), Ordering::Relaxed);
         let snap = r.snapshot(Rank(1));
         assert_eq!((snap.pid, snap.total, snap.unreadable), (42, 6, 0));
         let seqs: Vec<u64> = snap.records.iter().map(|x| x.seq).collect();
         assert_eq!(seqs, vec![3, 4, 5, 6]);
+        assert!(snap.records.iter().all(|x| x.state == RecordState::Started), "{snap:?}");
         let last = snap.records.last().unwrap();
         assert_eq!(last.op, "allreduce");
         assert_eq!(last.state, RecordState::Started);
@@ -438,7 +469,7 @@ mod tests {
         assert_eq!(last.group_text(), "[1, 3]");
         assert_eq!(last.dtype, Some(DType::F32));
         assert_eq!((last.count, last.start_ns, last.end_ns), (10, 106, 0));
-        r.finish(last.index, RecordState::Failed, 999);
+        r.finish(last.index, RecordState::Failed, last.start_ns, 999);
         let again = r.snapshot(Rank(1));
         let last = again.records.last().unwrap();
         assert_eq!((last.state, last.end_ns), (RecordState::Failed, 999));
@@ -462,7 +493,7 @@ mod tests {
                         dtype: None,
                         start_ns: i * 7,
                     });
-                    r.finish(idx, RecordState::Completed, i * 11);
+                    r.finish(idx, RecordState::Completed, i * 7, i * 11);
                 }
                 // Release: the reader that sees it also sees every record written before.
                 stop.store(true, Ordering::Release);
