@@ -247,6 +247,7 @@ impl SimComm {
         boot.allgather("mapped", b"").at(rank)?;
 
         let policy = SpinPolicy::for_host(local.len() + 1, sys::host_cores());
+        wait::choose_signal_mode();
         let registry = GroupRegistry::new(n, rank);
         let placeholder = Group::new(n, rank, &[rank], Ok(())).at(rank)?;
         let maps: Arc<[Option<Mapping>]> = maps.into();
@@ -608,15 +609,17 @@ impl SignalWord<'_> {
     }
 
     fn update(&self, op: SignalOp, value: i64) {
-        // SeqCst: release for the data written before (put_with_signal), and a total order
-        // with the doorbell bump that follows (lost-wake-up argument in `wait`). Values of
-        // 32-bit signals were checked to fit.
+        // Release (light signals) or SeqCst: release for the data written before
+        // (put_with_signal), ordered before the doorbell check that follows (lost-wake-up
+        // argument in `wait`); additions are read-modify-writes, full fences on every target
+        // measured. Values of 32-bit signals were checked to fit.
+        let order = wait::signal_store_order();
         match (self, op) {
-            (SignalWord::W32(a), SignalOp::Set) => a.store(value as i32, Ordering::SeqCst),
+            (SignalWord::W32(a), SignalOp::Set) => a.store(value as i32, order),
             (SignalWord::W32(a), SignalOp::Add) => {
                 a.fetch_add(value as i32, Ordering::SeqCst);
             }
-            (SignalWord::W64(a), SignalOp::Set) => a.store(value, Ordering::SeqCst),
+            (SignalWord::W64(a), SignalOp::Set) => a.store(value, order),
             (SignalWord::W64(a), SignalOp::Add) => {
                 a.fetch_add(value, Ordering::SeqCst);
             }

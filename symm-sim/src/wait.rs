@@ -6,11 +6,25 @@
 //!
 //! Lost wake-ups are impossible: a waiter announces itself in `sleepers` (SeqCst), reads the
 //! doorbell, re-checks its condition and only then sleeps while the doorbell still has the
-//! value it read. A writer makes its change (SeqCst), then reads `sleepers` (SeqCst) and, if it
-//! sees a sleeper, bumps the doorbell and wakes. Either the writer sees the sleeper, or the
-//! waiter sees the change.
+//! value it read. A writer makes its change, then reads `sleepers` and, if it sees a sleeper,
+//! bumps the doorbell and wakes. Either the writer sees the sleeper, or the waiter sees the
+//! change. That needs each side's write ordered before its read (a store-load barrier): on
+//! x86 a full fence, which makes a writer's store wait until it owns the line, typically one
+//! the waiter is polling (tens of nanoseconds on every signal of every small message).
+//!
+//! # Light signals: the sleeper pays for the barrier
+//! Where the kernel offers `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)` ([`light_signals`]),
+//! writers publish with a release store and read `sleepers` with no fence, and the waiter,
+//! after announcing itself, issues that system call (~0.5 us, only on the way to sleep): it
+//! runs a full barrier on every CPU running a thread of a registered process before it returns.
+//! A writer whose read of `sleepers` comes after that barrier sees the announcement; one whose
+//! read came before it had its change, which precedes the read, made visible by it, so the
+//! waiter's re-check sees the change. (A writer not running at that moment passed through the
+//! scheduler's barrier.) Every process registers when its communicator starts; a process that
+//! cannot keeps full fences, and a waiter in it that meets light writers still re-checks
+//! every 100 ms while asleep.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{compiler_fence, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::control::Header;
@@ -45,14 +59,55 @@ impl SpinPolicy {
     }
 }
 
-/// Rings `owner`'s doorbell: call after a SeqCst change to anything the owner may wait for.
+/// This process's signal mode: 0 not chosen yet, 1 full fences, 2 light signals.
+static SIGNAL_MODE: AtomicU8 = AtomicU8::new(0);
+
+/// Chooses this process's signal mode (once; every communicator start calls it): light signals
+/// where this process could register for `membarrier` (see the module documentation).
+pub fn choose_signal_mode() {
+    // Relaxed: the mode is chosen before this process signals or waits, and stays.
+    if SIGNAL_MODE.load(Ordering::Relaxed) == 0 {
+        let mode = if sys::membarrier_register() { 2 } else { 1 };
+        // Relaxed: as above; two threads choosing at once choose alike.
+        SIGNAL_MODE.store(mode, Ordering::Relaxed);
+    }
+}
+
+/// Whether signals are light here: a release store, with the sleepers paying for the barrier.
+#[inline]
+pub fn light_signals() -> bool {
+    // Relaxed: set once at start-up (see `choose_signal_mode`).
+    SIGNAL_MODE.load(Ordering::Relaxed) == 2
+}
+
+/// The ordering of a signal's store (see the module documentation).
+#[inline]
+pub fn signal_store_order() -> Ordering {
+    if light_signals() {
+        Ordering::Release
+    } else {
+        Ordering::SeqCst
+    }
+}
+
+/// Rings `owner`'s doorbell: call after a change to anything the owner may wait for (stored
+/// with [`signal_store_order`] or stronger).
 ///
 /// When nobody sleeps the doorbell is left alone (no contended read-modify-write on the hot
-/// path): the change itself was SeqCst and so is the read of `sleepers`, so a waiter that
-/// announced itself after this read is guaranteed to see the change when it re-checks.
+/// path): a waiter that announced itself after this read is guaranteed to see the change when
+/// it re-checks (the module documentation says why, in either mode).
 pub fn ring(owner: &Header) {
-    // SeqCst: the writer half of the lost-wake-up argument (change, then read `sleepers`).
-    if owner.sleepers.0.load(Ordering::SeqCst) > 0 {
+    let sleeping = if light_signals() {
+        // The read of `sleepers` stays after the change in program order; the sleeper's
+        // membarrier orders it for the processor.
+        compiler_fence(Ordering::SeqCst);
+        // Relaxed: see above.
+        owner.sleepers.0.load(Ordering::Relaxed)
+    } else {
+        // SeqCst: the writer half of the lost-wake-up argument (change, then read `sleepers`).
+        owner.sleepers.0.load(Ordering::SeqCst)
+    };
+    if sleeping > 0 {
         // SeqCst: a sleeper's futex_wait compares against the value it read after announcing
         // itself; bumping makes that comparison fail, so it cannot sleep through this wake.
         owner.doorbell.0.fetch_add(1, Ordering::SeqCst);
@@ -111,6 +166,10 @@ pub fn wait_until<T, E>(
         // SeqCst: announce the sleeper before reading the doorbell and re-checking (the waiter
         // half of the lost-wake-up argument).
         me.sleepers.0.fetch_add(1, Ordering::SeqCst);
+        if light_signals() {
+            // The writers' store-load barrier, run on their CPUs (see the module documentation).
+            sys::membarrier_global();
+        }
         // SeqCst: read after announcing; a later bump makes the futex return at once.
         let bell = me.doorbell.0.load(Ordering::SeqCst);
         let ready = check();
