@@ -42,11 +42,18 @@ pub struct SimConfig {
     pub recorder_entries: usize,
     /// Whether the rank keeps per-operation statistics (`SYMM_STATS`).
     pub stats: bool,
+    /// Whether signals may be light where the kernel allows (`SYMM_LIGHT_SIGNALS`, default on;
+    /// see `wait`). Chosen once per process, by its first communicator.
+    pub light_signals: bool,
 }
+
+/// The environment variable that turns light signals off (`0`): every signal then pays its own
+/// fence (for comparison, and for systems whose `membarrier` misbehaves).
+pub const LIGHT_SIGNALS_VAR: &str = "SYMM_LIGHT_SIGNALS";
 
 impl SimConfig {
     /// From `SYMMETRIC_MEMORY_HEAP_SIZE`, `SYMMETRIC_MEMORY_TIMEOUT`, `SYMM_HOST_ID`,
-    /// `SYMM_FLIGHT_RECORDER_ENTRIES` and `SYMM_STATS`.
+    /// `SYMM_FLIGHT_RECORDER_ENTRIES`, `SYMM_STATS` and `SYMM_LIGHT_SIGNALS`.
     pub fn from_env() -> std::result::Result<SimConfig, BootstrapError> {
         let heap_size = env::heap_size_from_env().map_err(|e| BootstrapError::Env {
             var: env::HEAP_SIZE_VAR,
@@ -68,7 +75,26 @@ impl SimConfig {
             value: std::env::var(dfx::STATS_VAR).ok(),
             reason,
         })?;
-        Ok(SimConfig { heap_size, timeout, host_id: std::env::var("SYMM_HOST_ID").ok(), recorder_entries, stats })
+        let light = std::env::var(LIGHT_SIGNALS_VAR).ok();
+        let light_signals = match light.as_deref().map(dfx::switch) {
+            None => true,
+            Some(Some(on)) => on,
+            Some(None) => {
+                return Err(BootstrapError::Env {
+                    var: LIGHT_SIGNALS_VAR,
+                    value: light,
+                    reason: "expected 1/0 (true/false, yes/no, on/off)".into(),
+                })
+            }
+        };
+        Ok(SimConfig {
+            heap_size,
+            timeout,
+            host_id: std::env::var("SYMM_HOST_ID").ok(),
+            recorder_entries,
+            stats,
+            light_signals,
+        })
     }
 
     /// A config with the given heap size and the environment's other settings (or defaults).
@@ -79,6 +105,7 @@ impl SimConfig {
             host_id: None,
             recorder_entries: dfx::recorder::DEFAULT_ENTRIES,
             stats: true,
+            light_signals: true,
         });
         c.heap_size = heap_size;
         c
@@ -247,7 +274,7 @@ impl SimComm {
         boot.allgather("mapped", b"").at(rank)?;
 
         let policy = SpinPolicy::for_host(local.len() + 1, sys::host_cores());
-        wait::choose_signal_mode();
+        wait::choose_signal_mode(config.light_signals);
         let registry = GroupRegistry::new(n, rank);
         let placeholder = Group::new(n, rank, &[rank], Ok(())).at(rank)?;
         let maps: Arc<[Option<Mapping>]> = maps.into();

@@ -62,12 +62,13 @@ impl SpinPolicy {
 /// This process's signal mode: 0 not chosen yet, 1 full fences, 2 light signals.
 static SIGNAL_MODE: AtomicU8 = AtomicU8::new(0);
 
-/// Chooses this process's signal mode (once; every communicator start calls it): light signals
-/// where this process could register for `membarrier` (see the module documentation).
-pub fn choose_signal_mode() {
+/// Chooses this process's signal mode (once; every communicator start calls it, the first one
+/// decides): light signals when `light` allows them and this process could register for
+/// `membarrier` (see the module documentation).
+pub fn choose_signal_mode(light: bool) {
     // Relaxed: the mode is chosen before this process signals or waits, and stays.
     if SIGNAL_MODE.load(Ordering::Relaxed) == 0 {
-        let mode = if sys::membarrier_register() { 2 } else { 1 };
+        let mode = if light && sys::membarrier_register() { 2 } else { 1 };
         // Relaxed: as above; two threads choosing at once choose alike.
         SIGNAL_MODE.store(mode, Ordering::Relaxed);
     }

@@ -42,3 +42,13 @@ fn members_that_disagree_on_the_small_message_path() {
         run_with(symm_tests::COLL_CASES, n, &[("SYMM_TEST_LL_MAX_BY_RANK", limits)]);
     }
 }
+
+#[test]
+fn every_wait_asleep_with_light_and_with_fenced_signals() {
+    // No spinning: every wait that is not met at once sleeps on its doorbell, so every signal
+    // must wake its sleeper, with light signals (the sleeper's membarrier) and with fenced ones.
+    let all: Vec<&str> = symm_tests::CASES.iter().chain(symm_tests::COLL_CASES).copied().collect();
+    for light in ["1", "0"] {
+        run_with(&all, 3, &[("SYMM_SPIN_US", "0"), ("SYMM_LIGHT_SIGNALS", light)]);
+    }
+}

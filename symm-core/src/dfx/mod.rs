@@ -421,7 +421,7 @@ fn stats_setting(value: Option<&str>) -> std::result::Result<bool, String> {
 
 /// An on/off environment value: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` (any case,
 /// surrounding blanks ignored); `None` for anything else.
-fn switch(value: &str) -> Option<bool> {
+pub fn switch(value: &str) -> Option<bool> {
     match value.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Some(true),
         "0" | "false" | "no" | "off" => Some(false),
