@@ -796,7 +796,7 @@ impl Backend for SimComm {
     ) -> Result<()> {
         // SAFETY: forwarded from this function's contract.
         unsafe { self.put_bytes(peer, dst_offset, src, bytes)? };
-        // No separate fence: the signal update is SeqCst, hence a release that orders the
+        // No separate fence: the signal update is a release (or stronger), which orders the
         // plain stores of the copy before it.
         self.signal_at(peer, signal_offset, width, op, value)
     }
@@ -853,8 +853,8 @@ impl Backend for SimComm {
     }
 
     fn fence(&self) {
-        // SeqCst fence: puts are plain stores, signals SeqCst atomics; the fence orders the
-        // former before anything issued after it.
+        // SeqCst fence: puts are plain stores, signals release (or stronger) atomics; the fence
+        // orders both before anything issued after it.
         std::sync::atomic::fence(Ordering::SeqCst);
     }
 

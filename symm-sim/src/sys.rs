@@ -120,14 +120,19 @@ pub fn futex_wake_all(word: &AtomicU32) {
 /// take part in every such barrier, from any process) and checks that the barrier itself works.
 /// False where the kernel (or a seccomp policy) does not offer it.
 pub fn membarrier_register() -> bool {
-    // SAFETY: membarrier takes no pointers; QUERY returns a bit mask of supported commands.
-    let supported = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
-    let needed = MEMBARRIER_CMD_GLOBAL_EXPEDITED | MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED;
-    // SAFETY: as above; registering and issuing one barrier have no effect beyond ordering.
-    supported >= 0
-        && supported & needed == needed
+    // SAFETY: membarrier takes no pointers; registering has no effect beyond ordering.
+    membarrier_offered(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED)
         && unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) } == 0
         && membarrier_global()
+}
+
+/// Whether the kernel offers `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)` (and `also`), which
+/// needs no registration of the caller.
+pub fn membarrier_offered(also: libc::c_long) -> bool {
+    // SAFETY: membarrier takes no pointers; QUERY returns a bit mask of supported commands.
+    let supported = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
+    let needed = MEMBARRIER_CMD_GLOBAL_EXPEDITED | also;
+    supported >= 0 && supported & needed == needed
 }
 
 /// `membarrier` commands (linux/membarrier.h).

@@ -21,8 +21,11 @@
 //! read came before it had its change, which precedes the read, made visible by it, so the
 //! waiter's re-check sees the change. (A writer not running at that moment passed through the
 //! scheduler's barrier.) Every process registers when its communicator starts; a process that
-//! cannot keeps full fences, and a waiter in it that meets light writers still re-checks
-//! every 100 ms while asleep.
+//! cannot, or runs with `SYMM_LIGHT_SIGNALS=0`, keeps full fences for its own signals, and its
+//! sleepers still issue the barrier wherever the kernel offers it (peers may signal lightly).
+//! A sleeper whose barrier fails naps 1 ms at a time instead of 100. The barrier interrupts
+//! every CPU running a registered process; sleepers issue it only after their spinning and
+//! yielding, a few times per millisecond at most.
 
 use std::sync::atomic::{compiler_fence, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
@@ -59,18 +62,29 @@ impl SpinPolicy {
     }
 }
 
-/// This process's signal mode: 0 not chosen yet, 1 full fences, 2 light signals.
+/// This process's signal mode, chosen once: 0 not yet; otherwise [`MODE_CHOSEN`] plus
+/// [`MODE_LIGHT`] (its signals are light) and [`MODE_BARRIER`] (its sleepers can issue the
+/// barrier, whatever its own signals are: other processes may signal lightly).
 static SIGNAL_MODE: AtomicU8 = AtomicU8::new(0);
+const MODE_CHOSEN: u8 = 1;
+const MODE_LIGHT: u8 = 2;
+const MODE_BARRIER: u8 = 4;
 
-/// Chooses this process's signal mode (once; every communicator start calls it, the first one
-/// decides): light signals when `light` allows them and this process could register for
+/// Chooses this process's signal mode (every communicator start calls it; the first choice
+/// stays): light signals when `light` allows them and this process could register for
 /// `membarrier` (see the module documentation).
 pub fn choose_signal_mode(light: bool) {
     // Relaxed: the mode is chosen before this process signals or waits, and stays.
     if SIGNAL_MODE.load(Ordering::Relaxed) == 0 {
-        let mode = if light && sys::membarrier_register() { 2 } else { 1 };
-        // Relaxed: as above; two threads choosing at once choose alike.
-        SIGNAL_MODE.store(mode, Ordering::Relaxed);
+        let mut mode = MODE_CHOSEN;
+        if sys::membarrier_offered(0) {
+            mode |= MODE_BARRIER;
+            if light && sys::membarrier_register() {
+                mode |= MODE_LIGHT;
+            }
+        }
+        // Relaxed: as above; of two threads choosing at once, the first choice stays.
+        let _ = SIGNAL_MODE.compare_exchange(0, mode, Ordering::Relaxed, Ordering::Relaxed);
     }
 }
 
@@ -78,7 +92,14 @@ pub fn choose_signal_mode(light: bool) {
 #[inline]
 pub fn light_signals() -> bool {
     // Relaxed: set once at start-up (see `choose_signal_mode`).
-    SIGNAL_MODE.load(Ordering::Relaxed) == 2
+    SIGNAL_MODE.load(Ordering::Relaxed) & MODE_LIGHT != 0
+}
+
+/// The sleeper's half of light signals, on its way to sleep: false when it could not be
+/// issued (the sleeper then naps briefly: a light writer may not have seen it).
+fn sleeper_barrier() -> bool {
+    // Relaxed: set once at start-up (see `choose_signal_mode`).
+    SIGNAL_MODE.load(Ordering::Relaxed) & MODE_BARRIER == 0 || sys::membarrier_global()
 }
 
 /// The ordering of a signal's store (see the module documentation).
@@ -167,16 +188,16 @@ pub fn wait_until<T, E>(
         // SeqCst: announce the sleeper before reading the doorbell and re-checking (the waiter
         // half of the lost-wake-up argument).
         me.sleepers.0.fetch_add(1, Ordering::SeqCst);
-        if light_signals() {
-            // The writers' store-load barrier, run on their CPUs (see the module documentation).
-            sys::membarrier_global();
-        }
+        // The light writers' store-load barrier, run on their CPUs (see the module
+        // documentation), whatever this process's own signals are.
+        let barrier = sleeper_barrier();
         // SeqCst: read after announcing; a later bump makes the futex return at once.
         let bell = me.doorbell.0.load(Ordering::SeqCst);
         let ready = check();
         let now = Instant::now();
         if ready.is_none() && now < deadline {
-            let nap = (deadline - now).min(Duration::from_millis(100));
+            let longest = if barrier { Duration::from_millis(100) } else { Duration::from_millis(1) };
+            let nap = (deadline - now).min(longest);
             sys::futex_wait(&me.doorbell.0, bell, nap);
         }
         // SeqCst: pairs with the increment above.

@@ -44,11 +44,12 @@ fn members_that_disagree_on_the_small_message_path() {
 }
 
 #[test]
-fn every_wait_asleep_with_light_and_with_fenced_signals() {
+fn every_wait_asleep_with_light_fenced_and_mixed_signals() {
     // No spinning: every wait that is not met at once sleeps on its doorbell, so every signal
-    // must wake its sleeper, with light signals (the sleeper's membarrier) and with fenced ones.
+    // must wake its sleeper: light signals (the sleeper's membarrier), fenced ones, and ranks
+    // of both kinds together.
     let all: Vec<&str> = symm_tests::CASES.iter().chain(symm_tests::COLL_CASES).copied().collect();
-    for light in ["1", "0"] {
-        run_with(&all, 3, &[("SYMM_SPIN_US", "0"), ("SYMM_LIGHT_SIGNALS", light)]);
+    for light in ["1", "0", "1,0,0"] {
+        run_with(&all, 3, &[("SYMM_SPIN_US", "0"), ("SYMM_TEST_LIGHT_SIGNALS_BY_RANK", light)]);
     }
 }

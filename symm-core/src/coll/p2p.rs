@@ -285,8 +285,8 @@ impl Incoming {
                     self.pull = None;
                     p.received[self.src] = k;
                     self.consumed += 1;
-                    // After the last read of the sender's buffer: the signal is a release
-                    // (SeqCst store), so the sender may reuse its buffer once it sees it.
+                    // After the last read of the sender's buffer: the signal is a release store,
+                    // so the sender may reuse its buffer once it sees it.
                     ctx.signal(self.src, ACK, k)?;
                 }
                 return Ok(true);

@@ -70,22 +70,8 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
         let met = || flags.iter().any(|f| f.reached(self));
         let start = Instant::now();
         let deadline = start + self.timeout;
-        let shared = self.b.waiters_share_cores();
-        let poll_for = if shared { POLL_FOR_SHARED } else { POLL_FOR };
-        let mut polls = 0u32;
-        loop {
-            if met() {
-                return Ok(());
-            }
-            polls += 1;
-            if shared && polls >= FAST_POLLS_SHARED {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
-            if polls % FAST_POLLS == 0 && start.elapsed() >= poll_for {
-                break;
-            }
+        if self.poll(&met) {
+            return Ok(());
         }
         // The backend's wait on every flag at once, when it has one; else one flag at a time.
         let words: Vec<(usize, i64)> = flags.iter().map(|f| (f.offset, f.value as i64)).collect();
@@ -135,6 +121,30 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
             }
         }
         Err(self.timeout_any(flags, arrived, start.elapsed()))
+    }
+
+    /// Polls `met` for [`POLL_FOR`] spinning, or, where waiters share cores, for
+    /// [`POLL_FOR_SHARED`] yielding the core at every poll after the first
+    /// [`FAST_POLLS_SHARED`]. Whether `met` came true.
+    pub(super) fn poll(&self, met: &dyn Fn() -> bool) -> bool {
+        let start = Instant::now();
+        let shared = self.b.waiters_share_cores();
+        let poll_for = if shared { POLL_FOR_SHARED } else { POLL_FOR };
+        let mut polls = 0u32;
+        loop {
+            if met() {
+                return true;
+            }
+            polls += 1;
+            if shared && polls >= FAST_POLLS_SHARED {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+            if polls % FAST_POLLS == 0 && start.elapsed() >= poll_for {
+                return false;
+            }
+        }
     }
 
     /// The timeout of [`Ctx::wait_any`]: who waited for which flags, and what it saw last.

@@ -3,16 +3,22 @@
 //!
 //! `SYMM_TEST_LL_MAX_BY_RANK=a,b,...` gives rank r the small-message limit `SYMM_LL_MAX` of
 //! entry `r % len`: members that disagree on which calls take the small-message path.
+//! `SYMM_TEST_LIGHT_SIGNALS_BY_RANK` does the same for `SYMM_LIGHT_SIGNALS` (ranks that signal
+//! lightly next to ranks that fence every signal).
 
 use symm_sim::SimComm;
 
 fn main() {
     let cases: Vec<String> = std::env::args().skip(1).collect();
-    if let (Ok(list), Ok(rank)) = (std::env::var("SYMM_TEST_LL_MAX_BY_RANK"), std::env::var("SYMM_RANK")) {
-        let limits: Vec<&str> = list.split(',').collect();
-        let rank: usize = rank.parse().expect("SYMM_RANK is a number");
-        // Single-threaded here: nothing reads the environment concurrently.
-        std::env::set_var("SYMM_LL_MAX", limits[rank % limits.len()]);
+    for (by_rank, var) in
+        [("SYMM_TEST_LL_MAX_BY_RANK", "SYMM_LL_MAX"), ("SYMM_TEST_LIGHT_SIGNALS_BY_RANK", "SYMM_LIGHT_SIGNALS")]
+    {
+        if let (Ok(list), Ok(rank)) = (std::env::var(by_rank), std::env::var("SYMM_RANK")) {
+            let values: Vec<&str> = list.split(',').collect();
+            let rank: usize = rank.parse().expect("SYMM_RANK is a number");
+            // Single-threaded here: nothing reads the environment concurrently.
+            std::env::set_var(var, values[rank % values.len()]);
+        }
     }
     let comm = match SimComm::from_env() {
         Ok(c) => c,
