@@ -562,6 +562,17 @@ pub fn sendrecv<C: Collectives>(comm: &C, cases: usize) {
     let n = world.size();
     let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
     let opts = CollOptions { timeout: Some(Duration::from_secs(60)), ..CollOptions::default() };
+    // Sizes (bytes) at the edges of the mailbox layout: the payload on the flag's line up to
+    // 256 bytes, from the next line above; chunk payloads of `chunk - 64` bytes.
+    let chunk = Tunables::from_env().expect("tunables").mail_chunk;
+    for len in [40, 41, 255, 256, 257, chunk - 65, chunk - 64, chunk - 63, chunk - 24, 2 * (chunk - 64) + 1] {
+        let out: Vec<u8> = (0..len).map(|i| (i * 7 + me * 13 + len) as u8).collect();
+        let mut got = vec![0u8; len];
+        comm.sendrecv(&world, LocalRef::from(&out[..]), next, LocalMut::from(&mut got), prev, &opts)
+            .expect("sendrecv at a layout edge");
+        let want: Vec<u8> = (0..len).map(|i| (i * 7 + prev * 13 + len) as u8).collect();
+        assert!(got == want, "rank {me}: sendrecv of {len} bytes");
+    }
     for (k, sizes) in draw(
         prop::collection::vec(prop_oneof![Just(0usize), 1usize..100, 100usize..300_000], 1..4),
         cases,

@@ -130,8 +130,9 @@ pub fn fast_spins<B: Backend + ?Sized>(b: &B) -> u32 {
 /// (sendrecv, 2 ranks: 128 KiB 17 -> 9-12 us, 256 KiB 24-28 -> 16-18 us), for the same mailbox
 /// capacity (1 MiB: which messages are eager is unchanged).
 pub const MAIL_SLOTS: usize = 64;
-/// Bytes of a mailbox chunk before its payload: the chunk's flag, total message bytes, dtype
-/// code (see [`p2p`](super::p2p)).
+/// Bytes of a mailbox chunk's flag and header (total message bytes, dtype code), before the
+/// payload of a small message (larger ones start theirs on the next line; see
+/// [`p2p`](super::p2p)).
 pub const MAIL_HEADER: usize = 24;
 
 /// Settings read once per group from the environment.
@@ -180,7 +181,8 @@ impl Tunables {
             stage_bytes: size("SYMM_COLL_WORKSPACE", 16 << 20)?.max(64 << 10),
             oneshot_max: size("SYMM_ALLREDUCE_ONESHOT_MAX", 8 << 10)?,
             // Whole cache lines: every slot's flag is aligned and starts a line.
-            mail_chunk: size("SYMM_P2P_CHUNK", 16 << 10)?.max(MAIL_HEADER + 64).next_multiple_of(64),
+            // At least a line of header and a line of payload (see `p2p`).
+            mail_chunk: size("SYMM_P2P_CHUNK", 16 << 10)?.max(128).next_multiple_of(64),
             stream_min: size("SYMM_STREAM_STORES_MIN", 16 << 20)?,
             ll_max: match std::env::var("SYMM_LL_MAX") {
                 Ok(v) if v.trim() == "0" => 0,
