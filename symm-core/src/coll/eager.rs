@@ -35,7 +35,11 @@
 //! which never waits for the members, does not learn of a disagreement: its call succeeds, as
 //! an eager MPI send does, and the members report it. Round-protocol calls carry the group's
 //! broadcast count in their signature, so members that disagree on how many broadcasts were
-//! made fail at their next collective.
+//! made fail at their next collective. A member that ends up running the call as a round takes
+//! its announcement back (`EAGER_WAIT = b - 1`), so that no peer reads it as its part in the
+//! group's next small broadcast; every other outcome, errors included, counts the broadcast on
+//! that member. A rank that rejects its own arguments ([`reject`]) announces itself with
+//! signature -1 first, then joins whichever way its peers went.
 //!
 //! Whether a call takes this path depends only on its size in bytes, which members agree on
 //! when the program is correct; a member whose count differs from the root's across the limit
