@@ -23,7 +23,7 @@
 //!
 //! # The end of an operation: one word
 //! The end is the `end` word alone, 0 while the operation runs, then its outcome, its duration
-//! and a tag of its index (see [`end_word`]), stored once (release) without taking the record.
+//! and a tag of its index (see `end_word`), stored once (release) without taking the record.
 //! A reader sees either value, and both are whole. Should the ring wrap while an operation runs
 //! and a later record take its slot, the late store lands in the later record with the wrong
 //! tag, which readers ignore (that record still shows as running, as it is).
