@@ -17,11 +17,15 @@
 //!
 //! # Flow control
 //! On entering broadcast `b` a member publishes `EAGER_WAIT = b` (with its signature in
-//! `EAGER_SIG`, written first) in its record on every peer: it has finished broadcast `b - 1`,
-//! so it reads no slot of an earlier broadcast again. A root overwrites the slot of broadcast
-//! `b - SLOTS` only once the member's `EAGER_WAIT` has reached `b - SLOTS + 1`; it reads that
-//! word only when the value it saw last is too old (once per [`SLOTS`] broadcasts at most in a
-//! steady stream).
+//! `EAGER_SIG`, written first) in its record on the root (on every peer when the root's message
+//! is not there yet and it is about to wait, since its peers may then look for it, below): it
+//! has finished broadcast `b - 1`, so it reads no slot of an earlier broadcast again. A root
+//! overwrites the slot of broadcast `b - SLOTS` only once the member's `EAGER_WAIT` in its own
+//! heap has reached `b - SLOTS + 1`; it reads that word only when the value it saw last is too
+//! old (once per [`SLOTS`] broadcasts at most in a steady stream). A root may thus wait for a
+//! member that has finished the broadcasts in between under other roots, until that member
+//! enters the root's broadcast and announces it there, which it does before it waits for
+//! anything: no cycle.
 //!
 //! # Agreement, and what the root does not learn
 //! The member compares the root's signature and count with its own (a mismatch fails the
@@ -31,7 +35,9 @@
 //! call, which reports the disagreement to both), the root's `EAGER_WAIT` for this broadcast
 //! (the root believes it is a member: both disagree on the root, or the root rejected its
 //! arguments), or a message for this broadcast from another writer (that member believes it
-//! is the root). So members that disagree fail instead of waiting out the timeout. The root,
+//! is the root). So members that disagree fail instead of waiting out the timeout: when some
+//! member believes it is the root, its message reaches every other member; when none does,
+//! every member waits, and so announces itself on every peer. The root,
 //! which never waits for the members, does not learn of a disagreement: its call succeeds, as
 //! an eager MPI send does, and the members report it. Round-protocol calls carry the group's
 //! broadcast count in their signature, so members that disagree on how many broadcasts were
@@ -193,17 +199,20 @@ pub unsafe fn member<B: Backend + ?Sized>(
     let (sig, count, bytes) = (call.sig(), call.count, call.count * call.dtype.size());
     debug_assert!(fits(bytes));
     let b = p.bcasts + 1;
-    announce(ctx, b, sig, count)?;
+    // The root needs it (flow control); the others only when this member waits (below).
+    announce(ctx, b, sig, count, Some(call.root))?;
     // Counted from here, errors included: every member counts the broadcast, whatever its
     // outcome, so that peers keep agreeing on the count.
     p.bcasts = b;
     let f = message(ctx, call.root, b);
     if !f.reached(ctx) {
+        // About to wait: every peer may look for it (see `arrival`, `reject`).
+        announce(ctx, b, sig, count, None)?;
         if let Arrival::Rounds = arrival(ctx, p, call, f, b)? {
             // Not a small broadcast after all: taken back, so that no peer reads this
             // announcement as this member's part in the group's next small broadcast.
             p.bcasts = b - 1;
-            announce(ctx, b - 1, sig, count)?;
+            announce(ctx, b - 1, sig, count, None)?;
             return Ok(Arrival::Rounds);
         }
     }
@@ -234,12 +243,12 @@ pub unsafe fn member<B: Backend + ?Sized>(
 }
 
 /// Publishes `EAGER_WAIT = b`, after the caller's signature and count (`EAGER_SIG`,
-/// `EAGER_LEN`), in the caller's record on every peer. `sig` -1: the caller rejected its
-/// arguments.
-pub fn announce<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, b: u64, sig: i64, count: usize) -> Result<()> {
+/// `EAGER_LEN`), in the caller's record on member `to`, or on every peer (`None`). `sig` -1: the
+/// caller rejected its arguments.
+fn announce<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, b: u64, sig: i64, count: usize, to: Option<usize>) -> Result<()> {
     let (facts_at, wait_at) = (ctx.word_offset(ctx.me, EAGER_SIG), ctx.word_offset(ctx.me, EAGER_WAIT));
     const _: () = assert!(EAGER_LEN == EAGER_SIG + 1);
-    for j in (0..ctx.n).filter(|&j| j != ctx.me) {
+    for j in (0..ctx.n).filter(|&j| j != ctx.me && to.is_none_or(|t| t == j)) {
         let peer = ctx.group.ranks()[j];
         match ctx.mapped {
             Some(bases) => {
@@ -351,9 +360,9 @@ pub fn reject<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress) -> Result
         Sent,
     }
     let (b, next) = (p.bcasts + 1, p.seq + 1);
-    announce(ctx, b, -1, 0)?;
+    announce(ctx, b, -1, 0, None)?;
     // The round: this announcement is taken back (as a member's, see `member`).
-    let join_round = || announce(ctx, b - 1, -1, 0).map(|()| false);
+    let join_round = || announce(ctx, b - 1, -1, 0, None).map(|()| false);
     let mut watch = Vec::new();
     for j in (0..ctx.n).filter(|&j| j != ctx.me) {
         watch.push((
