@@ -53,7 +53,7 @@ const BCASTS_SHIFT: u32 = 48;
 const BCASTS_MASK: i64 = 0x7fff;
 
 impl Call {
-    pub fn sig(&self) -> i64 {
+    pub(super) fn sig(&self) -> i64 {
         (self.kind as i64)
             | (i64::from(self.dtype.code()) << 8)
             | (self.op.map_or(0xff, |o| i64::from(o.code())) << 16)

@@ -217,10 +217,7 @@ pub unsafe fn member<B: Backend + ?Sized>(
         }
     }
     let slot = ctx.base.wrapping_add(f.offset);
-    // SAFETY: the root's slot in the caller's heap; its words were written before the flag
-    // seen (acquire), and the root rewrites the slot only after this member has entered a
-    // later broadcast.
-    let (theirs, their_count) = unsafe { (slot.cast::<i64>().add(1).read(), slot.cast::<i64>().add(2).read()) };
+    let (theirs, their_count) = sent(ctx, f);
     if theirs != sig || their_count != count as i64 {
         return Err(mismatch(ctx, call, call.root, theirs, their_count));
     }
@@ -240,6 +237,15 @@ pub unsafe fn member<B: Backend + ?Sized>(
         }
     }
     Ok(Arrival::Message)
+}
+
+/// The signature and count a writer sent with message `f`, which has arrived (`f` reached).
+fn sent<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, f: Flag) -> (i64, i64) {
+    let words = ctx.base.wrapping_add(f.offset).cast::<i64>();
+    // SAFETY: the writer's slot in the caller's heap; its words were written before the flag
+    // seen (acquire), and the writer rewrites the slot only after this member has entered a
+    // later broadcast.
+    unsafe { (words.add(1).read(), words.add(2).read()) }
 }
 
 /// Publishes `EAGER_WAIT = b`, after the caller's signature and count (`EAGER_SIG`,
@@ -308,11 +314,7 @@ fn arrival<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &Progress, call: &Call, f: 
             return Err(mismatch(ctx, call, root, theirs, len));
         }
         if let Some(y) = other {
-            let words = ctx.base.wrapping_add(message(ctx, y, b).offset).cast::<i64>();
-            // SAFETY: y's slot in the caller's heap, its words written before the flag
-            // (acquired above); y rewrites it only after this member has entered a later
-            // broadcast.
-            let (theirs, len) = unsafe { (words.add(1).read(), words.add(2).read()) };
+            let (theirs, len) = sent(ctx, message(ctx, y, b));
             return Err(mismatch(ctx, call, y, theirs, len));
         }
         Ok(round.then_some(Arrival::Rounds))
