@@ -9,7 +9,9 @@
 #                         [-r REPS] [--pin 0|1] [--touch 0|1] [--no-build] [op ...]
 #   ops: all_reduce reduce_scatter all_gather alltoall sendrecv broadcast pingpong (default: all)
 #   -b/-e/-f/-g/-n/-w/--pin/--touch mean what they mean to symm-bench (same defaults); both programs get
-#   the same values. -r REPS: runs of each program per op, alternating (default 1).
+#   the same values. -r REPS: runs of each program per op, alternating (default 1); from 3 runs
+#   on, a second table gives the spread of the ratio run by run (symm's run i against MPI's
+#   run i, which ran right after it): median, lowest, highest.
 #   --no-build uses the symm-bench binary already built.
 #   MPI_OPTS (environment): the mpirun options; the default is the best measured on a 2-core
 #   machine (see MPI_OPTS_DEFAULT). Raw CSV and logs are kept in target/peers/.
@@ -127,6 +129,45 @@ table() {
     ' "$@"
 }
 
+# Prints, per size, the spread of the paired ratios mpi/symm: run i of symm against run i of
+# MPI, which ran right after it (a slow period of the machine then hits both of a pair). Median,
+# lowest and highest over the pairs; in-place columns only if $1 is 1. Files: symm.1 mpi.1
+# symm.2 mpi.2 ... in that order.
+pairs() {
+    local ip=$1
+    shift
+    awk -F, -v ip="$ip" '
+        function sorted_median(a, n,   i, j, t) {
+            for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+        }
+        function cols(k,   i, n, r) {   # k: the time column, 10 out of place, 14 in place
+            n = 0
+            for (i = 1; i <= runs; i++)
+                if (time["symm", i, $6, k] > 0 && time["mpi", i, $6, k] > 0) r[++n] = time["mpi", i, $6, k] / time["symm", i, $6, k]
+            if (n == 0) return sprintf("  %7s %7s %7s", "N/A", "N/A", "N/A")
+            return sprintf("  %7.2f %7.2f %7.2f", sorted_median(r, n), r[1], r[n])
+        }
+        FNR == 1 { who = FILENAME ~ /-symm/ ? "symm" : "mpi"; if (who == "symm") runs++; next }
+        {
+            if (who == "symm" && !($6 in seen)) { seen[$6]; order[++m] = $6 }
+            for (k = 10; k <= 14; k += 4) if ($k != "") time[who, runs, $6, k] = $k + 0
+        }
+        END { for (i = 1; i <= m; i++) { $0 = ""; $6 = order[i]; printf "%12s%s%s\n", $6, cols(10), ip ? cols(14) : "" } }
+    ' "$@"
+}
+
+# The header of the paired ratios; in-place columns only if $1 is 1.
+pairs_header() {
+    local a
+    a=$(printf "  %7s %7s %7s" "median" "lowest" "highest")
+    if [ "$1" = 1 ]; then
+        printf "# paired symm/mpi, run by run (%s pairs)\n#%11s  %-25s%s\n#%11s%s%s\n" "$reps" "" "out-of-place" "in-place" "size(B)" "$a" "$a"
+    else
+        printf "# paired symm/mpi, run by run (%s pairs)\n#%11s%s\n" "$reps" "size(B)" "$a"
+    fi
+}
+
 # The table's header; in-place columns only if $1 is 1.
 header() {
     local a b
@@ -161,5 +202,9 @@ for op in "${ops[@]}"; do
     echo "## $op, $ranks ranks ($(sed -n 's/^# memcpy: /memcpy /p' "$stem-symm.1.log"))"
     header "$ip"
     table "$ip" "${files[@]}"
+    if [ "$reps" -ge 3 ]; then
+        pairs_header "$ip"
+        pairs "$ip" "${files[@]}"
+    fi
 done
 exit "$status"
