@@ -14,8 +14,15 @@ use crate::store::{MemoryStore, TcpStore, TcpStoreServer};
 pub const RANK_VAR: &str = "SYMM_RANK";
 /// Number of ranks.
 pub const WORLD_SIZE_VAR: &str = "SYMM_WORLD_SIZE";
-/// `host:port` where rank 0 serves the start-up store.
+/// `host:port` of the start-up store: rank 0 serves it there, unless [`RENDEZVOUS_HOSTED_VAR`]
+/// says that the launcher does.
 pub const RENDEZVOUS_VAR: &str = "SYMM_RENDEZVOUS";
+/// `1`: the launcher already serves the start-up store at [`RENDEZVOUS_VAR`] (as
+/// [`spawn_ranks`] does), so rank 0 connects to it like every other rank. A launcher that keeps
+/// its listening socket from the moment it picks the port until the job ends leaves no window in
+/// which another job could take the port (a port found free and then released for rank 0 to
+/// bind does).
+pub const RENDEZVOUS_HOSTED_VAR: &str = "SYMM_RENDEZVOUS_HOSTED";
 
 fn env_number(var: &'static str) -> std::result::Result<usize, BootstrapError> {
     let value = std::env::var(var).ok();
@@ -28,7 +35,8 @@ fn env_number(var: &'static str) -> std::result::Result<usize, BootstrapError> {
 
 impl SimComm {
     /// Starts this process as the rank named by `SYMM_RANK` of `SYMM_WORLD_SIZE`, meeting the
-    /// others at `SYMM_RENDEZVOUS` (rank 0 serves there). Collective over the world.
+    /// others at `SYMM_RENDEZVOUS` (rank 0 serves there, unless `SYMM_RENDEZVOUS_HOSTED=1`).
+    /// Collective over the world.
     pub fn from_env() -> Result<SimComm> {
         let unknown = Rank(u32::MAX);
         let rank = env_number(RANK_VAR).at(unknown)?;
@@ -49,7 +57,19 @@ impl SimComm {
         });
         let addr = addr.at(rank_id)?;
         let config = SimConfig::from_env().at(rank_id)?;
-        let server = if rank == 0 {
+        let hosted = match std::env::var(RENDEZVOUS_HOSTED_VAR).as_deref() {
+            Ok("1") => true,
+            Ok("0") | Ok("") | Err(_) => false,
+            Ok(other) => {
+                return Err(BootstrapError::Env {
+                    var: RENDEZVOUS_HOSTED_VAR,
+                    value: Some(other.into()),
+                    reason: "expected 1 (the launcher serves the store) or 0".into(),
+                })
+                .at(rank_id)
+            }
+        };
+        let server = if rank == 0 && !hosted {
             Some(TcpStoreServer::bind(&addr).map_err(|e| Error::Bootstrap {
                 rank: rank_id,
                 source: BootstrapError::Io { what: format!("serving the rendezvous at {addr}"), source: e },
@@ -88,14 +108,13 @@ pub fn run_in_process<R: Send>(n: usize, config: SimConfig, f: impl Fn(SimComm) 
     })
 }
 
-/// A free TCP port on the loopback interface (for the rendezvous).
-pub fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 /// Runs `program args` once per rank with the `SYMM_*` variables set (and `env` added), waits
 /// for all, and returns their exit statuses in rank order. If a rank fails, the others get
 /// `grace` to finish before they are killed, so a crash never leaves a job hanging.
+///
+/// The launcher serves the start-up store itself, on a loopback port it holds from the moment
+/// it is chosen until every rank has exited (`SYMM_RENDEZVOUS_HOSTED=1`): jobs started at the
+/// same time cannot meet on each other's port.
 pub fn spawn_ranks(
     n: usize,
     program: &std::path::Path,
@@ -103,14 +122,16 @@ pub fn spawn_ranks(
     env: &[(String, String)],
     grace: Duration,
 ) -> std::io::Result<Vec<ExitStatus>> {
-    let port = free_port()?;
+    let store = TcpStoreServer::bind("127.0.0.1:0")?;
+    let rendezvous = store.local_addr().to_string();
     let mut children: Vec<Child> = Vec::with_capacity(n);
     for r in 0..n {
         let mut cmd = Command::new(program);
         cmd.args(args)
             .env(RANK_VAR, r.to_string())
             .env(WORLD_SIZE_VAR, n.to_string())
-            .env(RENDEZVOUS_VAR, format!("127.0.0.1:{port}"));
+            .env(RENDEZVOUS_VAR, &rendezvous)
+            .env(RENDEZVOUS_HOSTED_VAR, "1");
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -148,5 +169,7 @@ pub fn spawn_ranks(
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    // Every rank has exited: nobody reads the store any more.
+    drop(store);
     Ok(statuses.into_iter().map(|s| s.expect("all ranks finished")).collect())
 }

@@ -120,13 +120,32 @@ fn alltoall_sizes_that_disagree_fail_on_every_rank_under_validation_and_on_the_r
 }
 
 #[test]
+fn a_bad_rendezvous_hosted_value_is_a_start_up_error_naming_it() {
+    let output = Command::new(exe())
+        .args(["signal", "0", "0"])
+        .env(symm_sim::launch::RANK_VAR, "0")
+        .env(symm_sim::launch::WORLD_SIZE_VAR, "1")
+        .env(symm_sim::launch::RENDEZVOUS_VAR, "127.0.0.1:1")
+        .env(symm_sim::launch::RENDEZVOUS_HOSTED_VAR, "yes")
+        .env("SYMMETRIC_MEMORY_HEAP_SIZE", "4M")
+        .output()
+        .expect("starting symm-dfx-rank");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(2), "expected a start-up failure: {text}");
+    for needle in ["start-up failed", "SYMM_RENDEZVOUS_HOSTED", "yes", "expected 1"] {
+        assert!(text.contains(needle), "output lacks {needle:?}: {text}");
+    }
+}
+
+#[test]
 fn sigusr1_prints_the_flight_recorder_when_asked_for() {
-    let port = symm_sim::launch::free_port().expect("a free port");
+    let store = symm_sim::store::TcpStoreServer::bind("127.0.0.1:0").expect("serving the start-up store");
     let mut child = Command::new(exe())
         .args(["signal", "0", "0"])
         .env(symm_sim::launch::RANK_VAR, "0")
         .env(symm_sim::launch::WORLD_SIZE_VAR, "1")
-        .env(symm_sim::launch::RENDEZVOUS_VAR, format!("127.0.0.1:{port}"))
+        .env(symm_sim::launch::RENDEZVOUS_VAR, store.local_addr().to_string())
+        .env(symm_sim::launch::RENDEZVOUS_HOSTED_VAR, "1")
         .env("SYMMETRIC_MEMORY_HEAP_SIZE", "4M")
         .env("SYMM_DUMP_ON_SIGNAL", "1")
         .stdout(Stdio::piped())
