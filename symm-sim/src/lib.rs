@@ -24,3 +24,4 @@ mod wait;
 
 pub use comm::{SimComm, SimConfig};
 pub use launch::{run_in_process, spawn_ranks};
+pub use wait::lost_wakeups;

@@ -95,17 +95,19 @@ impl Drop for Mapping {
 }
 
 /// Sleeps while `*word == expected`, at most `timeout`. Spurious returns are allowed: callers
-/// re-check their condition. Works across processes (the futex is not private).
-pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+/// re-check their condition. Works across processes (the futex is not private). True when the
+/// sleep ended because `timeout` passed (not by a wake-up, a changed word or a signal).
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
     };
     // SAFETY: `word` is a valid, aligned 32-bit atomic for the duration of the call; the kernel
-    // only reads it. EINTR, EAGAIN and ETIMEDOUT are all "re-check", so the result is ignored.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec);
-    }
+    // only reads it. EINTR, EAGAIN and ETIMEDOUT all mean "re-check" to the caller.
+    let r = unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec)
+    };
+    r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT)
 }
 
 /// Wakes every thread sleeping on `word`, in any process.

@@ -26,8 +26,16 @@
 //! A sleeper whose barrier fails naps 1 ms at a time instead of 100. The barrier interrupts
 //! every CPU running a registered process; sleepers issue it only after their spinning and
 //! yielding, a few times per millisecond at most.
+//!
+//! # Lost wake-ups are counted
+//! A lost wake-up does not fail anything: the sleeper's nap ends and it finds its condition
+//! met, up to a nap late. So that tests can tell, a nap that ends by its timeout with the
+//! condition met and the doorbell unchanged is counted ([`lost_wakeups`]): a writer made the
+//! change and did not wake the sleeper. (Or is about to: a writer held up longer than the nap
+//! between its change and its look at `sleepers`; with the long naps tests set through
+//! `SYMM_TEST_NAP_MS`, seconds, that does not happen.)
 
-use std::sync::atomic::{compiler_fence, AtomicU8, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::control::Header;
@@ -45,21 +53,49 @@ pub struct SpinPolicy {
     /// ranks outnumber cores the awaited peer is usually runnable on this very core: yielding
     /// hands it the core at once, where a futex sleep would add a wake-up (~24 us) per wait.
     pub yield_for: Duration,
+    /// Longest sleep between two looks at the condition while asleep (100 ms; tests set it
+    /// with `SYMM_TEST_NAP_MS`, see [`lost_wakeups`]).
+    pub nap: Duration,
 }
 
 impl SpinPolicy {
-    /// The budget for `ranks_on_host` ranks sharing `cores` cores, unless `SYMM_SPIN_US` sets it.
+    /// The budget for `ranks_on_host` ranks sharing `cores` cores, unless `SYMM_SPIN_US` and
+    /// `SYMM_YIELD_US` set it (`SYMM_TEST_NAP_MS` sets the naps, for tests).
     pub fn for_host(ranks_on_host: usize, cores: usize) -> SpinPolicy {
         let oversubscribed = ranks_on_host > cores;
-        let yield_for = if oversubscribed { Duration::from_micros(200) } else { Duration::ZERO };
-        if let Some(us) = std::env::var("SYMM_SPIN_US").ok().and_then(|v| v.trim().parse::<u64>().ok()) {
-            return SpinPolicy { shared_cores: oversubscribed, spin: Duration::from_micros(us), yield_for };
-        }
+        let number = |var: &str| std::env::var(var).ok().and_then(|v| v.trim().parse::<u64>().ok());
         // Sharing cores, a waiter yields at once: the peer it waits for is usually runnable on
         // this very core (8 ranks on 2 cores: a 2 us spin per wait doubled a small allreduce).
-        let spin = if oversubscribed { Duration::ZERO } else { Duration::from_millis(2) };
-        SpinPolicy { shared_cores: oversubscribed, spin, yield_for }
+        let spin = match number("SYMM_SPIN_US") {
+            Some(us) => Duration::from_micros(us),
+            None if oversubscribed => Duration::ZERO,
+            None => Duration::from_millis(2),
+        };
+        let yield_for = match number("SYMM_YIELD_US") {
+            Some(us) => Duration::from_micros(us),
+            None if oversubscribed => Duration::from_micros(200),
+            None => Duration::ZERO,
+        };
+        let nap = number("SYMM_TEST_NAP_MS").map_or(DEFAULT_NAP, Duration::from_millis);
+        SpinPolicy { shared_cores: oversubscribed, spin, yield_for, nap }
     }
+}
+
+/// Longest sleep of a waiter between two looks at its condition, by default: a wake-up ends it
+/// early; the looks also run the periodic health check.
+const DEFAULT_NAP: Duration = Duration::from_millis(100);
+/// Longest sleep where the light writers' barrier could not be issued (such a writer may not
+/// have seen the sleeper).
+const NAP_WITHOUT_BARRIER: Duration = Duration::from_millis(1);
+
+/// Naps that ended by their timeout although the awaited change had been made and nobody rang:
+/// see "Lost wake-ups are counted" in the module documentation.
+static LOST_WAKEUPS: AtomicU64 = AtomicU64::new(0);
+
+/// Lost wake-ups counted in this process so far (see the module documentation).
+pub fn lost_wakeups() -> u64 {
+    // Relaxed: a count read after the waits it counts have returned.
+    LOST_WAKEUPS.load(Ordering::Relaxed)
 }
 
 /// This process's signal mode, chosen once: 0 not yet; otherwise [`MODE_CHOSEN`] plus
@@ -195,16 +231,25 @@ pub fn wait_until<T, E>(
         let bell = me.doorbell.0.load(Ordering::SeqCst);
         let ready = check();
         let now = Instant::now();
+        let mut slept_out = false;
         if ready.is_none() && now < deadline {
-            let longest = if barrier { Duration::from_millis(100) } else { Duration::from_millis(1) };
+            let longest = if barrier { policy.nap } else { NAP_WITHOUT_BARRIER.min(policy.nap) };
             let nap = (deadline - now).min(longest);
-            sys::futex_wait(&me.doorbell.0, bell, nap);
+            slept_out = sys::futex_wait(&me.doorbell.0, bell, nap);
+        }
+        if let Some(v) = ready.or_else(&mut check) {
+            // SeqCst: read before leaving `sleepers`, so a writer that saw this sleeper has
+            // bumped the doorbell by now or will while it is still counted.
+            if slept_out && me.doorbell.0.load(Ordering::SeqCst) == bell {
+                // Relaxed: a statistic.
+                LOST_WAKEUPS.fetch_add(1, Ordering::Relaxed);
+            }
+            // SeqCst: pairs with the increment above.
+            me.sleepers.0.fetch_sub(1, Ordering::SeqCst);
+            return Ok(v);
         }
         // SeqCst: pairs with the increment above.
         me.sleepers.0.fetch_sub(1, Ordering::SeqCst);
-        if let Some(v) = ready.or_else(&mut check) {
-            return Ok(v);
-        }
         let now = Instant::now();
         if now >= deadline {
             return Err(WaitEnd::TimedOut);
@@ -216,5 +261,76 @@ pub fn wait_until<T, E>(
             }
             next_health = now + Duration::from_millis(100);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::Padded;
+    use std::sync::atomic::AtomicU32;
+
+    fn header() -> Header {
+        Header {
+            magic: AtomicU64::new(0),
+            rank: AtomicU64::new(0),
+            pid: AtomicU64::new(0),
+            heap_size: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
+            doorbell: Padded(AtomicU32::new(0)),
+            sleepers: Padded(AtomicU32::new(0)),
+        }
+    }
+
+    /// A waiter that sleeps at once (no spinning, no yielding) for naps of `nap`, on `flag`
+    /// reaching 1; after it has gone to sleep, `change` sets the flag (and rings, or not).
+    /// Returns how long the wait took and the lost wake-ups it added.
+    fn sleep_through(nap: Duration, change: impl Fn(&Header, &AtomicU64) + Sync) -> (Duration, u64) {
+        let (h, flag) = (header(), AtomicU64::new(0));
+        let policy = SpinPolicy { shared_cores: false, spin: Duration::ZERO, yield_for: Duration::ZERO, nap };
+        let before = lost_wakeups();
+        let took = std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let start = Instant::now();
+                // Acquire: pairs with the release store of `change`.
+                let check = || (flag.load(Ordering::Acquire) == 1).then_some(());
+                let r = wait_until(&h, policy, start + Duration::from_secs(30), check, || Ok::<(), ()>(()));
+                assert!(r.is_ok(), "the wait failed");
+                start.elapsed()
+            });
+            // SeqCst: pairs with the waiter's announcement; then give it time to reach the futex.
+            while h.sleepers.0.load(Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            change(&h, &flag);
+            waiter.join().expect("the waiter panicked")
+        });
+        (took, lost_wakeups() - before)
+    }
+
+    #[test]
+    fn a_change_that_does_not_ring_is_counted_as_a_lost_wakeup_one_that_rings_is_not() {
+        let nap = Duration::from_millis(1000);
+        // Without a ring the waiter sleeps its nap out and then finds the change: counted.
+        // (Retried if the waiter had not gone to sleep before the change: it then saw the
+        // change at once and nothing could be told.)
+        let mut outcome = None;
+        for _ in 0..3 {
+            // Release: the change a waiter looks for.
+            let (took, lost) = sleep_through(nap, |_, flag| flag.store(1, Ordering::Release));
+            if took >= nap / 2 {
+                outcome = Some(lost);
+                break;
+            }
+        }
+        assert_eq!(outcome, Some(1), "a nap that ended by its timeout with the change made was not counted");
+        // With a ring the waiter wakes at once: not counted.
+        let (took, lost) = sleep_through(nap, |h, flag| {
+            flag.store(1, signal_store_order());
+            ring(h);
+        });
+        assert!(took < nap / 2, "the ring did not wake the sleeper ({took:?})");
+        assert_eq!(lost, 0, "a rung wake-up was counted as lost");
     }
 }

@@ -45,11 +45,21 @@ fn members_that_disagree_on_the_small_message_path() {
 
 #[test]
 fn every_wait_asleep_with_light_fenced_and_mixed_signals() {
-    // No spinning: every wait that is not met at once sleeps on its doorbell, so every signal
-    // must wake its sleeper: light signals (the sleeper's membarrier), fenced ones, and ranks
-    // of both kinds together.
+    // No spinning and no yielding: every wait that is not met at once sleeps on its doorbell,
+    // so every signal must wake its sleeper: light signals (the sleeper's membarrier), fenced
+    // ones, and ranks of both kinds together. Naps of 5 s instead of 100 ms make a lost wake-up
+    // tell: each rank fails if one of its waits slept a nap out and then found its condition met.
     let all: Vec<&str> = symm_tests::CASES.iter().chain(symm_tests::COLL_CASES).copied().collect();
     for light in ["1", "0", "1,0,0"] {
-        run_with(&all, 3, &[("SYMM_SPIN_US", "0"), ("SYMM_TEST_LIGHT_SIGNALS_BY_RANK", light)]);
+        run_with(
+            &all,
+            3,
+            &[
+                ("SYMM_SPIN_US", "0"),
+                ("SYMM_YIELD_US", "0"),
+                ("SYMM_TEST_LIGHT_SIGNALS_BY_RANK", light),
+                ("SYMM_TEST_NAP_MS", "5000"),
+            ],
+        );
     }
 }

@@ -5,6 +5,9 @@
 //! entry `r % len`: members that disagree on which calls take the small-message path.
 //! `SYMM_TEST_LIGHT_SIGNALS_BY_RANK` does the same for `SYMM_LIGHT_SIGNALS` (ranks that signal
 //! lightly next to ranks that fence every signal).
+//! With `SYMM_TEST_NAP_MS` set (sleeping waiters nap that long between looks), the rank fails if
+//! any of its waits lost a wake-up (`symm_sim::lost_wakeups`): with naps of seconds, a wait
+//! that slept its nap out and then found its condition met was not woken by the writer.
 
 use symm_sim::SimComm;
 
@@ -29,5 +32,14 @@ fn main() {
     };
     for case in &cases {
         symm_tests::run_case(case, &comm);
+    }
+    if std::env::var_os("SYMM_TEST_NAP_MS").is_some() {
+        let lost = symm_sim::lost_wakeups();
+        assert_eq!(
+            lost,
+            0,
+            "rank {}: {lost} wait(s) slept their nap out although the awaited change had been made",
+            std::env::var("SYMM_RANK").unwrap_or_default()
+        );
     }
 }
