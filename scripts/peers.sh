@@ -141,12 +141,13 @@ pairs() {
             for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
             return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
         }
-        function cols(k,   i, n, r) {   # k: the time column, 10 out of place, 14 in place
+        function cols(k,   i, n, r, med) {   # k: the time column, 10 out of place, 14 in place
             n = 0
             for (i = 1; i <= runs; i++)
                 if (time["symm", i, $6, k] > 0 && time["mpi", i, $6, k] > 0) r[++n] = time["mpi", i, $6, k] / time["symm", i, $6, k]
             if (n == 0) return sprintf("  %7s %7s %7s", "N/A", "N/A", "N/A")
-            return sprintf("  %7.2f %7.2f %7.2f", sorted_median(r, n), r[1], r[n])
+            med = sorted_median(r, n)   # sorts r: lowest and highest are then r[1] and r[n]
+            return sprintf("  %7.2f %7.2f %7.2f", med, r[1], r[n])
         }
         FNR == 1 { who = FILENAME ~ /-symm/ ? "symm" : "mpi"; if (who == "symm") runs++; next }
         {
@@ -162,9 +163,9 @@ pairs_header() {
     local a
     a=$(printf "  %7s %7s %7s" "median" "lowest" "highest")
     if [ "$1" = 1 ]; then
-        printf "# paired symm/mpi, run by run (%s pairs)\n#%11s  %-25s%s\n#%11s%s%s\n" "$reps" "" "out-of-place" "in-place" "size(B)" "$a" "$a"
+        printf "# paired symm/mpi, run by run (up to %s pairs)\n#%11s  %-25s%s\n#%11s%s%s\n" "$reps" "" "out-of-place" "in-place" "size(B)" "$a" "$a"
     else
-        printf "# paired symm/mpi, run by run (%s pairs)\n#%11s%s\n" "$reps" "size(B)" "$a"
+        printf "# paired symm/mpi, run by run (up to %s pairs)\n#%11s%s\n" "$reps" "size(B)" "$a"
     fi
 }
 

@@ -226,7 +226,9 @@ pub trait Communicator: SymmetricHeap {
     }
 
     /// Blocks until the caller's own `signal[signal_offset] <cmp> value` holds; returns the
-    /// value seen. Does not reset the signal. `timeout: None` uses the default bound.
+    /// value seen. Does not reset the signal. `timeout: None` uses the default bound. A waiter
+    /// that has gone to sleep is woken by `signal_op` and `put_with_signal`; a plain `put` into
+    /// the signal word is seen at its next look (on the CPU backend up to 100 ms later).
     fn wait_until(
         &self,
         signal: &SymmBuffer,

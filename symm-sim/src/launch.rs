@@ -24,6 +24,9 @@ pub const RENDEZVOUS_VAR: &str = "SYMM_RENDEZVOUS";
 /// bind does).
 pub const RENDEZVOUS_HOSTED_VAR: &str = "SYMM_RENDEZVOUS_HOSTED";
 
+/// Start-ups through [`SimComm::from_env`] at a launcher's store made by this process so far.
+static HOSTED_START_UPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn env_number(var: &'static str) -> std::result::Result<usize, BootstrapError> {
     let value = std::env::var(var).ok();
     value.as_deref().and_then(|v| v.trim().parse::<usize>().ok()).ok_or_else(|| BootstrapError::Env {
@@ -53,11 +56,11 @@ impl SimComm {
         let addr = std::env::var(RENDEZVOUS_VAR).map_err(|_| BootstrapError::Env {
             var: RENDEZVOUS_VAR,
             value: None,
-            reason: "expected host:port of rank 0's start-up store".into(),
+            reason: "expected host:port of the start-up store (served by rank 0 or the launcher)".into(),
         });
         let addr = addr.at(rank_id)?;
         let config = SimConfig::from_env().at(rank_id)?;
-        let hosted = match std::env::var(RENDEZVOUS_HOSTED_VAR).as_deref() {
+        let hosted = match std::env::var(RENDEZVOUS_HOSTED_VAR).as_deref().map(str::trim) {
             Ok("1") => true,
             Ok("0") | Ok("") | Err(_) => false,
             Ok(other) => {
@@ -78,11 +81,25 @@ impl SimComm {
             None
         };
         let store: Arc<dyn Store> = Arc::new(TcpStore::connect(&addr, config.timeout).at(rank_id)?);
-        let boot = Bootstrap::new(rank_id, n, store.clone(), "symm", config.timeout);
+        // A launcher's store outlives one start-up: there every start-up of this process (the
+        // same sequence on every rank) takes its own keys, so a second one cannot read the
+        // first's. Rank 0's own store is new for every start-up.
+        let prefix = if hosted {
+            // Relaxed: only distinct, ordered numbers are needed.
+            format!("symm.{}", HOSTED_START_UPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+        } else {
+            "symm".to_string()
+        };
+        let boot = Bootstrap::new(rank_id, n, store.clone(), &prefix, config.timeout);
         let comm = SimComm::init(&boot, config)?;
-        // Rank 0's server must outlive every rank's last read: wait until all are done.
-        boot.allgather("done", b"").at(rank_id)?;
-        drop(server);
+        if let Some(server) = server {
+            // Rank 0's server must outlive every rank's last read: wait until all are done.
+            boot.allgather("done", b"").at(rank_id)?;
+            drop(server);
+        } else if !hosted {
+            // The other ranks' half of that wait.
+            boot.allgather("done", b"").at(rank_id)?;
+        }
         Ok(comm)
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! Two modes, one code path:
 //! - **multi-process**: [`SimComm::from_env`] (rank, world size and rendezvous from
-//!   `SYMM_RANK`, `SYMM_WORLD_SIZE`, `SYMM_RENDEZVOUS`), or [`SimComm::init`] with any
+//!   `SYMM_RANK`, `SYMM_WORLD_SIZE`, `SYMM_RENDEZVOUS`, `SYMM_RENDEZVOUS_HOSTED`), or [`SimComm::init`] with any
 //!   [`Bootstrap`](symm_core::Bootstrap) (the Python layer brings the framework's store);
 //! - **in-process**: [`run_in_process`] runs the ranks as threads for fast property tests.
 //!

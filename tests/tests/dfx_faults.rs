@@ -8,7 +8,9 @@
 //!   number and the missing rank, with the node's flight recorder attached and logged;
 //! - under `SYMM_VALIDATE=1`: ranks out of step (different call counts) and alltoall split
 //!   sizes that disagree fail on every rank, naming the rank and both values;
-//! - `SYMM_DUMP_ON_SIGNAL=1`: SIGUSR1 prints the flight recorder to stderr.
+//! - `SYMM_DUMP_ON_SIGNAL=1`: SIGUSR1 prints the flight recorder to stderr;
+//! - a second start-up in the same processes meets anew (the launcher's store outlives the
+//!   first), and a bad `SYMM_RENDEZVOUS_HOSTED` fails start-up naming it.
 //!
 //! Every job must leave nothing behind: no new entry in `/dev/shm`, no process.
 
@@ -117,6 +119,14 @@ fn alltoall_sizes_that_disagree_fail_on_every_rank_under_validation_and_on_the_r
     assert_all_ok("alltoall validated", &statuses, None);
     let statuses = run_job("alltoall", 4, 1, &[], Duration::from_secs(20));
     assert_all_ok("alltoall", &statuses, None);
+}
+
+#[test]
+fn a_second_start_up_in_the_same_processes_meets_at_the_launchers_store_anew() {
+    // spawn_ranks serves one store for the whole job: the second start-up must not read the
+    // first one's keys, even when one rank comes late.
+    let statuses = run_job("restart", 3, 0, &[], Duration::from_secs(20));
+    assert_all_ok("restart", &statuses, None);
 }
 
 #[test]

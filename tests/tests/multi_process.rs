@@ -45,10 +45,12 @@ fn members_that_disagree_on_the_small_message_path() {
 
 #[test]
 fn every_wait_asleep_with_light_fenced_and_mixed_signals() {
-    // No spinning and no yielding: every wait that is not met at once sleeps on its doorbell,
-    // so every signal must wake its sleeper: light signals (the sleeper's membarrier), fenced
-    // ones, and ranks of both kinds together. Naps of 5 s instead of 100 ms make a lost wake-up
-    // tell: each rank fails if one of its waits slept a nap out and then found its condition met.
+    // No spinning and no yielding in the backend's waits (symm-core still polls briefly before
+    // it calls them): a wait not met by then sleeps on its doorbell, so every signal must wake
+    // its sleeper: light signals (the sleeper's membarrier), fenced ones, and ranks of both
+    // kinds together. Naps of 5 s instead of 100 ms make a lost wake-up tell: each rank fails if
+    // one of its waits slept a nap out and then found its condition met (unless another ring
+    // ended that nap first: see `symm_sim::lost_wakeups`).
     let all: Vec<&str> = symm_tests::CASES.iter().chain(symm_tests::COLL_CASES).copied().collect();
     for light in ["1", "0", "1,0,0"] {
         run_with(

@@ -1,5 +1,6 @@
 //! One rank of a multi-process conformance run: `symm-conformance-rank <case>...`, started
-//! by `symm_sim::spawn_ranks` (which sets `SYMM_RANK`, `SYMM_WORLD_SIZE`, `SYMM_RENDEZVOUS`).
+//! by `symm_sim::spawn_ranks` (which sets `SYMM_RANK`, `SYMM_WORLD_SIZE`, `SYMM_RENDEZVOUS`,
+//! `SYMM_RENDEZVOUS_HOSTED`).
 //!
 //! `SYMM_TEST_LL_MAX_BY_RANK=a,b,...` gives rank r the small-message limit `SYMM_LL_MAX` of
 //! entry `r % len`: members that disagree on which calls take the small-message path.

@@ -22,6 +22,9 @@
 //!   sizes; without, only the receiver fails.
 //! - `signal`: a single rank that waits for SIGUSR1 (`SYMM_DUMP_ON_SIGNAL=1`) for 2 s after
 //!   printing `ready`.
+//! - `restart`: every rank runs an allreduce, drops its communicator and starts a second one
+//!   from the same environment (the victim 300 ms late), then runs an allreduce on it; every
+//!   rank expects both sums right.
 //!
 //! `victim` and `limit-ms` are ignored by `signal`.
 
@@ -84,6 +87,7 @@ fn main() {
         "timeout" => timeout(comm, c, victim),
         "skew" => skew(comm, c, victim),
         "alltoall" => alltoall(comm, c, victim),
+        "restart" => restart(comm, c, victim),
         "signal" => {
             say("ready".into());
             std::thread::sleep(Duration::from_secs(2));
@@ -94,9 +98,33 @@ fn main() {
     }
 }
 
+/// Mode `restart` (see the module documentation).
+fn restart(comm: SimComm, mut c: Checks, victim: Rank) -> ! {
+    let sum = |comm: &SimComm| -> symm_core::Result<f32> {
+        let mut buf = vec![1.0f32; 16];
+        comm.allreduce(&comm.world(), LocalMut::from(&mut buf), ReduceOp::Sum, &CollOptions::default())?;
+        Ok(buf[0])
+    };
+    let n = comm.world_size() as f32;
+    let first = sum(&comm);
+    c.check(matches!(first, Ok(v) if v == n), || format!("first communicator: {first:?}, expected {n}"));
+    drop(comm);
+    if c.me == victim {
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    match SimComm::from_env() {
+        Ok(again) => {
+            let second = sum(&again);
+            c.check(matches!(second, Ok(v) if v == n), || format!("second communicator: {second:?}, expected {n}"));
+        }
+        Err(e) => c.check(false, || format!("second start-up failed: {e}")),
+    }
+    c.exit()
+}
+
 fn usage(args: &[String]) -> ! {
     say(format!(
-        "usage: symm-dfx-rank <kill|drop|exit|return|timeout|skew|alltoall|signal> <victim> <limit-ms>; got {args:?}"
+        "usage: symm-dfx-rank <kill|drop|exit|return|timeout|skew|alltoall|signal|restart> <victim> <limit-ms>; got {args:?}"
     ));
     std::process::exit(2)
 }
