@@ -73,6 +73,13 @@ fn assert_all_ok(mode: &str, statuses: &[ExitStatus], except: Option<usize>) {
     }
 }
 
+/// Runs a job of `mode` (20 s at most) in which every rank, the victim included, must pass its
+/// checks.
+fn run_job_all_ok(mode: &str, ranks: usize, victim: usize, extra: &[(&str, &str)]) {
+    let statuses = run_job(mode, ranks, victim, extra, Duration::from_secs(20));
+    assert_all_ok(&format!("{mode} {extra:?}"), &statuses, None);
+}
+
 #[test]
 fn a_rank_killed_mid_allreduce_is_named_by_peer_lost_within_two_seconds() {
     for ranks in [3, 4] {
@@ -85,48 +92,40 @@ fn a_rank_killed_mid_allreduce_is_named_by_peer_lost_within_two_seconds() {
 
 #[test]
 fn a_rank_that_drops_its_communicator_is_named_by_peer_exited() {
-    let statuses = run_job("drop", 3, 1, &[], Duration::from_secs(20));
-    assert_all_ok("drop", &statuses, None);
+    run_job_all_ok("drop", 3, 1, &[]);
 }
 
 #[test]
 fn a_rank_that_exits_with_its_communicator_open_is_named_by_peer_exited() {
-    let statuses = run_job("exit", 3, 2, &[], Duration::from_secs(20));
-    assert_all_ok("exit", &statuses, None);
+    run_job_all_ok("exit", 3, 2, &[]);
 }
 
 #[test]
 fn a_rank_that_returns_from_main_is_named_by_peer_exited() {
-    let statuses = run_job("return", 3, 0, &[], Duration::from_secs(20));
-    assert_all_ok("return", &statuses, None);
+    run_job_all_ok("return", 3, 0, &[]);
 }
 
 #[test]
 fn a_rank_that_never_arrives_gives_a_timeout_naming_op_group_sequence_and_rank_with_the_flight_recorder() {
-    let statuses = run_job("timeout", 3, 2, &[], Duration::from_secs(20));
-    assert_all_ok("timeout", &statuses, None);
+    run_job_all_ok("timeout", 3, 2, &[]);
 }
 
 #[test]
 fn ranks_out_of_step_fail_on_every_rank_under_validation() {
-    let statuses = run_job("skew", 3, 1, &[("SYMM_VALIDATE", "1")], Duration::from_secs(20));
-    assert_all_ok("skew", &statuses, None);
+    run_job_all_ok("skew", 3, 1, &[("SYMM_VALIDATE", "1")]);
 }
 
 #[test]
 fn alltoall_sizes_that_disagree_fail_on_every_rank_under_validation_and_on_the_receiver_without() {
-    let statuses = run_job("alltoall", 4, 1, &[("SYMM_VALIDATE", "1")], Duration::from_secs(20));
-    assert_all_ok("alltoall validated", &statuses, None);
-    let statuses = run_job("alltoall", 4, 1, &[], Duration::from_secs(20));
-    assert_all_ok("alltoall", &statuses, None);
+    run_job_all_ok("alltoall", 4, 1, &[("SYMM_VALIDATE", "1")]);
+    run_job_all_ok("alltoall", 4, 1, &[]);
 }
 
 #[test]
 fn a_second_start_up_in_the_same_processes_meets_at_the_launchers_store_anew() {
     // spawn_ranks serves one store for the whole job: the second start-up must not read the
     // first one's keys, even when one rank comes late.
-    let statuses = run_job("restart", 3, 0, &[], Duration::from_secs(20));
-    assert_all_ok("restart", &statuses, None);
+    run_job_all_ok("restart", 3, 0, &[]);
 }
 
 #[test]
