@@ -141,7 +141,7 @@ pub fn spawn_ranks(
 ) -> std::io::Result<Vec<ExitStatus>> {
     let store = TcpStoreServer::bind("127.0.0.1:0")?;
     let rendezvous = store.local_addr().to_string();
-    let mut children: Vec<Child> = Vec::with_capacity(n);
+    let mut children = Children(Vec::with_capacity(n));
     for r in 0..n {
         let mut cmd = Command::new(program);
         cmd.args(args)
@@ -152,21 +152,13 @@ pub fn spawn_ranks(
         for (k, v) in env {
             cmd.env(k, v);
         }
-        match cmd.spawn() {
-            Ok(c) => children.push(c),
-            Err(e) => {
-                for c in &mut children {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-                return Err(e);
-            }
-        }
+        // On an error the ranks started so far are killed (when `children` is dropped).
+        children.0.push(cmd.spawn()?);
     }
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; n];
     let mut failed_at: Option<Instant> = None;
     while statuses.iter().any(Option::is_none) {
-        for (r, c) in children.iter_mut().enumerate() {
+        for (r, c) in children.0.iter_mut().enumerate() {
             if statuses[r].is_none() {
                 if let Some(st) = c.try_wait()? {
                     if !st.success() && failed_at.is_none() {
@@ -177,7 +169,7 @@ pub fn spawn_ranks(
             }
         }
         if failed_at.is_some_and(|t| t.elapsed() > grace) {
-            for (r, c) in children.iter_mut().enumerate() {
+            for (r, c) in children.0.iter_mut().enumerate() {
                 if statuses[r].is_none() {
                     let _ = c.kill();
                     statuses[r] = Some(c.wait()?);
@@ -189,4 +181,20 @@ pub fn spawn_ranks(
     // Every rank has exited: nobody reads the store any more.
     drop(store);
     Ok(statuses.into_iter().map(|s| s.expect("all ranks finished")).collect())
+}
+
+/// The rank processes of [`spawn_ranks`]: whichever are still running when it returns (an error
+/// part way) are killed, so no rank outlives its launcher's store or waits for peers that will
+/// never come.
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            if !matches!(c.try_wait(), Ok(Some(_))) {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
 }
