@@ -245,20 +245,19 @@ pub fn wait_until<T, E>(
             let timed_out = sys::futex_wait(&me.doorbell.0, bell, nap);
             slept_out = timed_out && barrier && nap == policy.nap;
         }
-        if let Some(v) = ready.or_else(&mut check) {
-            // SeqCst: a writer that saw this sleeper bumped the doorbell before waking it; one
-            // that made its change and did not is the lost wake-up (or is held up between its
-            // change and its look at `sleepers` for a whole nap: see the module documentation).
-            if slept_out && me.doorbell.0.load(Ordering::SeqCst) == bell {
-                // Relaxed: a statistic.
-                LOST_WAKEUPS.fetch_add(1, Ordering::Relaxed);
-            }
-            // SeqCst: pairs with the increment above.
-            me.sleepers.0.fetch_sub(1, Ordering::SeqCst);
-            return Ok(v);
+        let found = ready.or_else(&mut check);
+        // SeqCst: a writer that saw this sleeper bumped the doorbell before waking it; one that
+        // made its change and did not is the lost wake-up (or is held up between its change and
+        // its look at `sleepers` for a whole nap: see the module documentation).
+        if found.is_some() && slept_out && me.doorbell.0.load(Ordering::SeqCst) == bell {
+            // Relaxed: a statistic.
+            LOST_WAKEUPS.fetch_add(1, Ordering::Relaxed);
         }
         // SeqCst: pairs with the increment above.
         me.sleepers.0.fetch_sub(1, Ordering::SeqCst);
+        if let Some(v) = found {
+            return Ok(v);
+        }
         let now = Instant::now();
         if now >= deadline {
             return Err(WaitEnd::TimedOut);
