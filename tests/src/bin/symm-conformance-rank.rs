@@ -10,6 +10,7 @@
 //! any of its waits lost a wake-up (`symm_sim::lost_wakeups`): with naps of seconds, a wait
 //! that slept its nap out and then found its condition met was not woken by the writer.
 
+use symm_core::Backend;
 use symm_sim::SimComm;
 
 fn main() {
@@ -40,7 +41,7 @@ fn main() {
             lost,
             0,
             "rank {}: {lost} wait(s) slept their nap out although the awaited change had been made",
-            std::env::var("SYMM_RANK").unwrap_or_default()
+            comm.rank()
         );
     }
 }

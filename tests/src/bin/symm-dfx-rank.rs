@@ -61,10 +61,12 @@ impl Checks {
     }
 }
 
-fn allreduce(comm: &SimComm, timeout: Option<Duration>) -> symm_core::Result<()> {
+/// An allreduce of 16 ones over the world; the sum it gave (the world size when right).
+fn allreduce(comm: &SimComm, timeout: Option<Duration>) -> symm_core::Result<f32> {
     let mut buf = vec![1.0f32; 16];
     let opts = CollOptions { timeout, ..CollOptions::default() };
-    comm.allreduce(&comm.world(), LocalMut::from(&mut buf), ReduceOp::Sum, &opts)
+    comm.allreduce(&comm.world(), LocalMut::from(&mut buf), ReduceOp::Sum, &opts)?;
+    Ok(buf[0])
 }
 
 fn main() {
@@ -100,13 +102,8 @@ fn main() {
 
 /// Mode `restart` (see the module documentation).
 fn restart(comm: SimComm, mut c: Checks, victim: Rank) -> ! {
-    let sum = |comm: &SimComm| -> symm_core::Result<f32> {
-        let mut buf = vec![1.0f32; 16];
-        comm.allreduce(&comm.world(), LocalMut::from(&mut buf), ReduceOp::Sum, &CollOptions::default())?;
-        Ok(buf[0])
-    };
     let n = comm.world_size() as f32;
-    let first = sum(&comm);
+    let first = allreduce(&comm, None);
     c.check(matches!(first, Ok(v) if v == n), || format!("first communicator: {first:?}, expected {n}"));
     drop(comm);
     if c.me == victim {
@@ -114,7 +111,7 @@ fn restart(comm: SimComm, mut c: Checks, victim: Rank) -> ! {
     }
     match SimComm::from_env() {
         Ok(again) => {
-            let second = sum(&again);
+            let second = allreduce(&again, None);
             c.check(matches!(second, Ok(v) if v == n), || format!("second communicator: {second:?}, expected {n}"));
         }
         Err(e) => c.check(false, || format!("second start-up failed: {e}")),
