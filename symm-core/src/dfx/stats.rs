@@ -1,12 +1,15 @@
 //! Per-operation statistics of one communicator: calls, bytes, time and errors by operation.
 //!
 //! A backend that keeps statistics embeds a [`StatsTable`] and returns it from
-//! [`Backend::op_stats`](crate::Backend::op_stats); every recorded operation adds to it with a few
-//! relaxed atomic additions (no lock, no allocation).
+//! [`Backend::op_stats`](crate::Backend::op_stats); every recorded operation adds to it (no lock,
+//! no allocation). The first thread that adds owns the table through a [`Bias`]: its additions
+//! are plain loads and stores. Once another thread adds or resets, every addition is a relaxed
+//! atomic addition (see [`crate::bias`] for why the owner avoids them).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Op;
+use crate::bias::{Bias, Claim};
 
 /// Counters of one operation.
 #[derive(Debug, Default)]
@@ -21,6 +24,8 @@ struct Row {
 #[derive(Debug, Default)]
 pub struct StatsTable {
     rows: [Row; Op::COUNT],
+    /// The thread whose additions need no read-modify-write.
+    writers: Bias,
 }
 
 /// The statistics of one operation, as read by [`stats`](super::stats).
@@ -44,12 +49,34 @@ impl StatsTable {
     #[inline]
     pub fn add(&self, op: Op, bytes: u64, nanos: u64, failed: bool) {
         let row = &self.rows[op.index()];
-        // Relaxed: independent counters; readers want totals, not a consistent snapshot.
-        row.calls.fetch_add(1, Ordering::Relaxed);
-        row.bytes.fetch_add(bytes, Ordering::Relaxed);
-        row.nanos.fetch_add(nanos, Ordering::Relaxed);
-        if failed {
-            row.errors.fetch_add(1, Ordering::Relaxed);
+        let owner = self.enter();
+        for (c, by) in [(&row.calls, 1), (&row.bytes, bytes), (&row.nanos, nanos), (&row.errors, u64::from(failed))] {
+            if by == 0 {
+                continue;
+            }
+            // Relaxed: independent counters; readers want totals, not a consistent snapshot.
+            // The owner is the only writer: its own load sees its last store.
+            if owner {
+                c.store(c.load(Ordering::Relaxed).wrapping_add(by), Ordering::Relaxed);
+            } else {
+                c.fetch_add(by, Ordering::Relaxed);
+            }
+        }
+        if owner {
+            self.writers.leave();
+        }
+    }
+
+    /// Enters the bias: true as its owner, false for the shared path (waiting out an owner
+    /// inside, which only adds a few counters).
+    #[inline]
+    fn enter(&self) -> bool {
+        loop {
+            match self.writers.enter() {
+                Claim::Owner => return true,
+                Claim::Shared => return false,
+                Claim::OwnerInside => std::thread::yield_now(),
+            }
         }
     }
 
@@ -79,11 +106,15 @@ impl StatsTable {
 
     /// Sets every counter back to zero.
     pub fn reset(&self) {
+        let owner = self.enter();
         for row in &self.rows {
             // Relaxed: see `add`; a call ending concurrently may land before or after.
             for c in [&row.calls, &row.bytes, &row.nanos, &row.errors] {
                 c.store(0, Ordering::Relaxed);
             }
+        }
+        if owner {
+            self.writers.leave();
         }
     }
 }
@@ -109,5 +140,39 @@ mod tests {
         );
         t.reset();
         assert!(t.read().is_empty());
+    }
+
+    #[test]
+    fn threads_after_the_first_lose_no_counts() {
+        // The first thread owns the table; three more add concurrently from the middle of its
+        // run on (the bias is revoked then); every addition counts.
+        let t = StatsTable::default();
+        let started = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..100_000 {
+                    t.add(Op::Send, 2, 3, false);
+                    if i == 100 {
+                        // Release: the others start once this thread owns the table.
+                        started.store(true, Ordering::Release);
+                    }
+                }
+            });
+            for _ in 0..3 {
+                s.spawn(|| {
+                    // Acquire: pairs with the store above.
+                    while !started.load(Ordering::Acquire) {
+                        std::hint::spin_loop();
+                    }
+                    for _ in 0..100_000 {
+                        t.add(Op::Send, 2, 3, true);
+                    }
+                });
+            }
+        });
+        assert_eq!(
+            t.read(),
+            vec![OpStats { op: "send", calls: 400_000, bytes: 800_000, total_ns: 1_200_000, errors: 300_000 }]
+        );
     }
 }
