@@ -413,6 +413,61 @@ impl PyCommunicator {
         .py(py)
     }
 
+    pub(crate) fn p2p_sendrecv(
+        &self,
+        py: Python<'_>,
+        g: &Group,
+        send_tensor: &Desc,
+        dst_rank: &Bound<'_, PyAny>,
+        recv_tensor: &Desc,
+        src_rank: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let me = self.rank_id();
+        self.member_of(py, g)?;
+        let s = self.local(py, send_tensor, "send_tensor")?;
+        let dst = group_rank_arg(py, me, g, "dst_rank", dst_rank)?;
+        let r = self.local(py, recv_tensor, "recv_tensor")?;
+        let src = group_rank_arg(py, me, g, "src_rank", src_rank)?;
+        if overlapping(s, r) {
+            let (sb, rb) = (s.len * s.dtype.size(), r.len * r.dtype.size());
+            let e = ArgError::invalid(
+                "recv_tensor",
+                format!("{rb} bytes at {:#x}", r.ptr),
+                format!("must not overlap send_tensor ({sb} bytes at {:#x})", s.ptr),
+            );
+            return Err(arg_error(py, me, e));
+        }
+        self.run_sendrecv(py, g, s, dst, r, src)
+    }
+
+    /// The send of checked tensor `s` to group rank `dst` and the receive into `r` from group
+    /// rank `src`, at once (`s` and `r` do not overlap): what the full path and the fast path
+    /// both end in.
+    pub(crate) fn run_sendrecv(
+        &self,
+        py: Python<'_>,
+        g: &Group,
+        s: Local,
+        dst: usize,
+        r: Local,
+        src: usize,
+    ) -> PyResult<()> {
+        let comm = self.comm();
+        gil_released(py, s.len * s.dtype.size() + r.len * r.dtype.size(), || {
+            // SAFETY: `s` and `r` describe the caller's contiguous host tensors, held for the
+            // call, and do not overlap; the call returns once the data is out of `s` and the
+            // message is in `r`.
+            let (send, recv) = unsafe {
+                (
+                    LocalRef::from_raw(s.ptr as *const u8, s.len, s.dtype),
+                    LocalMut::from_raw(r.ptr as *mut u8, r.len, r.dtype),
+                )
+            };
+            comm.sendrecv(g, send, dst, recv, src, &CollOptions::default())
+        })
+        .py(py)
+    }
+
     pub(crate) fn p2p_recv(
         &self,
         py: Python<'_>,
@@ -439,6 +494,12 @@ impl PyCommunicator {
         })
         .py(py)
     }
+}
+
+/// Whether the bytes of two tensors overlap.
+pub(crate) fn overlapping(a: Local, b: Local) -> bool {
+    let (a_end, b_end) = (a.ptr + a.len * a.dtype.size(), b.ptr + b.len * b.dtype.size());
+    a.ptr < b_end && b.ptr < a_end
 }
 
 /// Calls up to this many bytes keep the GIL until they block ([`gil_released_when_blocking`]);

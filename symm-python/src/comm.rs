@@ -710,6 +710,22 @@ impl PyCommunicator {
         self.p2p_recv(py, &group.get().g, &tensor, src_rank)
     }
 
+    /// Sends `send_tensor` to group rank `dst_rank` and receives the next message from group
+    /// rank `src_rank` into `recv_tensor`, both at once (the messages pair with `send`/`recv`
+    /// as well). `recv_tensor` must not overlap `send_tensor`; the incoming message must have its
+    /// element count and dtype (Mismatch otherwise, after the send is complete).
+    fn sendrecv(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        send_tensor: Desc,
+        dst_rank: &Bound<'_, PyAny>,
+        recv_tensor: Desc,
+        src_rank: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.p2p_sendrecv(py, &group.get().g, &send_tensor, dst_rank, &recv_tensor, src_rank)
+    }
+
     /// Makes this communicator the one the fast path of the public collectives runs on
     /// (`symm._symm.shmem_allreduce`), with what it needs to read the platform's tensors
     /// itself. Called once, by `symm.init` (one runtime per process); later calls are ignored.

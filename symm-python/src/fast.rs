@@ -1,6 +1,6 @@
 //! The fast path of the public collectives: `symm.shmem_allreduce`, `shmem_reduce_scatter`,
-//! `shmem_allgather`, `shmem_alltoall`, `shmem_broadcast`, `shmem_send` and `shmem_recv` are
-//! this module's native functions, which run the common case themselves and hand every other
+//! `shmem_allgather`, `shmem_alltoall`, `shmem_broadcast`, `shmem_send`, `shmem_recv` and
+//! `shmem_sendrecv` are this module's native functions, which run the common case themselves and hand every other
 //! call to the full path in Python (`symm._api`).
 //!
 //! The full path checks the profiler, resolves the group, asks the platform adapter to describe
@@ -676,6 +676,7 @@ enum Kind {
     Broadcast,
     Send,
     Recv,
+    SendRecv,
 }
 
 /// The most parameters of a [`Kind`].
@@ -686,7 +687,7 @@ const MAX_PARAMS: usize = 5;
 type Args<'a, 'py> = [Option<Borrowed<'a, 'py, PyAny>>; MAX_PARAMS];
 
 impl Kind {
-    const ALL: [Kind; 7] = [
+    const ALL: [Kind; 8] = [
         Kind::AllReduce,
         Kind::ReduceScatter,
         Kind::AllGather,
@@ -694,6 +695,7 @@ impl Kind {
         Kind::Broadcast,
         Kind::Send,
         Kind::Recv,
+        Kind::SendRecv,
     ];
 
     /// The name `set_full_path` registers the full path under.
@@ -706,6 +708,7 @@ impl Kind {
             Kind::Broadcast => "broadcast",
             Kind::Send => "send",
             Kind::Recv => "recv",
+            Kind::SendRecv => "sendrecv",
         }
     }
 
@@ -718,6 +721,7 @@ impl Kind {
             Kind::AllToAll => &["send_tensor_list", "receive_tensor", "receive_list", "group"],
             Kind::Broadcast | Kind::Recv => &["tensor", "src_rank", "group"],
             Kind::Send => &["tensor", "dst_rank", "group"],
+            Kind::SendRecv => &["send_tensor", "dst_rank", "recv_tensor", "src_rank", "group"],
         }
     }
 
@@ -727,6 +731,7 @@ impl Kind {
             Kind::AllReduce => 1,
             Kind::ReduceScatter | Kind::AllGather | Kind::Broadcast | Kind::Send | Kind::Recv => 2,
             Kind::AllToAll => 3,
+            Kind::SendRecv => 4,
         }
     }
 
@@ -933,6 +938,19 @@ impl Kind {
                     Kind::Send => comm.run_send(py, g.get(), t, rank)?,
                     _ => comm.run_recv(py, g.get(), t, rank)?,
                 }
+            }
+            Kind::SendRecv => {
+                let [Some(send), Some(dst), Some(recv), Some(src), g] = a else { return Ok(false) };
+                let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
+                let (Some(dst), Some(src)) = (group_rank(dst, g.get()), group_rank(src, g.get())) else {
+                    return Ok(false);
+                };
+                let (Some(s), Some(r)) = (f.tensor(send), f.tensor(recv)) else { return Ok(false) };
+                // Overlapping tensors: the full path's error names them.
+                if crate::coll::overlapping(s, r) {
+                    return Ok(false);
+                }
+                comm.run_sendrecv(py, g.get(), s, dst, r, src)?;
             }
         }
         Ok(true)
@@ -1159,6 +1177,33 @@ tensor_rank_binding!(
     "(tensor, src_rank, group=None)"
 );
 
+/// Sends ``send_tensor`` to ``dst_rank`` and receives the next message from ``src_rank`` into
+/// ``recv_tensor``, both at once (ranks of ``group``; global when ``group`` is None).
+///
+/// The two directions move together, so a ring of ranks that each send to the next and receive
+/// from the previous needs no ordering, at any size. The messages pair with ``shmem_send`` and
+/// ``shmem_recv`` as well: what ``dst_rank`` receives with either, and what ``src_rank`` sent with
+/// either. ``recv_tensor`` must not overlap ``send_tensor``; the incoming message must have
+/// ``recv_tensor``'s element count and dtype (otherwise Mismatch names both, after the send is
+/// complete; the message is consumed and the pair stays usable). ``dst_rank`` and ``src_rank``
+/// may be equal, and may be this rank.
+#[pyfunction]
+#[pyo3(
+    signature = (send_tensor, dst_rank, recv_tensor, src_rank, group = Given(None)),
+    text_signature = "(send_tensor, dst_rank, recv_tensor, src_rank, group=None)"
+)]
+pub(crate) fn shmem_sendrecv<'py>(
+    py: Python<'py>,
+    send_tensor: Bound<'py, PyAny>,
+    dst_rank: Bound<'py, PyAny>,
+    recv_tensor: Bound<'py, PyAny>,
+    src_rank: Bound<'py, PyAny>,
+    group: Given<'py>,
+) -> PyResult<()> {
+    let given = [Some(&send_tensor), Some(&dst_rank), Some(&recv_tensor), Some(&src_rank), group.0.as_ref()];
+    Kind::SendRecv.call(py, &given.map(|v| v.map(Bound::as_borrowed)))
+}
+
 /// Declares the entry point of a public function (see [`Kind::entry`]).
 macro_rules! entry_point {
     ($name:ident, $kind:expr) => {
@@ -1186,6 +1231,7 @@ entry_point!(shmem_alltoall_entry, Kind::AllToAll);
 entry_point!(shmem_broadcast_entry, Kind::Broadcast);
 entry_point!(shmem_send_entry, Kind::Send);
 entry_point!(shmem_recv_entry, Kind::Recv);
+entry_point!(shmem_sendrecv_entry, Kind::SendRecv);
 
 /// Adds the public functions to the module `m`: each is its entry point (see [`Kind::entry`]),
 /// under the name, signature and documentation of its `#[pyfunction]`, which binds the calls
@@ -1200,6 +1246,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         (Kind::Broadcast, shmem_broadcast_entry, wrap_pyfunction!(shmem_broadcast, m)?),
         (Kind::Send, shmem_send_entry, wrap_pyfunction!(shmem_send, m)?),
         (Kind::Recv, shmem_recv_entry, wrap_pyfunction!(shmem_recv, m)?),
+        (Kind::SendRecv, shmem_sendrecv_entry, wrap_pyfunction!(shmem_sendrecv, m)?),
     ];
     for (kind, entry, binding) in entries {
         // SAFETY: a function PyO3 made is a `PyCFunctionObject`, whose definition is static

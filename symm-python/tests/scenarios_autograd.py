@@ -114,6 +114,13 @@ def gradchecks(group):
             lambda X: ring(sc(X), nxt, prv, group, ga),
             (3,),
         ),
+        # the same ring in one call, and the other direction with another shape (6 elements
+        # sent, received as 2x3)
+        "sendrecv": (lambda X: ga(F.sendrecv(sc(X), nxt, prv, group=group) ** 2), (3,)),
+        "sendrecv, other shape": (
+            lambda X: ga(F.sendrecv(sc(X).repeat(2), prv, nxt, (2, 3), group=group).tanh().flatten()),
+            (3,),
+        ),
     }
     for seed, (name, (fn, shape)) in enumerate(checks.items()):
         gradcheck(name, fn, global_input(n, *shape, seed=seed))
@@ -284,6 +291,11 @@ def against_gloo(group):
         "broadcast": (lambda x: F.broadcast(x, n - 1, group), lambda x: DF.broadcast(x, src_global, group=group), (4,)),
         "send/recv ring": (
             lambda x: F.send(x, (me + 1) % n, group) * 0 + F.recv(x, (me - 1) % n, group=group),
+            lambda x: RefRing.apply(x, group),
+            (4,),
+        ),
+        "sendrecv ring": (
+            lambda x: F.sendrecv(x, (me + 1) % n, (me - 1) % n, group=group),
             lambda x: RefRing.apply(x, group),
             (4,),
         ),

@@ -219,6 +219,25 @@ def check_group(rank, world, group, members):
         symm.shmem_recv(got, prv, group)
         symm.shmem_send(mine, nxt, group)
     assert torch.equal(got, data(prv, big, torch.float32))
+    # sendrecv: both directions at once, so a ring needs no ordering at any size; its messages
+    # pair with send/recv too (here: a sendrecv's message taken by recv, then the reverse).
+    for count in [3, big]:
+        got = torch.empty(count)
+        symm.shmem_sendrecv(data(me, count, torch.float32), nxt, got, prv, group)
+        assert torch.equal(got, data(prv, count, torch.float32)), count
+    # Every rank sends 5 then 6 elements to the next and receives them from the previous, mixing
+    # the calls (small messages are buffered, so no order is needed).
+    s5, s6 = data(me, 5, torch.int32), data(me, 6, torch.int32)
+    r5, r6 = torch.empty(5, dtype=torch.int32), torch.empty(6, dtype=torch.int32)
+    if me % 2 == 0:
+        symm.shmem_sendrecv(s5, nxt, r5, prv, group)
+        symm.shmem_send(s6, nxt, group)
+        symm.shmem_recv(r6, prv, group)
+    else:
+        symm.shmem_recv(r5, prv, group)
+        symm.shmem_sendrecv(s5, nxt, r6, prv, group)
+        symm.shmem_send(s6, nxt, group)
+    assert torch.equal(r5, data(prv, 5, torch.int32)) and torch.equal(r6, data(prv, 6, torch.int32)), (r5, r6)
 
 
 def collectives(rank, world):
@@ -298,6 +317,10 @@ def coll_bad_input(rank, world):
     every(inv, lambda: symm.shmem_alltoall([torch.ones(1)] * n, torch.ones(n, 2).t(), [1] * n), "receive_tensor")
     every(inv, lambda: symm.shmem_send(nc, (rank + 1) % n), "tensor", "contiguous")
     every(inv, lambda: symm.shmem_recv(nc, (rank + 1) % n), "tensor", "contiguous")
+    every(inv, lambda: symm.shmem_sendrecv(nc, 0, torch.ones(16), 0), "send_tensor", "contiguous")
+    every(inv, lambda: symm.shmem_sendrecv(torch.ones(16), 0, nc, 0), "recv_tensor", "contiguous")
+    both = torch.zeros(8)
+    every(inv, lambda: symm.shmem_sendrecv(both[:5], 0, both[4:], 0), "recv_tensor", "overlap send_tensor")
     every(inv, lambda: symm.shmem_allreduce([1.0, 2.0]), "tensor", "expected a torch tensor")
     every(inv, lambda: symm.shmem_alltoall(torch.ones(n), torch.ones(n), [1] * n), "send_tensor_list", "list")
     every(
@@ -357,6 +380,8 @@ def coll_bad_input(rank, world):
     every(inv, lambda: symm.shmem_broadcast(x, "zero"), "src_rank = 'zero'")
     every(grp, lambda: symm.shmem_send(x, n), f"dst_rank = {n}")
     every(grp, lambda: symm.shmem_recv(x, -2), "src_rank = -2")
+    every(grp, lambda: symm.shmem_sendrecv(x, n, torch.empty(2), 0), f"dst_rank = {n}")
+    every(grp, lambda: symm.shmem_sendrecv(x, 0, torch.empty(2), -2), "src_rank = -2")
     # Nothing above left a group out of step: a full round works.
     t = torch.full((4,), float(rank))
     symm.shmem_allreduce(t)
@@ -400,6 +425,15 @@ def coll_bad_input(rank, world):
         got = torch.empty(3)
         symm.shmem_recv(got, 0)
         assert got.tolist() == [1.0] * 3
+    # the same through sendrecv, whose send completes before the receive's Mismatch is raised
+    if rank < 2:
+        other = 1 - rank
+        got = torch.empty(4 if rank == 1 else 2)
+        if rank == 1:
+            every(mis, lambda: symm.shmem_sendrecv(torch.ones(2), other, got, other), "recv of 4 elements")
+        else:
+            symm.shmem_sendrecv(torch.ones(6), other, got, other)
+            assert got.tolist() == [1.0] * 2, got
     t = torch.full((2,), 1.0)
     symm.shmem_allreduce(t)
     assert t.tolist() == [float(n)] * 2, "the world is usable after the mismatches"

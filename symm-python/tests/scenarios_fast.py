@@ -33,6 +33,7 @@ FULL_PATHS = {
     "broadcast": _api._shmem_broadcast,
     "send": _api._shmem_send,
     "recv": _api._shmem_recv,
+    "sendrecv": _api._shmem_sendrecv,
 }
 
 
@@ -353,6 +354,7 @@ def fast_path_split_ops(rank, world):
         (bc, "broadcast", ["tensor", "src_rank", "group"]),
         (symm.shmem_send, "send", ["tensor", "dst_rank", "group"]),
         (symm.shmem_recv, "recv", ["tensor", "src_rank", "group"]),
+        (symm.shmem_sendrecv, "sendrecv", ["send_tensor", "dst_rank", "recv_tensor", "src_rank", "group"]),
     ]:
         assert f is getattr(_symm, f.__name__) and f is getattr(_api, f.__name__), f
         assert [p.name for p in inspect.signature(f).parameters.values()] == params, (kind, inspect.signature(f))
@@ -459,6 +461,30 @@ def fast_path_split_ops(rank, world):
                     call()
                 peer = prv if group is None else world - 1 - prv
                 assert same_bits(got, values(peer, count, torch.float32, count + step)), (group, count, step)
+    # sendrecv around the same rings: the fast path, both directions at once, no ordering;
+    # overlapping tensors take the full path (which names them).
+    sendrecv = symm.shmem_sendrecv
+    for group in [None, rev]:
+        me = rank if group is None else world - 1 - rank
+        for count in [1, 1000, 70_000]:
+            for step in [1, world - 1]:
+                nxt, prv = (me + step) % world, (me - step) % world
+                x = values(rank, count, torch.float32, count + step)
+                got = torch.empty(count)
+                takes("fast", sendrecv, x, nxt, got, prv, group, kind="sendrecv")
+                peer = prv if group is None else world - 1 - prv
+                assert same_bits(got, values(peer, count, torch.float32, count + step)), (group, count, step)
+                got = torch.empty(count)
+                kw = dict(send_tensor=x, dst_rank=nxt, recv_tensor=got, src_rank=prv, group=group)
+                takes("fast", sendrecv, **kw, kind="sendrecv")
+                assert same_bits(got, values(peer, count, torch.float32, count + step)), ("keywords", group)
+    both = torch.zeros(8)
+    expect(
+        symm.InvalidArgument,
+        lambda: takes("full", sendrecv, both[:5], rank, both[4:], rank, kind="sendrecv"),
+        "overlap",
+        rank=rank,
+    )
     # A message that does not match the receive: Mismatch (consumed; the pair stays usable).
     if rank == 0:
         takes("fast", send, torch.ones(3), 1, kind="send")

@@ -16,9 +16,10 @@ of a group, and any member reads and writes the others' copies directly::
     symm.shmem_wait_for_signal(buf, sig, (rank - 1) % n, 1, "eq")   # row rank-1 has arrived
 
 Collectives (``shmem_allreduce``, ``shmem_reduce_scatter``, ``shmem_allgather``,
-``shmem_alltoall``, ``shmem_broadcast``) and messages (``shmem_send``, ``shmem_recv``) take any
-contiguous CPU tensor; their differentiable forms are in ``symm.functional`` (PyTorch), and
-``python -m symm.perf`` measures them against ``torch.distributed`` (gloo).
+``shmem_alltoall``, ``shmem_broadcast``) and messages (``shmem_send``, ``shmem_recv``,
+``shmem_sendrecv``) take any contiguous CPU tensor; their differentiable forms are in
+``symm.functional`` (PyTorch), and ``python -m symm.perf`` measures them against
+``torch.distributed`` (gloo).
 
 Offsets and sizes count elements. ``target_rank`` is a rank of ``group`` (global when ``group``
 is None). Every blocking call is bounded by ``SYMMETRIC_MEMORY_TIMEOUT`` and releases the GIL.
@@ -73,6 +74,7 @@ from ._api import (
     shmem_recv,
     shmem_reduce_scatter,
     shmem_send,
+    shmem_sendrecv,
     shmem_signal_op,
     shmem_wait_for_signal,
     split_group,
@@ -118,6 +120,7 @@ __all__ = [
     "shmem_recv",
     "shmem_reduce_scatter",
     "shmem_send",
+    "shmem_sendrecv",
     "shmem_signal_op",
     "shmem_wait_for_signal",
     "split_group",

@@ -544,8 +544,8 @@ def _shmem_allreduce(tensor: Any, op: Any = "sum", group: Any = None, low_precis
 # The public function is native: it runs the common case (a plain contiguous CPU tensor, group
 # None or one already used, no profiler recording, no low-precision format) in one call, and
 # passes every other call to the full path above before doing anything (src/fast.rs). So are
-# shmem_reduce_scatter, shmem_allgather, shmem_alltoall, shmem_broadcast, shmem_send and
-# shmem_recv below.
+# shmem_reduce_scatter, shmem_allgather, shmem_alltoall, shmem_broadcast, shmem_send,
+# shmem_recv and shmem_sendrecv below.
 _symm.set_full_path("allreduce", _shmem_allreduce)
 shmem_allreduce = _symm.shmem_allreduce
 
@@ -656,6 +656,24 @@ def _shmem_recv(tensor: Any, src_rank: Any, group: Any = None) -> None:
 
 _symm.set_full_path("recv", _shmem_recv)
 shmem_recv = _symm.shmem_recv
+
+
+@_profiled("sendrecv", _on("send_tensor"))
+def _shmem_sendrecv(send_tensor: Any, dst_rank: Any, recv_tensor: Any, src_rank: Any, group: Any = None) -> None:
+    """The full path of ``shmem_sendrecv`` (native, like ``shmem_allreduce``; its documentation
+    is the public function's)."""
+    st = _current()
+    st.comm.sendrecv(
+        _native_group(st, group),
+        _desc(st, send_tensor, "send_tensor"),
+        st.platform.scalar(dst_rank),
+        _desc(st, recv_tensor, "recv_tensor"),
+        st.platform.scalar(src_rank),
+    )
+
+
+_symm.set_full_path("sendrecv", _shmem_sendrecv)
+shmem_sendrecv = _symm.shmem_sendrecv
 
 
 def create_group(ranks: Sequence[int]) -> Any:

@@ -21,6 +21,7 @@ Broadcast          rank src's input everywhere     sum of the gradients, to src 
 Send               send to dst; output = input     gradient of the output + the gradient that
                    (after a flag: grad or not)     dst's Recv sends back
 Recv               receive from src                send the gradient back to src
+SendRecv           send to dst, receive from src   sendrecv of the gradient: to src, from dst
 =================  ==============================  ============================================
 
 Two conventions meet here, and the difference matters only for outputs that are *replicated*
@@ -47,7 +48,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _api
 
-__all__ = ["AllGather", "ReduceScatter", "AllReduce", "AllToAll", "Broadcast", "Send", "Recv"]
+__all__ = ["AllGather", "ReduceScatter", "AllReduce", "AllToAll", "Broadcast", "Send", "Recv", "SendRecv"]
 
 _DIFFERENTIABLE_OPS = {"sum": "sum", "avg": "avg", 0: "sum", 1: "avg"}
 
@@ -317,3 +318,30 @@ class Recv(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[None, None, None, None, None]:
         _api.shmem_send(grad.contiguous(), ctx.src, ctx.group)
         return None, None, None, None, None
+
+
+class SendRecv(torch.autograd.Function):
+    """``SendRecv.apply(input, dst, shape, dtype, src, group)``: sends ``input`` to group rank
+    ``dst`` and returns a tensor of ``shape`` and ``dtype`` received from group rank ``src``,
+    both at once. Backward: the transposed exchange, also at once: the gradient goes back to
+    ``src`` and ``input``'s gradient arrives from ``dst`` (whose backward sends it). Every rank of
+    the exchange must run the backward, so ``input`` requires grad on all of them or on none."""
+
+    @staticmethod
+    @_traced("SendRecv.forward", "input", "group")
+    def forward(
+        ctx: Any, input: torch.Tensor, dst: int, shape: Tuple[int, ...], dtype: torch.dtype, src: int, group: Any
+    ) -> torch.Tensor:
+        x = input.contiguous()
+        ctx.group, ctx.dst, ctx.src, ctx.shape, ctx.dtype = group, dst, src, tuple(x.shape), x.dtype
+        out = torch.empty(shape, dtype=dtype)
+        _api.shmem_sendrecv(x, dst, out, src, group)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    @_traced("SendRecv.backward", "grad")
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], None, None, None, None, None]:
+        back = torch.empty(ctx.shape, dtype=ctx.dtype)
+        _api.shmem_sendrecv(grad.contiguous(), ctx.src, back, ctx.dst, ctx.group)
+        return back, None, None, None, None, None

@@ -28,11 +28,12 @@ from .autograd import (
     Recv,
     ReduceScatter,
     Send,
+    SendRecv,
     differentiable_op,
     recv_grad_flag,
 )
 
-__all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast", "send", "recv"]
+__all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast", "send", "recv", "sendrecv"]
 
 
 def _tensor(x: Any, arg: str, group: Any, collective: bool = True) -> torch.Tensor:
@@ -205,6 +206,24 @@ def send(input: torch.Tensor, dst: int, group: Any = None) -> torch.Tensor:
 _ANCHOR: Optional[torch.Tensor] = None
 
 
+def _shape_dtype(
+    like: Union[torch.Tensor, int, Sequence[int]], dtype: Optional[torch.dtype], default: torch.dtype
+) -> Any:
+    """The shape and dtype of a message to receive: ``like``'s (a tensor), or the shape ``like``
+    (an int or a sequence of ints) with ``dtype`` (else ``default``)."""
+    if isinstance(like, torch.Tensor):
+        if dtype is not None and dtype != like.dtype:
+            raise _api._invalid_argument("dtype", repr(dtype), f"differs from like's {like.dtype}; pass one of them")
+        return tuple(like.shape), like.dtype
+    try:
+        shape = (int(like),) if isinstance(like, int) else tuple(int(d) for d in like)
+    except (TypeError, ValueError):
+        raise _api._invalid_argument(
+            "like", repr(like), "expected a tensor or a shape (an int or a sequence of ints)"
+        ) from None
+    return shape, (dtype if dtype is not None else default)
+
+
 def recv(
     like: Union[torch.Tensor, int, Sequence[int]],
     src: int,
@@ -226,18 +245,7 @@ def recv(
     raises Timeout.
     """
     global _ANCHOR
-    if isinstance(like, torch.Tensor):
-        if dtype is not None and dtype != like.dtype:
-            raise _api._invalid_argument("dtype", repr(dtype), f"differs from like's {like.dtype}; pass one of them")
-        shape, dt = tuple(like.shape), like.dtype
-    else:
-        try:
-            shape = (int(like),) if isinstance(like, int) else tuple(int(d) for d in like)
-        except (TypeError, ValueError):
-            raise _api._invalid_argument(
-                "like", repr(like), "expected a tensor or a shape (an int or a sequence of ints)"
-            ) from None
-        dt = dtype if dtype is not None else torch.float32
+    shape, dt = _shape_dtype(like, dtype, torch.float32)
     sender_wants_grad = recv_grad_flag(src, group)
     if not (sender_wants_grad and torch.is_grad_enabled()):
         anchor = torch.empty(0)
@@ -248,3 +256,30 @@ def recv(
             _ANCHOR = torch.empty(0, requires_grad=True)
         anchor = _ANCHOR
     return Recv.apply(anchor, shape, dt, src, group)
+
+
+def sendrecv(
+    input: torch.Tensor,
+    dst: int,
+    src: int,
+    like: Union[torch.Tensor, int, Sequence[int], None] = None,
+    dtype: Optional[torch.dtype] = None,
+    group: Any = None,
+) -> torch.Tensor:
+    """Sends ``input`` to group rank ``dst`` and returns a new tensor received from group rank
+    ``src``, both at once (``symm.shmem_sendrecv``: a ring needs no ordering at any size).
+
+    ``like``: the received tensor's shape and dtype: a tensor's, or a shape (an int or a
+    sequence of ints; ``None``: ``input``'s) with ``dtype`` (default: ``input``'s). The messages
+    pair with ``symm.shmem_send``/``shmem_recv`` as well, but not with ``symm.functional``'s
+    ``send``/``recv``, which send a gradient flag first.
+
+    Gradient: the transposed exchange, at once: the result's gradient goes back to ``src``, and
+    ``input``'s gradient is what ``dst`` sends back. So every rank of the exchange runs this
+    backward: ``input`` requires grad (with grad mode on) on all of them or on none, and each
+    rank's result reaches its loss (add it with a zero weight if it is not otherwise used);
+    otherwise a backward waits for a gradient that never comes and raises Timeout.
+    """
+    x = _tensor(input, "input", group, collective=False)
+    shape, dt = (tuple(x.shape), dtype or x.dtype) if like is None else _shape_dtype(like, dtype, x.dtype)
+    return SendRecv.apply(x, dst, shape, dt, src, group)

@@ -13,9 +13,9 @@ Sizes are bytes, as in nccl-tests: the buffer of all_reduce, broadcast and sendr
 ``(n-1)/n`` for reduce_scatter, all_gather and alltoall, ``1`` for broadcast and sendrecv.
 
 symm's buffers are symmetric tensors (``symm.empty``: peers read them in place); gloo's and
-MPI's are ordinary tensors. sendrecv is a ring (send to rank + 1, receive from rank - 1): gloo
-and MPI post both at once; symm's calls are blocking, so even ranks send first and odd ranks
-receive first (large messages stream, and a ring of blocking sends would wait on itself).
+MPI's are ordinary tensors. sendrecv is a ring (send to rank + 1, receive from rank - 1), both
+directions at once in every backend: ``shmem_sendrecv``, gloo's ``isend``/``irecv``, MPI's
+``Sendrecv``.
 
 Launching: by default the command spawns ``-g`` ranks itself (gloo process group on a free
 port of 127.0.0.1). Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) it uses those ranks. The
@@ -247,20 +247,7 @@ class SymmBackend(Backend):
             return partial(symm.shmem_alltoall, parts, recv, counts)
         if op == "broadcast":
             return partial(symm.shmem_broadcast, recv, 0)
-        nxt, prv = (rank + 1) % n, (rank - 1) % n
-        if rank % 2 == 0:
-
-            def ring() -> None:
-                symm.shmem_send(send, nxt)
-                symm.shmem_recv(recv, prv)
-
-        else:
-
-            def ring() -> None:
-                symm.shmem_recv(recv, prv)
-                symm.shmem_send(send, nxt)
-
-        return ring
+        return partial(symm.shmem_sendrecv, send, (rank + 1) % n, recv, (rank - 1) % n)
 
 
 class NativeAllreduce:
