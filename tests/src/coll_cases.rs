@@ -16,6 +16,7 @@ use crate::gen::{draw, seed};
 /// Collective cases, by name.
 pub const COLL_CASES: &[&str] = &[
     "allreduce",
+    "allreduce_inputs_reused",
     "reduce_scatter",
     "allgather",
     "broadcast",
@@ -33,6 +34,7 @@ pub fn run_coll_case<C: Collectives>(name: &str, comm: &C) -> Option<()> {
     let cases = |d| std::env::var("SYMM_TEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(d);
     match name {
         "allreduce" => allreduce(comm, cases(40)),
+        "allreduce_inputs_reused" => allreduce_inputs_reused(comm),
         "reduce_scatter" => reduce_scatter(comm, cases(24)),
         "allgather" => allgather(comm, cases(24)),
         "broadcast" => broadcast(comm, cases(16)),
@@ -307,6 +309,45 @@ pub fn allreduce<C: Collectives>(comm: &C, cases: usize) {
         check(&what, me, &decode(dtype, &got), &want, &tol);
         bit_identical(comm, &world, &got, &what);
         a.release();
+    }
+}
+
+/// allreduce out of place in the one-shot sizes (past the small-message path, up to the
+/// one-shot limit), with the input in the heap on every rank, on none, on rank 0 only and on
+/// all but rank 0: where every rank has a core the peers read a heap input in place. Each
+/// input is overwritten the moment the call returns, so a call that returned before every
+/// peer had read its input would have handed them the overwritten values.
+pub fn allreduce_inputs_reused<C: Collectives>(comm: &C) {
+    let me = comm.rank().index();
+    let world = comm.world();
+    let n = world.size();
+    let tun = Tunables::from_env().expect("settings from the environment");
+    let one_shot_max = tun.oneshot_max.min(tun.stage_bytes / 2);
+    let dtype = DType::F32;
+    // Sizes every rank agrees on (tests may set the small-message limit by rank): past the
+    // default limit of 2 KiB, and up to the one-shot limit.
+    let counts = [2048 / 4 + 1, one_shot_max / 8, one_shot_max / 4];
+    let all: u8 = 0xff;
+    for (m, mask) in [all, 0, 1, all & !1].into_iter().enumerate() {
+        for (c, &count) in counts.iter().enumerate() {
+            let mut a = Mem::new(comm, &world, mask, dtype, count);
+            let mut out = vec![0u8; count * dtype.size()];
+            for round in 0..12 {
+                let k = 10_000 + 100 * (4 * c + m) + round;
+                let inputs: Vec<Vec<f64>> =
+                    (0..n).map(|r| (0..count).map(|i| value(dtype, r, k, i)).collect()).collect();
+                let (want, tol) = reference(dtype, ReduceOp::Sum, &inputs, None);
+                a.fill(&encode(dtype, &inputs[me]));
+                // SAFETY: `out` holds `count` elements and outlives the call.
+                let dst = unsafe { LocalMut::from_raw(out.as_mut_ptr(), count, dtype) };
+                comm.allreduce_into(&world, a.local_ref(dtype, count), dst, ReduceOp::Sum, &CollOptions::default())
+                    .expect("allreduce_into");
+                a.fill(&encode(dtype, &vec![f64::NAN; count]));
+                let what = format!("allreduce_inputs_reused: count {count}, heap mask {mask:#x}, round {round}");
+                check(&what, me, &decode(dtype, &out), &want, &tol);
+            }
+            a.release();
+        }
     }
 }
 
