@@ -163,7 +163,7 @@ def test_framework_modules_load_on_first_use_and_cover_every_collective():
         "assert 'symm.functional' not in sys.modules and 'symm.autograd' not in sys.modules\n"
         "F = symm.functional\n"
         "assert sorted(F.__all__) == sorted(['all_gather', 'reduce_scatter', 'all_reduce', 'all_to_all',"
-        " 'broadcast', 'send', 'recv'])\n"
+        " 'broadcast', 'send', 'recv', 'sendrecv'])\n"
         "import torch\n"
         "for name in symm.autograd.__all__:\n"
         "    assert issubclass(getattr(symm.autograd, name), torch.autograd.Function), name\n"
