@@ -446,38 +446,32 @@ def fast_path_split_ops(rank, world):
             assert same_bits(got, want), ("alltoall counts tensor", group, scale)
 
     # send / recv around a ring, in both directions, world and reversed group; even ranks send
-    # first (eager messages would not need it; this keeps the pattern valid for any size).
-    send, recv = symm.shmem_send, symm.shmem_recv
+    # first (eager messages would not need it; this keeps the pattern valid for any size). Then
+    # sendrecv around the same ring, by position and by keyword: both directions at once, no
+    # ordering.
+    send, recv, sendrecv = symm.shmem_send, symm.shmem_recv, symm.shmem_sendrecv
     for group in [None, rev]:
         me = rank if group is None else world - 1 - rank
         for count in [1, 1000, 70_000]:
             for step in [1, world - 1]:
                 nxt, prv = (me + step) % world, (me - step) % world
                 x = values(rank, count, torch.float32, count + step)
+                peer = prv if group is None else world - 1 - prv
+                want = values(peer, count, torch.float32, count + step)
                 got = torch.empty(count)
                 sending = partial(takes, "fast", send, x, nxt, group, kind="send")
                 receiving = partial(takes, "fast", recv, got, prv, group, kind="recv")
                 for call in (sending, receiving) if me % 2 == 0 else (receiving, sending):
                     call()
-                peer = prv if group is None else world - 1 - prv
-                assert same_bits(got, values(peer, count, torch.float32, count + step)), (group, count, step)
-    # sendrecv around the same rings: the fast path, both directions at once, no ordering;
-    # overlapping tensors take the full path (which names them).
-    sendrecv = symm.shmem_sendrecv
-    for group in [None, rev]:
-        me = rank if group is None else world - 1 - rank
-        for count in [1, 1000, 70_000]:
-            for step in [1, world - 1]:
-                nxt, prv = (me + step) % world, (me - step) % world
-                x = values(rank, count, torch.float32, count + step)
+                assert same_bits(got, want), ("send/recv", group, count, step)
                 got = torch.empty(count)
                 takes("fast", sendrecv, x, nxt, got, prv, group, kind="sendrecv")
-                peer = prv if group is None else world - 1 - prv
-                assert same_bits(got, values(peer, count, torch.float32, count + step)), (group, count, step)
+                assert same_bits(got, want), ("sendrecv", group, count, step)
                 got = torch.empty(count)
                 kw = dict(send_tensor=x, dst_rank=nxt, recv_tensor=got, src_rank=prv, group=group)
                 takes("fast", sendrecv, **kw, kind="sendrecv")
-                assert same_bits(got, values(peer, count, torch.float32, count + step)), ("keywords", group)
+                assert same_bits(got, want), ("sendrecv by keyword", group, count, step)
+    # Overlapping tensors take the full path, which names them.
     both = torch.zeros(8)
     expect(
         symm.InvalidArgument,
