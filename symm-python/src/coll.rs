@@ -496,10 +496,10 @@ impl PyCommunicator {
     }
 }
 
-/// Whether the bytes of two tensors overlap.
+/// Whether the bytes of two tensors overlap (empty ones overlap nothing).
 pub(crate) fn overlapping(a: Local, b: Local) -> bool {
     let (a_end, b_end) = (a.ptr + a.len * a.dtype.size(), b.ptr + b.len * b.dtype.size());
-    a.ptr < b_end && b.ptr < a_end
+    a.len > 0 && b.len > 0 && a.ptr < b_end && b.ptr < a_end
 }
 
 /// Calls up to this many bytes keep the GIL until they block ([`gil_released_when_blocking`]);

@@ -366,6 +366,34 @@ def autograd(rank, world):
     assert t.tolist() == [float(world)] * 2
     # send/recv between two ranks of the world (whose workspace the collectives above made)
     pipeline(rank, world)
+    for g in groups:
+        sendrecv_mixed_grad(g)
+
+
+def sendrecv_mixed_grad(group):
+    """A sendrecv ring where only group rank 0's input requires grad: rank 1's result requires
+    grad (its backward sends the gradient to rank 0 and waits for nothing), ranks 2.. have
+    nothing to differentiate, rank 0's backward only receives. The gradient is exact, and no
+    message is left behind (a plain exchange afterwards gets exactly what was sent)."""
+    n, me = dist.get_world_size(group), dist.get_rank(group)
+    nxt, prv = (me + 1) % n, (me - 1) % n
+    x = torch.arange(3, dtype=torch.float64) + 10 * me
+    x.requires_grad_(me == 0)
+    y = F.sendrecv(x, nxt, prv, group=group)
+    assert torch.equal(y.detach(), torch.arange(3, dtype=torch.float64) + 10 * prv), y
+    assert y.requires_grad == (me == 0 or prv == 0), (me, y.requires_grad)
+    if y.requires_grad:
+        (y * (me + 1)).sum().backward()  # loss_me = (me + 1) * sum(x_prv)
+    if me == 0:
+        # x goes to rank 1, whose loss weighs it by 2
+        assert torch.equal(x.grad, torch.full((3,), 2.0, dtype=torch.float64)), x.grad
+    # Under no_grad nothing waits for a gradient.
+    with torch.no_grad():
+        z = F.sendrecv(torch.ones(2, requires_grad=True), nxt, prv, group=group)
+    assert not z.requires_grad
+    mine, got = torch.full((5,), float(me)), torch.empty(5)
+    symm.shmem_sendrecv(mine, nxt, got, prv, group)
+    assert torch.equal(got, torch.full((5,), float(prv))), ("a message was left behind", got)
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ Broadcast          rank src's input everywhere     sum of the gradients, to src 
 Send               send to dst; output = input     gradient of the output + the gradient that
                    (after a flag: grad or not)     dst's Recv sends back
 Recv               receive from src                send the gradient back to src
-SendRecv           send to dst, receive from src   sendrecv of the gradient: to src, from dst
+SendRecv           send to dst, receive from src   the gradient to src, the input's from dst
+                   (after a flag each way)         (each only where the flags say)
 =================  ==============================  ============================================
 
 Two conventions meet here, and the difference matters only for outputs that are *replicated*
@@ -320,20 +321,41 @@ class Recv(torch.autograd.Function):
         return None, None, None, None, None
 
 
+def exchange_grad_flags(wants: bool, dst: int, src: int, group: Any) -> bool:
+    """The message ``functional.sendrecv`` puts before its data, both ways at once: tells ``dst``
+    whether this rank's backward will wait for the gradient of its input, and returns whether
+    ``src``'s will (so this rank must send it the gradient of what it received)."""
+    theirs = torch.empty(1, dtype=torch.int8)
+    _api.shmem_sendrecv(_grad_flag(wants), dst, theirs, src, group)
+    return bool(theirs.item())
+
+
 class SendRecv(torch.autograd.Function):
-    """``SendRecv.apply(input, dst, shape, dtype, src, group)``: sends ``input`` to group rank
-    ``dst`` and returns a tensor of ``shape`` and ``dtype`` received from group rank ``src``,
-    both at once. Backward: the transposed exchange, also at once: the gradient goes back to
-    ``src`` and ``input``'s gradient arrives from ``dst`` (whose backward sends it). Every rank of
-    the exchange must run the backward, so ``input`` requires grad on all of them or on none."""
+    """``SendRecv.apply(anchor, input, dst, shape, dtype, src, group, grad_from_dst, grad_to_src)``:
+    sends ``input`` to group rank ``dst`` and returns a tensor of ``shape`` and ``dtype``
+    received from group rank ``src``, both at once. ``anchor`` only makes the output require
+    grad when ``input`` does not (as in ``Recv``); the two flags are what
+    ``exchange_grad_flags`` settled: whether ``dst`` sends back the gradient of ``input``, and
+    whether ``src`` waits for the gradient of the output. Backward: the transposed exchange,
+    each direction only where the flags say, both at once when both do."""
 
     @staticmethod
     @_traced("SendRecv.forward", "input", "group")
     def forward(
-        ctx: Any, input: torch.Tensor, dst: int, shape: Tuple[int, ...], dtype: torch.dtype, src: int, group: Any
+        ctx: Any,
+        anchor: torch.Tensor,
+        input: torch.Tensor,
+        dst: int,
+        shape: Tuple[int, ...],
+        dtype: torch.dtype,
+        src: int,
+        group: Any,
+        grad_from_dst: bool,
+        grad_to_src: bool,
     ) -> torch.Tensor:
         x = input.contiguous()
         ctx.group, ctx.dst, ctx.src, ctx.shape, ctx.dtype = group, dst, src, tuple(x.shape), x.dtype
+        ctx.grad_from_dst, ctx.grad_to_src = grad_from_dst, grad_to_src
         out = torch.empty(shape, dtype=dtype)
         _api.shmem_sendrecv(x, dst, out, src, group)
         return out
@@ -341,7 +363,13 @@ class SendRecv(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     @_traced("SendRecv.backward", "grad")
-    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], None, None, None, None, None]:
-        back = torch.empty(ctx.shape, dtype=ctx.dtype)
-        _api.shmem_sendrecv(grad.contiguous(), ctx.src, back, ctx.dst, ctx.group)
-        return back, None, None, None, None, None
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        back = torch.empty(ctx.shape, dtype=ctx.dtype) if ctx.grad_from_dst else None
+        g = grad.contiguous()
+        if ctx.grad_to_src and back is not None:
+            _api.shmem_sendrecv(g, ctx.src, back, ctx.dst, ctx.group)
+        elif ctx.grad_to_src:
+            _api.shmem_send(g, ctx.src, ctx.group)
+        elif back is not None:
+            _api.shmem_recv(back, ctx.dst, ctx.group)
+        return (None, back) + (None,) * 7

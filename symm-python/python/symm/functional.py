@@ -30,6 +30,7 @@ from .autograd import (
     Send,
     SendRecv,
     differentiable_op,
+    exchange_grad_flags,
     recv_grad_flag,
 )
 
@@ -244,18 +245,21 @@ def recv(
     the gradient is not wanted here (grad mode off), the sender's backward waits in vain and
     raises Timeout.
     """
-    global _ANCHOR
     shape, dt = _shape_dtype(like, dtype, torch.float32)
-    sender_wants_grad = recv_grad_flag(src, group)
-    if not (sender_wants_grad and torch.is_grad_enabled()):
-        anchor = torch.empty(0)
-    elif isinstance(like, torch.Tensor) and like.requires_grad:
-        anchor = like
-    else:
-        if _ANCHOR is None:
-            _ANCHOR = torch.empty(0, requires_grad=True)
-        anchor = _ANCHOR
-    return Recv.apply(anchor, shape, dt, src, group)
+    return Recv.apply(_anchor(recv_grad_flag(src, group), like), shape, dt, src, group)
+
+
+def _anchor(wanted: bool, like: Any) -> torch.Tensor:
+    """A tensor that makes a received tensor require grad when ``wanted`` (``like`` itself when
+    it requires grad: the result then hangs off its graph), else one that does not."""
+    global _ANCHOR
+    if not (wanted and torch.is_grad_enabled()):
+        return torch.empty(0)
+    if isinstance(like, torch.Tensor) and like.requires_grad:
+        return like
+    if _ANCHOR is None:
+        _ANCHOR = torch.empty(0, requires_grad=True)
+    return _ANCHOR
 
 
 def sendrecv(
@@ -270,16 +274,24 @@ def sendrecv(
     ``src``, both at once (``symm.shmem_sendrecv``: a ring needs no ordering at any size).
 
     ``like``: the received tensor's shape and dtype: a tensor's, or a shape (an int or a
-    sequence of ints; ``None``: ``input``'s) with ``dtype`` (default: ``input``'s). The messages
-    pair with ``symm.shmem_send``/``shmem_recv`` as well, but not with ``symm.functional``'s
-    ``send``/``recv``, which send a gradient flag first.
+    sequence of ints; ``None``: ``input``'s) with ``dtype`` (default: ``input``'s). Pairs with
+    ``sendrecv`` on ``dst`` and ``src``: before the data each tells the other whether its input
+    requires grad (a one-byte message each way), so the calls do not pair with ``send``/``recv``
+    or with ``symm.shmem_*``.
 
-    Gradient: the transposed exchange, at once: the result's gradient goes back to ``src``, and
-    ``input``'s gradient is what ``dst`` sends back. So every rank of the exchange runs this
-    backward: ``input`` requires grad (with grad mode on) on all of them or on none, and each
-    rank's result reaches its loss (add it with a zero weight if it is not otherwise used);
-    otherwise a backward waits for a gradient that never comes and raises Timeout.
+    Gradient: the transposed exchange. The result's gradient goes back to ``src`` when
+    ``src``'s input required grad (the result then requires grad, hanging off ``input``'s
+    graph, or ``like``'s when it is a tensor that requires grad), and ``input``'s gradient comes
+    from ``dst`` when ``input`` requires grad. Ranks may differ in that; each backward moves
+    only what its peers wait for. As for ``send``, autograd must reach the backward of a
+    result whose ``dst`` sends a gradient (add ``0 * y.sum()`` to the loss when the result is
+    not otherwise used); otherwise that gradient stays unread and the next receive from
+    ``dst`` would take it. With grad mode off here, ``src``'s backward waits in vain and raises
+    Timeout.
     """
     x = _tensor(input, "input", group, collective=False)
     shape, dt = (tuple(x.shape), dtype or x.dtype) if like is None else _shape_dtype(like, dtype, x.dtype)
-    return SendRecv.apply(x, dst, shape, dt, src, group)
+    wants = x.requires_grad and torch.is_grad_enabled()
+    src_wants = exchange_grad_flags(wants, dst, src, group)
+    anchor = _anchor(src_wants, like if isinstance(like, torch.Tensor) else x)
+    return SendRecv.apply(anchor, x, dst, shape, dt, src, group, wants, src_wants)
