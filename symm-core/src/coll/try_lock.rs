@@ -31,8 +31,8 @@ pub struct TryLock<T> {
 }
 
 // SAFETY: the value is reached only through a guard, and at most one guard exists at a time
-// (the bias's owner is inside it, or the compare-exchange in `try_lock` succeeded), so sharing the lock between threads shares `T` only as
-// a `Mutex` would: it must be `Send`.
+// (the bias's owner is inside it, or the compare-exchange in `try_lock` succeeded), so sharing
+// the lock between threads shares `T` only as a `Mutex` would: it must be `Send`.
 unsafe impl<T: Send> Sync for TryLock<T> {}
 
 /// Why [`TryLock::try_lock`] failed.
