@@ -301,7 +301,7 @@ impl<'a> FlightRing<'a> {
             // lock orders its contents.
             self.header.head.fetch_add(1, Ordering::Relaxed)
         };
-        let slot = &self.slots[(index % self.slots.len() as u64) as usize];
+        let slot = self.slot(index);
         if owner {
             Self::take(slot, index);
         } else if !Self::lock(slot, index) {
@@ -332,13 +332,22 @@ impl<'a> FlightRing<'a> {
     /// reused meanwhile: one store (see the module documentation).
     #[inline]
     pub fn finish(&self, index: u64, state: RecordState, start_ns: u64, end_ns: u64) {
-        let slot = &self.slots[(index % self.slots.len() as u64) as usize];
+        let slot = self.slot(index);
         // Relaxed: only skips a record already reused; a reuse after this load is told apart
         // by the tag.
         if slot.seq.load(Ordering::Relaxed) == (index + 1) << 1 {
             // Release: a reader that sees the end sees the record it ends (stored before).
             slot.end.store(end_word(index, state, end_ns.saturating_sub(start_ns)), Ordering::Release);
         }
+    }
+
+    /// The slot of record `index`: a mask where the capacity is a power of two (the default 64),
+    /// which spares every operation two 64-bit divisions.
+    #[inline]
+    fn slot(&self, index: u64) -> &Slot {
+        let n = self.slots.len() as u64;
+        let i = if n.is_power_of_two() { index & (n - 1) } else { index % n };
+        &self.slots[i as usize]
     }
 
     /// Takes `slot` for writing record `index` as the only writing thread (the bias's owner).
@@ -400,7 +409,7 @@ impl<'a> FlightRing<'a> {
 
     /// Reads record `index` consistently, or None (being written, reused, or never written).
     fn read(&self, index: u64) -> Option<FlightRecord> {
-        let slot = &self.slots[(index % self.slots.len() as u64) as usize];
+        let slot = self.slot(index);
         let want = (index + 1) << 1;
         for _ in 0..100 {
             // Acquire: pairs with the writer's release store of the even value.
@@ -617,5 +626,24 @@ mod tests {
         let snap = r.snapshot(Rank(0));
         assert_eq!((snap.total, snap.unreadable), (2 * per_thread + 4, 0));
         assert!(snap.records.iter().all(|x| x.state == RecordState::Completed && x.op == "recv"), "{snap:?}");
+    }
+
+    #[test]
+    fn a_ring_of_any_capacity_keeps_its_last_records() {
+        // 5 records (not a power of two: the slot is index modulo 5) after 12 operations.
+        #[repr(C, align(64))]
+        struct Mem6([u8; RECORD_BYTES * 6]);
+        let mut mem = Mem6([0; RECORD_BYTES * 6]);
+        // SAFETY: `mem` is 64-aligned, zero-filled, 6 records long (5 + header), borrowed.
+        let r = unsafe { FlightRing::from_raw(mem.0.as_mut_ptr(), 5) };
+        r.init(Rank(0), 7);
+        for v in 1..=12u64 {
+            let idx = r.begin(&RecordStart { op: Op::Send, group: None, seq: v, count: v, dtype: None, start_ns: v });
+            r.finish(idx, RecordState::Completed, v, v + 1);
+        }
+        let snap = r.snapshot(Rank(0));
+        assert_eq!((snap.total, snap.unreadable), (12, 0));
+        assert_eq!(snap.records.iter().map(|x| x.seq).collect::<Vec<_>>(), vec![8, 9, 10, 11, 12]);
+        assert!(snap.records.iter().all(|x| x.state == RecordState::Completed && x.end_ns == x.seq + 1), "{snap:?}");
     }
 }
