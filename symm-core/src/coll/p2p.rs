@@ -68,7 +68,11 @@ fn slot_offset<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, sender: usize, k: u64) -> 
 }
 
 fn chunks_of(bytes: usize, payload: usize) -> usize {
-    bytes.div_ceil(payload).max(1)
+    // Most messages fit one chunk: no 64-bit division for them (a few ns of a 150 ns call).
+    if bytes <= payload {
+        return 1;
+    }
+    bytes.div_ceil(payload)
 }
 
 /// Where the header (total bytes, dtype word) of a chunk starts in its slot, after the flag.
