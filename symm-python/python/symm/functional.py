@@ -280,9 +280,9 @@ def sendrecv(
     or with ``symm.shmem_*``.
 
     Gradient: the transposed exchange. The result's gradient goes back to ``src`` when
-    ``src``'s input required grad (the result then requires grad, hanging off ``input``'s
-    graph, or ``like``'s when it is a tensor that requires grad), and ``input``'s gradient comes
-    from ``dst`` when ``input`` requires grad. Ranks may differ in that; each backward moves
+    ``src``'s input required grad (the result then requires grad, also where ``input`` does not:
+    as for ``recv``, pass as ``like`` a tensor of the graph you differentiate), and ``input``'s
+    gradient comes from ``dst`` when ``input`` requires grad. Ranks may differ in that; each backward moves
     only what its peers wait for. As for ``send``, autograd must reach the backward of a
     result whose ``dst`` sends a gradient (add ``0 * y.sum()`` to the loss when the result is
     not otherwise used); otherwise that gradient stays unread and the next receive from
