@@ -91,6 +91,20 @@ impl Bias {
         self.enter_slow(me)
     }
 
+    /// Enters a claim whose owner only ever stays inside for a few stores that nothing can
+    /// block: true as its owner (call [`Bias::leave`] after), false for the shared path. An
+    /// owner inside is waited out (yielding lets it run should it have been preempted there).
+    #[inline]
+    pub fn enter_short(&self) -> bool {
+        loop {
+            match self.enter() {
+                Claim::Owner => return true,
+                Claim::Shared => return false,
+                Claim::OwnerInside => std::thread::yield_now(),
+            }
+        }
+    }
+
     /// Leaves the claim entered as [`Claim::Owner`].
     #[inline]
     pub fn leave(&self) {

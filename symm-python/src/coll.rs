@@ -498,8 +498,12 @@ impl PyCommunicator {
 
 /// Whether the bytes of two tensors overlap (empty ones overlap nothing).
 pub(crate) fn overlapping(a: Local, b: Local) -> bool {
-    let (a_end, b_end) = (a.ptr + a.len * a.dtype.size(), b.ptr + b.len * b.dtype.size());
-    a.len > 0 && b.len > 0 && a.ptr < b_end && b.ptr < a_end
+    symm_core::coll::ranges_overlap(
+        a.ptr as *const u8,
+        a.len * a.dtype.size(),
+        b.ptr as *const u8,
+        b.len * b.dtype.size(),
+    )
 }
 
 /// Calls up to this many bytes keep the GIL until they block ([`gil_released_when_blocking`]);

@@ -1,7 +1,7 @@
 //! The fast path of the public collectives: `symm.shmem_allreduce`, `shmem_reduce_scatter`,
 //! `shmem_allgather`, `shmem_alltoall`, `shmem_broadcast`, `shmem_send`, `shmem_recv` and
-//! `shmem_sendrecv` are this module's native functions, which run the common case themselves and hand every other
-//! call to the full path in Python (`symm._api`).
+//! `shmem_sendrecv` are this module's native functions, which run the common case themselves
+//! and hand every other call to the full path in Python (`symm._api`).
 //!
 //! The full path checks the profiler, resolves the group, asks the platform adapter to describe
 //! each tensor as a [`Desc`](crate::comm::Desc) tuple (dtype and device as strings), and the

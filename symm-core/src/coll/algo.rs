@@ -412,9 +412,7 @@ fn one_shot_in_place_source<B: Backend + ?Sized>(
     out: *mut u8,
 ) -> Option<usize> {
     let bytes = call.count * call.dtype.size();
-    let (i, o) = (inp as usize, out as usize);
-    let disjoint = i.checked_add(bytes).is_some_and(|e| e <= o) || o.checked_add(bytes).is_some_and(|e| e <= i);
-    if call.lp.is_some() || !disjoint || ctx.b.waiters_share_cores() {
+    if call.lp.is_some() || super::ranges_overlap(inp, bytes, out, bytes) || ctx.b.waiters_share_cores() {
         return None;
     }
     ctx.heap_offset_of(inp, bytes)

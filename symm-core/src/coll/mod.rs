@@ -103,8 +103,8 @@ fn check_parts(whole: Part, part: Part, n: usize, me: usize) -> Option<ArgError>
     None
 }
 
-/// Whether two byte ranges share a byte.
-fn ranges_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usize) -> bool {
+/// Whether two byte ranges share a byte (an empty range shares none).
+pub fn ranges_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usize) -> bool {
     let (a, b) = (a as usize, b as usize);
     a_len > 0 && b_len > 0 && a < b + b_len && b < a + a_len
 }

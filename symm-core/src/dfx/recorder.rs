@@ -43,7 +43,7 @@
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use super::Op;
-use crate::bias::{Bias, Claim};
+use crate::bias::Bias;
 use crate::dtype::DType;
 use crate::group::Group;
 use crate::rank::Rank;
@@ -281,15 +281,8 @@ impl<'a> FlightRing<'a> {
     /// Records the start of an operation; returns its index (for [`FlightRing::finish`]).
     #[inline]
     pub fn begin(&self, ev: &RecordStart<'_>) -> u64 {
-        let owner = loop {
-            match self.header.writers.enter() {
-                Claim::Owner => break true,
-                Claim::Shared => break false,
-                // The owner is inside a record: a dozen stores, which nothing in them can block
-                // (yielding lets it run should it have been preempted there).
-                Claim::OwnerInside => std::thread::yield_now(),
-            }
-        };
+        // The owner stays inside for the dozen stores of a record.
+        let owner = self.header.writers.enter_short();
         let index = if owner {
             // Relaxed: only this thread writes `head` while it owns the bias; readers validate
             // every record by its own sequence lock.

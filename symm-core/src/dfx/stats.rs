@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Op;
-use crate::bias::{Bias, Claim};
+use crate::bias::Bias;
 
 /// Counters of one operation.
 #[derive(Debug, Default)]
@@ -49,7 +49,8 @@ impl StatsTable {
     #[inline]
     pub fn add(&self, op: Op, bytes: u64, nanos: u64, failed: bool) {
         let row = &self.rows[op.index()];
-        let owner = self.enter();
+        // The owner stays inside for a few counters.
+        let owner = self.writers.enter_short();
         for (c, by) in [(&row.calls, 1), (&row.bytes, bytes), (&row.nanos, nanos), (&row.errors, u64::from(failed))] {
             if by == 0 {
                 continue;
@@ -64,19 +65,6 @@ impl StatsTable {
         }
         if owner {
             self.writers.leave();
-        }
-    }
-
-    /// Enters the bias: true as its owner, false for the shared path (waiting out an owner
-    /// inside, which only adds a few counters).
-    #[inline]
-    fn enter(&self) -> bool {
-        loop {
-            match self.writers.enter() {
-                Claim::Owner => return true,
-                Claim::Shared => return false,
-                Claim::OwnerInside => std::thread::yield_now(),
-            }
         }
     }
 
@@ -106,7 +94,8 @@ impl StatsTable {
 
     /// Sets every counter back to zero.
     pub fn reset(&self) {
-        let owner = self.enter();
+        // The owner stays inside for a few counters.
+        let owner = self.writers.enter_short();
         for row in &self.rows {
             // Relaxed: see `add`; a call ending concurrently may land before or after.
             for c in [&row.calls, &row.bytes, &row.nanos, &row.errors] {
