@@ -239,7 +239,7 @@ pub trait Communicator: SymmetricHeap {
     ) -> Result<i64> {
         let me = self.rank();
         let (offset, width) = check_signal(self, signal, signal_offset, None, me)?;
-        let site = WaitSite {
+        let site = || WaitSite {
             op: "wait_until".into(),
             group: Some(signal.group.ranks().to_vec()),
             location: format!("signal[{signal_offset}] ({} buffer at heap byte {offset:#x})", signal.dtype),

@@ -61,7 +61,7 @@ pub mod group;
 pub mod op;
 pub mod rank;
 
-pub use backend::{Backend, SignalWidth, WaitSite};
+pub use backend::{Backend, DescribeWait, SignalWidth, WaitSite};
 pub use bootstrap::{Bootstrap, Store};
 pub use buffer::{LocalMut, LocalRef, SymmBuffer};
 pub use coll::{CollOptions, Collectives};

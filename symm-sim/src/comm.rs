@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use symm_core::dfx::{self, FlightRing, Op, Registration, StatsTable};
 use symm_core::env;
 use symm_core::{
-    AtRank, Backend, Bootstrap, BootstrapError, CmpOp, Error, Group, GroupError, GroupId, GroupRegistry, HeapError,
-    Rank, Result, SignalOp, SignalWidth, TimeoutError, WaitSite,
+    AtRank, Backend, Bootstrap, BootstrapError, CmpOp, DescribeWait, Error, Group, GroupError, GroupId, GroupRegistry,
+    HeapError, Rank, Result, SignalOp, SignalWidth, TimeoutError, WaitSite,
 };
 
 use crate::alloc;
@@ -468,17 +468,26 @@ impl SimComm {
     }
 
     /// Waits on this rank's doorbell until `check` gives a value or `deadline` passes (`None`),
-    /// failing early when a peer `site` watches ends (see [`Self::check_alive`]).
+    /// failing early when a peer `site` watches ends (see [`Self::check_alive`]). The site is
+    /// described at the first health check, once the wait sleeps: a wait that ends while it
+    /// spins allocates nothing.
     fn wait_at_site<T>(
         &self,
-        site: &WaitSite,
+        site: DescribeWait<'_>,
         deadline: Instant,
         check: impl FnMut() -> Option<T>,
     ) -> Result<Option<T>> {
-        let watched: Vec<Rank> =
-            if site.watch.is_empty() { site.group.clone().unwrap_or_default() } else { site.watch.clone() };
-        let needed: Vec<Rank> = site.waiting_on.map_or_else(|| watched.clone(), |r| vec![r]);
-        let health = || self.check_alive(&watched, &needed, &site.op);
+        let mut described: Option<(WaitSite, Vec<Rank>, Vec<Rank>)> = None;
+        let health = || {
+            let (site, watched, needed) = described.get_or_insert_with(|| {
+                let site = site();
+                let watched: Vec<Rank> =
+                    if site.watch.is_empty() { site.group.clone().unwrap_or_default() } else { site.watch.clone() };
+                let needed: Vec<Rank> = site.waiting_on.map_or_else(|| watched.clone(), |r| vec![r]);
+                (site, watched, needed)
+            });
+            self.check_alive(watched, needed, &site.op)
+        };
         match wait::wait_until(self.me().header(), self.policy, deadline, check, health) {
             Ok(v) => Ok(Some(v)),
             Err(WaitEnd::Failed(e)) => Err(e),
@@ -814,18 +823,22 @@ impl Backend for SimComm {
         cmp: CmpOp,
         value: i64,
         timeout: Duration,
-        site: &WaitSite,
+        site: DescribeWait<'_>,
     ) -> Result<i64> {
         let word = self.signal_word(self.rank, offset, width);
-        let start = Instant::now();
         let check = || {
             let v = word.load();
             cmp.holds(v, value).then_some(v)
         };
+        // A signal already there costs no clock reading.
+        if let Some(v) = check() {
+            return Ok(v);
+        }
+        let start = Instant::now();
         match self.wait_at_site(site, start + timeout, check)? {
             Some(v) => Ok(v),
             None => Err(self.timeout_error(
-                site,
+                &site(),
                 format!("signal {} {value}", cmp.symbol()),
                 word.load().to_string(),
                 Vec::new(),
@@ -834,7 +847,7 @@ impl Backend for SimComm {
         }
     }
 
-    fn wait_any_signal_at(&self, words: &[(usize, i64)], timeout: Duration, site: &WaitSite) -> Result<usize> {
+    fn wait_any_signal_at(&self, words: &[(usize, i64)], timeout: Duration, site: DescribeWait<'_>) -> Result<usize> {
         let signals: Vec<(SignalWord<'_>, i64)> = words
             .iter()
             .map(|&(offset, value)| (self.signal_word(self.rank, offset, SignalWidth::W64), value))
@@ -847,7 +860,7 @@ impl Backend for SimComm {
             None => {
                 let conditions: Vec<String> = words.iter().map(|(_, v)| format!("signal >= {v}")).collect();
                 let seen: Vec<String> = signals.iter().map(|(w, _)| w.load().to_string()).collect();
-                Err(self.timeout_error(site, conditions.join(" / "), seen.join(" / "), Vec::new(), start.elapsed()))
+                Err(self.timeout_error(&site(), conditions.join(" / "), seen.join(" / "), Vec::new(), start.elapsed()))
             }
         }
     }

@@ -161,6 +161,8 @@ pub fn signals<C: Communicator>(comm: &C, cases: usize) {
                     let text = t.to_string();
                     assert!(text.contains(&format!("signal {} {base}", cmp.symbol())), "{text}");
                     assert!(text.contains(&format!("rank {me}")) && text.contains(&sum.to_string()), "{text}");
+                    // The wait's description, built only once the wait failed.
+                    assert!(text.contains("wait_until") && text.contains(&format!("signal[{offset}]")), "{text}");
                 }
                 (holds, r) => panic!("rank {me}: case {k}: {cmp} {base} on {sum}: holds={holds}, got {r:?}"),
             }

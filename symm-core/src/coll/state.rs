@@ -494,7 +494,7 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
             return Ok(());
         }
         let writer = flag.writer;
-        let site = WaitSite {
+        let site = || WaitSite {
             op: format!("{} (round {})", self.op, flag.value),
             group: Some(self.group.ranks().to_vec()),
             location: format!(

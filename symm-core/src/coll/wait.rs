@@ -75,7 +75,7 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
         }
         // The backend's wait on every flag at once, when it has one; else one flag at a time.
         let words: Vec<(usize, i64)> = flags.iter().map(|f| (f.offset, f.value as i64)).collect();
-        let site = WaitSite {
+        let site = || WaitSite {
             op: format!("{} (round {})", self.op, flags[0].value),
             group: Some(self.group.ranks().to_vec()),
             location: String::new(),
