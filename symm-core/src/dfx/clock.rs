@@ -43,12 +43,23 @@ pub fn now_ns() -> u64 {
     }
 }
 
+/// The reading of counter value `t`: inline while the anchor holds (every call but one a
+/// millisecond), [`reanchor`] otherwise.
+#[inline]
 fn from_counter(t: u64) -> u64 {
     let a = ANCHOR.get();
     let dt = t.wrapping_sub(a.tsc);
     if a.scale != 0 && dt < a.max_ticks {
         return a.ns + ((u128::from(dt) * u128::from(a.scale)) >> 32) as u64;
     }
+    reanchor(t, a)
+}
+
+/// Reads the clock for counter value `t` and sets a new anchor from it when the rate can be
+/// measured (`a`: the current anchor).
+#[cold]
+#[inline(never)]
+fn reanchor(t: u64, a: Anchor) -> u64 {
     let ns = monotonic_ns();
     if a.tsc == 0 || t <= a.tsc || ns <= a.ns {
         // First reading of this thread (or the counter or clock went back: start over).
