@@ -108,9 +108,22 @@ impl Group {
 
     /// The caller's rank in the group; an error if it is not a member or the group cannot be
     /// used from this host.
+    #[inline]
     pub fn member(&self) -> Result<GroupRank, GroupError> {
-        self.0.usable.clone()?;
-        self.0.me.ok_or_else(|| GroupError::NotMember { ranks: self.ranks().to_vec() })
+        // Every call checks this: the answer of a usable group's member is a load and a branch.
+        match (&self.0.usable, self.0.me) {
+            (Ok(()), Some(me)) => Ok(me),
+            _ => Err(self.not_member()),
+        }
+    }
+
+    /// Why [`Group::member`] fails.
+    #[cold]
+    fn not_member(&self) -> GroupError {
+        match &self.0.usable {
+            Err(e) => e.clone(),
+            Ok(()) => GroupError::NotMember { ranks: self.ranks().to_vec() },
+        }
     }
 
     /// The global rank of a member.
@@ -124,20 +137,35 @@ impl Group {
     }
 
     /// Validates a group-local rank argument (as a user passed it) and maps it to the global rank.
+    #[inline]
     pub fn resolve(&self, arg: &'static str, local: i64) -> Result<(GroupRank, Rank), GroupError> {
-        usize::try_from(local).ok().and_then(|l| self.0.ranks.get(l).map(|&g| (GroupRank(l as u32), g))).ok_or_else(
-            || GroupError::RankOutOfRange { arg, value: local, size: self.size(), ranks: self.ranks().to_vec() },
-        )
+        match usize::try_from(local).ok().and_then(|l| self.0.ranks.get(l)) {
+            Some(&g) => Ok((GroupRank(local as u32), g)),
+            None => Err(self.out_of_range(arg, local)),
+        }
+    }
+
+    /// Why [`Group::resolve`] fails.
+    #[cold]
+    fn out_of_range(&self, arg: &'static str, local: i64) -> GroupError {
+        GroupError::RankOutOfRange { arg, value: local, size: self.size(), ranks: self.ranks().to_vec() }
     }
 
     /// The per-group state of type `T`, created by `init` on first use (under a lock, so
     /// concurrent first uses create it once). A failed `init` leaves nothing behind. Once
     /// created, a call is a lock-free read. `None` when the group already holds an extension
     /// of another type (one layer owns a group's extension).
+    #[inline]
     pub fn extension<T: Any + Send + Sync, E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<Option<&T>, E> {
-        if let Some(existing) = self.0.extension.get() {
-            return Ok(existing.downcast_ref::<T>());
+        match self.0.extension.get() {
+            Some(existing) => Ok(existing.downcast_ref::<T>()),
+            None => self.create_extension(init),
         }
+    }
+
+    /// [`Group::extension`]'s first use: creates the extension under the lock.
+    #[cold]
+    fn create_extension<T: Any + Send + Sync, E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<Option<&T>, E> {
         // A poisoned lock means a thread panicked in `init`; nothing was set.
         let _first = self.0.extension_init.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(existing) = self.0.extension.get() {

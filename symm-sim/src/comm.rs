@@ -331,11 +331,13 @@ impl SimComm {
     }
 
     /// This rank's control area.
+    #[inline]
     fn me(&self) -> Control<'_> {
         self.ctrl(self.rank).expect("own segment is always mapped")
     }
 
     /// The control area of `r`, when `r` is on this host.
+    #[inline]
     fn ctrl(&self, r: Rank) -> Option<Control<'_>> {
         self.maps.get(r.index())?.as_ref().map(|m| Control::of(m, self.layout))
     }
@@ -611,11 +613,13 @@ impl SimComm {
         }
     }
 
+    #[inline]
     fn peer_base(&self, peer: Rank) -> *mut u8 {
         self.ctrl(peer).expect("validated: peers are on this host").heap()
     }
 
     /// The signal word at `offset` of `peer`'s heap.
+    #[inline]
     fn signal_word(&self, peer: Rank, offset: usize, width: SignalWidth) -> SignalWord<'_> {
         let p = self.peer_base(peer);
         // SAFETY: `offset` is inside the heap and aligned to the width (validated by the core:
@@ -878,10 +882,12 @@ impl Backend for SimComm {
         Ok(())
     }
 
+    #[inline]
     fn flight_ring(&self, rank: Rank) -> Option<FlightRing<'_>> {
         self.node.ring(rank)
     }
 
+    #[inline]
     fn op_stats(&self) -> Option<&StatsTable> {
         self.config.stats.then_some(&self.stats)
     }

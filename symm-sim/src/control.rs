@@ -123,12 +123,14 @@ impl<'a> Control<'a> {
     /// Typed view of a segment mapping made for `layout`.
     ///
     /// Panics if the mapping is shorter than the layout (a programming error).
+    #[inline]
     pub fn of(map: &'a Mapping, layout: Layout) -> Control<'a> {
         assert!(map.len() >= layout.total, "segment mapping shorter than its layout");
         Control { base: map.base(), layout, _map: PhantomData }
     }
 
     /// The header.
+    #[inline]
     pub fn header(&self) -> &'a Header {
         // SAFETY: the header sits at offset 0 of a mapping that lives for 'a (borrowed), is
         // suitably aligned (page-aligned base) and consists only of atomics.
@@ -153,6 +155,7 @@ impl<'a> Control<'a> {
     }
 
     /// The flight-recorder ring, when the layout has one.
+    #[inline]
     pub fn ring(&self) -> Option<FlightRing<'a>> {
         (self.layout.recorder_entries > 0).then(|| {
             // SAFETY: the ring lies inside the mapping (live for 'a) at a 128-aligned offset from

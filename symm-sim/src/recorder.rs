@@ -30,11 +30,13 @@ pub struct SimNode {
 
 impl SimNode {
     /// The control area of `r`, when `r` is on this host.
+    #[inline]
     pub fn ctrl(&self, r: Rank) -> Option<Control<'_>> {
         self.maps.get(r.index())?.as_ref().map(|m| Control::of(m, self.layout))
     }
 
     /// The flight-recorder ring of `r`, when `r` is on this host and the recorder is on.
+    #[inline]
     pub fn ring(&self, r: Rank) -> Option<FlightRing<'_>> {
         self.ctrl(r)?.ring()
     }

@@ -880,6 +880,9 @@ struct Bench<'c> {
     o: Options,
     n: usize,
     me: usize,
+    /// sendrecv's ring neighbours, next and previous (worked out once, as the peer benchmark
+    /// does: two 64-bit divisions per call were a few percent of an 8-byte sendrecv).
+    ring: (usize, usize),
     /// Roles by op: all_reduce send/recv; reduce_scatter input/output; all_gather
     /// input/output; alltoall send/recv; broadcast buffer/-; sendrecv send/recv; put and
     /// pingpong target (heap)/source.
@@ -920,6 +923,7 @@ impl<'c> Bench<'c> {
             o: o.clone(),
             n,
             me,
+            ring: ((me + 1) % n, (me + n - 1) % n),
             a,
             b,
             sig,
@@ -963,7 +967,7 @@ impl<'c> Bench<'c> {
             (Op::SendRecv, _) => {
                 // A ring, like nccl-tests' sendrecv: every rank sends to the next and receives
                 // from the previous one, both at once (with 2 ranks: both directions of one pair).
-                let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+                let (next, prev) = self.ring;
                 comm.sendrecv(g, a.r(0, c), next, b.m(0, c), prev, opts)
             }
             (Op::Put, _) if me == 0 => comm.put(g, a.sym(), 0, b.r(0, c), 0, c, 1),
