@@ -331,13 +331,12 @@ pub trait Collectives: Communicator {
     /// disagree with the root's fails, the root does not (see `docs/design.md`).
     fn broadcast(&self, group: &Group, mut buf: LocalMut<'_>, root: usize, opts: &CollOptions) -> Result<()> {
         let n = group.size();
-        let bad_root =
-            (root >= n).then(|| ArgError::invalid("root", root, format!("must be a rank of the group (0..{n})")));
+        let bad_root = || ArgError::invalid("root", root, format!("must be a rank of the group (0..{n})"));
         if empty_call(self, group, buf.len())?.is_some() {
-            return finish_empty(self, group, Op::Broadcast, buf.dtype(), bad_root);
+            return finish_empty(self, group, Op::Broadcast, buf.dtype(), (root >= n).then(bad_root));
         }
-        if let Some(e) = bad_root {
-            return reject(self, group, Op::Broadcast, e);
+        if root >= n {
+            return reject(self, group, Op::Broadcast, bad_root());
         }
         let call =
             Call { kind: K::Broadcast, dtype: buf.dtype(), op: None, lp: None, root, count: buf.len(), bcasts: 0 };
@@ -576,10 +575,17 @@ fn with_state<C: Communicator + ?Sized, T>(
 /// learns of the disagreement at that member's next collective (or its exit, or the timeout);
 /// the flight recorder shows the empty call (`SYMM_VALIDATE=1` runs the round and compares
 /// the counts in the call). `None`: run the call.
+#[inline]
 fn empty_call<'g, C: Communicator + ?Sized>(c: &C, group: &'g Group, count: usize) -> Result<Option<&'g CollState>> {
     if count != 0 {
         return Ok(None);
     }
+    empty_state(c, group)
+}
+
+/// [`empty_call`] for a call of no elements.
+#[cold]
+fn empty_state<'g, C: Communicator + ?Sized>(c: &C, group: &'g Group) -> Result<Option<&'g CollState>> {
     group.member().at(c.rank())?;
     let st = CollState::of(c, group)?;
     Ok((!st.tun.validate).then_some(st))
