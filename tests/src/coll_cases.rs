@@ -21,7 +21,6 @@ pub const COLL_CASES: &[&str] = &[
     "allgather",
     "broadcast",
     "small_broadcasts",
-    "empty_collectives",
     "alltoall",
     "sendrecv",
     "sendrecv_heap",
@@ -40,7 +39,6 @@ pub fn run_coll_case<C: Collectives>(name: &str, comm: &C) -> Option<()> {
         "allgather" => allgather(comm, cases(24)),
         "broadcast" => broadcast(comm, cases(16)),
         "small_broadcasts" => small_broadcasts(comm),
-        "empty_collectives" => empty_collectives(comm),
         "alltoall" => alltoall(comm, cases(16)),
         "sendrecv" => sendrecv(comm, cases(16)),
         "sendrecv_heap" => sendrecv_heap(comm),
@@ -533,59 +531,6 @@ pub fn small_broadcasts<C: Collectives>(comm: &C) {
         assert_eq!(buf, vec![3i32; 6], "rank {me}");
     }
     usable("after a rejection");
-}
-
-/// Collectives of no elements (allreduce in both forms, reduce_scatter, allgather,
-/// broadcast) return at once on every rank, touch no buffer and leave the group in step, as
-/// NCCL's and MPI's do; their local argument errors stay on the rank that made them. In
-/// validation mode they run the validation round instead.
-pub fn empty_collectives<C: Collectives>(comm: &C) {
-    let me = comm.rank().index();
-    let world = comm.world();
-    let n = world.size();
-    let opts = CollOptions { timeout: Some(Duration::from_secs(20)), ..CollOptions::default() };
-    let validate = Tunables::from_env().is_ok_and(|t| t.validate);
-    let in_step = |what: &str| {
-        let mut x = vec![me as f64 + 1.0; 5];
-        comm.allreduce(&world, LocalMut::from(&mut x), ReduceOp::Sum, &opts).expect(what);
-        assert_eq!(x, vec![(n * (n + 1) / 2) as f64; 5], "rank {me}: {what}");
-    };
-    let none: Vec<f32> = Vec::new();
-    let mut out: Vec<f32> = Vec::new();
-    for round in 0..3 {
-        let mut buf: Vec<f32> = Vec::new();
-        comm.allreduce(&world, LocalMut::from(&mut buf), ReduceOp::Sum, &opts).expect("empty allreduce");
-        let (input, output) = (LocalRef::from(&none[..]), LocalMut::from(&mut out));
-        comm.allreduce_into(&world, input, output, ReduceOp::Max, &opts).expect("empty allreduce_into");
-        let (input, output) = (LocalRef::from(&none[..]), LocalMut::from(&mut out));
-        comm.reduce_scatter(&world, output, input, ReduceOp::Avg, &opts).expect("empty reduce_scatter");
-        let (input, output) = (LocalRef::from(&none[..]), LocalMut::from(&mut out));
-        comm.allgather(&world, output, input, &opts).expect("empty allgather");
-        comm.broadcast(&world, LocalMut::from(&mut buf), round % n, &opts).expect("empty broadcast");
-        in_step(&format!("allreduce after empty calls, round {round}"));
-    }
-    // Arguments every rank gets wrong alike fail on every rank, empty or not.
-    let mut ints: Vec<i64> = Vec::new();
-    let e = comm.allreduce(&world, LocalMut::from(&mut ints), ReduceOp::Avg, &opts).unwrap_err();
-    assert!(matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("avg"), "rank {me}: {e}");
-    assert!(e.to_string().contains(&format!("rank {me}")), "rank {me}: {e}");
-    let input = vec![0i32; 0];
-    let mut out = vec![0i32; 3];
-    let e = comm.allgather(&world, LocalMut::from(&mut out), LocalRef::from(&input), &opts).unwrap_err();
-    assert!(e.to_string().contains("output") && e.to_string().contains("3 elements"), "rank {me}: {e}");
-    assert_eq!(out, [0, 0, 0], "rank {me}: a failed empty allgather wrote its output");
-    in_step("allreduce after empty calls with bad arguments");
-    // One rank alone gets an empty call wrong: without validation only it fails, the others
-    // return at once.
-    let mut buf: Vec<i16> = Vec::new();
-    let r = comm.broadcast(&world, LocalMut::from(&mut buf), if me == 0 { n + 3 } else { 0 }, &opts);
-    if me == 0 {
-        let e = r.unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("root"), "rank {me}: {e}");
-    } else if !validate {
-        r.expect("an empty broadcast does not wait for the rank that rejected its root");
-    }
-    in_step("allreduce after an empty call one rank rejected");
 }
 
 /// alltoall with random per-pair counts, list and single-buffer forms.

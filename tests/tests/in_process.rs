@@ -43,7 +43,6 @@ case!(reduce_scatter);
 case!(allgather);
 case!(broadcast);
 case!(small_broadcasts);
-case!(empty_collectives);
 case!(alltoall);
 case!(sendrecv);
 case!(sendrecv_heap);

@@ -150,10 +150,6 @@ pub trait Collectives: Communicator {
         } else {
             None
         };
-        if let Some(st) = empty_call(self, group, input.len())? {
-            let bad = bad.or_else(|| check_reduction(st, input.dtype(), op, opts).err());
-            return finish_empty(self, group, Op::AllReduce, input.dtype(), bad);
-        }
         if let Some(e) = bad {
             return reject(self, group, Op::AllReduce, e);
         }
@@ -182,17 +178,13 @@ pub trait Collectives: Communicator {
     ) -> Result<()> {
         let n = group.size();
         let me = group.member().at(self.rank())?.index();
-        let whole = Part { arg: "input", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
-        let part = Part { arg: "output", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
-        if let Some(st) = empty_call(self, group, output.len())? {
-            let bad = check_reduction(st, input.dtype(), op, opts).err().or_else(|| check_parts(whole, part, n, me));
-            return finish_empty(self, group, Op::ReduceScatter, input.dtype(), bad);
-        }
         let st = CollState::of(self, group)?;
         let lp = match check_reduction(st, input.dtype(), op, opts) {
             Ok(lp) => lp,
             Err(e) => return reject(self, group, Op::ReduceScatter, e),
         };
+        let whole = Part { arg: "input", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
+        let part = Part { arg: "output", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
         if let Some(e) = check_parts(whole, part, n, me) {
             return reject(self, group, Op::ReduceScatter, e);
         }
@@ -223,9 +215,6 @@ pub trait Collectives: Communicator {
         let me = group.member().at(self.rank())?.index();
         let whole = Part { arg: "output", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
         let part = Part { arg: "input", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
-        if empty_call(self, group, input.len())?.is_some() {
-            return finish_empty(self, group, Op::AllGather, input.dtype(), check_parts(whole, part, n, me));
-        }
         if let Some(e) = check_parts(whole, part, n, me) {
             return reject(self, group, Op::AllGather, e);
         }
@@ -331,12 +320,13 @@ pub trait Collectives: Communicator {
     /// disagree with the root's fails, the root does not (see `docs/design.md`).
     fn broadcast(&self, group: &Group, mut buf: LocalMut<'_>, root: usize, opts: &CollOptions) -> Result<()> {
         let n = group.size();
-        let bad_root = || ArgError::invalid("root", root, format!("must be a rank of the group (0..{n})"));
-        if empty_call(self, group, buf.len())?.is_some() {
-            return finish_empty(self, group, Op::Broadcast, buf.dtype(), (root >= n).then(bad_root));
-        }
         if root >= n {
-            return reject(self, group, Op::Broadcast, bad_root());
+            return reject(
+                self,
+                group,
+                Op::Broadcast,
+                ArgError::invalid("root", root, format!("must be a rank of the group (0..{n})")),
+            );
         }
         let call =
             Call { kind: K::Broadcast, dtype: buf.dtype(), op: None, lp: None, root, count: buf.len(), bcasts: 0 };
@@ -567,50 +557,6 @@ fn with_state<C: Communicator + ?Sized, T>(
     r
 }
 
-/// The group's collective state when a call of `count` elements is *empty*: no elements, and
-/// validation mode off. An empty collective returns at once without a round, as NCCL's and
-/// MPI's do: every member of a correct program passes the same count, so every member skips it,
-/// and the group's call numbers stay in step. Its local argument errors stay local (no peer is
-/// waiting to be told). A member whose count is not zero while another's is waits for it, and
-/// learns of the disagreement at that member's next collective (or its exit, or the timeout);
-/// the flight recorder shows the empty call (`SYMM_VALIDATE=1` runs the round and compares
-/// the counts in the call). `None`: run the call.
-#[inline]
-fn empty_call<'g, C: Communicator + ?Sized>(c: &C, group: &'g Group, count: usize) -> Result<Option<&'g CollState>> {
-    if count != 0 {
-        return Ok(None);
-    }
-    empty_state(c, group)
-}
-
-/// [`empty_call`] for a call of no elements.
-#[cold]
-fn empty_state<'g, C: Communicator + ?Sized>(c: &C, group: &'g Group) -> Result<Option<&'g CollState>> {
-    group.member().at(c.rank())?;
-    let st = CollState::of(c, group)?;
-    Ok((!st.tun.validate).then_some(st))
-}
-
-/// Ends an empty call (see [`empty_call`]) with its local argument error, if any, or success;
-/// recorded either way, with no call number.
-fn finish_empty<C: Communicator + ?Sized>(
-    c: &C,
-    group: &Group,
-    op: Op,
-    dtype: DType,
-    bad: Option<ArgError>,
-) -> Result<()> {
-    let ev = dfx::OpEvent { op, group: Some(group), seq: 0, count: 0, dtype: Some(dtype), bytes: 0 };
-    match bad {
-        Some(e) => {
-            let e = Error::InvalidArgument { rank: c.rank(), source: e };
-            dfx::refused(c, &ev, &e);
-            Err(e)
-        }
-        None => dfx::traced(c, &ev, || Ok(())),
-    }
-}
-
 /// Fails a call with a local argument error, first telling the peers (so they fail fast with
 /// `PeerRejected` instead of waiting).
 fn reject<C: Communicator + ?Sized>(c: &C, group: &Group, op: Op, e: ArgError) -> Result<()> {
@@ -640,9 +586,6 @@ unsafe fn run_allreduce<C: Communicator + ?Sized>(
     op: ReduceOp,
     opts: &CollOptions,
 ) -> Result<()> {
-    if let Some(st) = empty_call(c, group, len)? {
-        return finish_empty(c, group, Op::AllReduce, dtype, check_reduction(st, dtype, op, opts).err());
-    }
     group.member().at(c.rank())?;
     let st = CollState::of(c, group)?;
     let lp = match check_reduction(st, dtype, op, opts) {
