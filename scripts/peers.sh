@@ -15,6 +15,9 @@
 #   --no-build uses the symm-bench binary already built.
 #   MPI_OPTS (environment): the mpirun options; the default is the best measured on a 2-core
 #   machine (see MPI_OPTS_DEFAULT). Raw CSV and logs are kept in target/peers/.
+#   Each op's table notes the one-way time of benches/peers/line_pingpong.c (two processes
+#   bouncing a word, no library) before and after its runs: compare ratios only between runs
+#   whose readings agree (the host may move the vCPUs; see docs/performance.md).
 #
 # Example: scripts/peers.sh -b 8 -e 256M -f 32 -g 2 all_reduce all_gather
 set -euo pipefail
@@ -77,6 +80,11 @@ if [ "$build" = 1 ]; then
     cargo build --release -p symm-benches --bin symm-bench
 fi
 mpicc -O2 -o "$out/mpi_bench" benches/peers/mpi_bench.c
+# The hardware floor of a message between two cores, read before and after each op's runs:
+# on a VM the host moves the vCPUs between placements whose floors differ by 4x or more, so
+# ratios are comparable only between runs made in the same placement.
+mpicc -O2 -o "$out/line_pingpong" benches/peers/line_pingpong.c
+floor() { "$out/line_pingpong" 100000 | sed -n 's/^one-way //p'; }
 symm=target/release/symm-bench
 [ -x "$symm" ] || { echo "peers.sh: $symm is missing (run without --no-build)" >&2; exit 2; }
 
@@ -193,6 +201,7 @@ status=0
 for op in "${ops[@]}"; do
     stem="$out/$op-g$ranks"
     files=()
+    floor_before=$(floor)
     for ((i = 1; i <= reps; i++)); do
         run "$stem-symm.$i" "$symm" "$op" -g "$ranks" "${common[@]}" || status=3
         run "$stem-mpi.$i" "${mpirun[@]}" "$out/mpi_bench" "$op" "${common[@]}" || status=3
@@ -201,6 +210,7 @@ for op in "${ops[@]}"; do
     case $op in all_reduce | reduce_scatter | all_gather) ip=1 ;; *) ip=0 ;; esac
     echo
     echo "## $op, $ranks ranks ($(sed -n 's/^# memcpy: /memcpy /p' "$stem-symm.1.log"))"
+    echo "# line ping-pong (benches/peers/line_pingpong.c), one way: $floor_before before these runs, $(floor) after"
     header "$ip"
     table "$ip" "${files[@]}"
     if [ "$reps" -ge 3 ]; then

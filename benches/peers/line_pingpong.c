@@ -25,6 +25,16 @@ static double now(void) {
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 200000, warm = 1000;
     if (n <= warm) n = warm + 1;
+    // Two spinning processes on one CPU would take turns by time slices: nothing to measure.
+    cpu_set_t both;
+    CPU_ZERO(&both);
+    CPU_SET(0, &both);
+    CPU_SET(1, &both);
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2 || sched_setaffinity(0, sizeof both, &both) != 0 ||
+        sched_getaffinity(0, sizeof both, &both) != 0 || CPU_COUNT(&both) < 2) {
+        printf("one-way n/a (needs CPUs 0 and 1)\n");
+        return 0;
+    }
     char *m = mmap(NULL, 1 << 16, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return perror("mmap"), 1;
     // 4 KiB apart: different lines and no adjacent-line prefetch between them.
