@@ -883,6 +883,13 @@ pub fn errors<C: Collectives>(comm: &C) {
         let e = comm.allreduce(&world, LocalMut::from(&mut buf), ReduceOp::Sum, &opts).unwrap_err();
         assert!(matches!(e, Error::Mismatch { .. }), "rank {me}: {e}");
         assert!(e.to_string().contains("count=4") && e.to_string().contains("count=5"), "{e}");
+        // No elements against some: Mismatch everywhere as well. An empty call takes part in
+        // its round; one that returned at once would leave the other ranks' call to be paired
+        // with its rank's next one, which with equal arguments returns wrong sums, no error.
+        let mut buf = vec![1.0f32; if me == 0 { 0 } else { 5 }];
+        let e = comm.allreduce(&world, LocalMut::from(&mut buf), ReduceOp::Sum, &opts).unwrap_err();
+        assert!(matches!(e, Error::Mismatch { .. }), "rank {me}: {e}");
+        assert!(e.to_string().contains("count=0") && e.to_string().contains("count=5"), "{e}");
         // Different ops.
         let mut buf = vec![1i32; 4];
         let op = if me == 0 { ReduceOp::Max } else { ReduceOp::Min };
