@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
-use symm_core::coll::copy::copy_bytes;
 use symm_core::dfx::{self, FlightRing, Op, Registration, StatsTable};
 use symm_core::env;
 use symm_core::{
@@ -783,17 +782,17 @@ impl Backend for SimComm {
     unsafe fn put_bytes(&self, peer: Rank, dst_offset: usize, src: *const u8, bytes: usize) -> Result<()> {
         let dst = self.peer_base(peer);
         // SAFETY: the destination range lies inside the peer's heap (validated by the core);
-        // `src` is valid for `bytes` reads (caller's contract). `copy_bytes` tolerates overlap (a put
+        // `src` is valid for `bytes` reads (caller's contract). `copy` tolerates overlap (a put
         // to oneself from the same buffer).
-        unsafe { copy_bytes(src, dst.add(dst_offset), bytes) };
+        unsafe { std::ptr::copy(src, dst.add(dst_offset), bytes) };
         Ok(())
     }
 
     unsafe fn get_bytes(&self, peer: Rank, src_offset: usize, dst: *mut u8, bytes: usize) -> Result<()> {
         let src = self.peer_base(peer);
         // SAFETY: the source range lies inside the peer's heap (validated); `dst` is valid for
-        // `bytes` writes (caller's contract); `copy_bytes` tolerates overlap.
-        unsafe { copy_bytes(src.add(src_offset), dst, bytes) };
+        // `bytes` writes (caller's contract); `copy` tolerates overlap.
+        unsafe { std::ptr::copy(src.add(src_offset), dst, bytes) };
         Ok(())
     }
 

@@ -43,66 +43,8 @@ pub unsafe fn copy(src: *const u8, dst: *mut u8, bytes: usize, stores: Stores) {
     match stores {
         // SAFETY: forwarded (disjoint: identical ranges returned above).
         Stores::Streaming => unsafe { stream(src, dst, bytes) },
-        // SAFETY: as above (`copy_bytes` allows any overlap).
-        Stores::Cached => unsafe { copy_bytes(src, dst, bytes) },
-    }
-}
-
-/// Largest copy [`copy_bytes`] makes inline.
-const SMALL: usize = 32;
-
-/// Copies `bytes` from `src` to `dst` like `std::ptr::copy` (the ranges may overlap), inline
-/// for up to 32 bytes. A small message's payload is shorter than the C library's `memmove`
-/// takes to call and to pick its loop: under callgrind an 8-byte sendrecv spent about 29
-/// instructions a call in it, against 8 here.
-///
-/// # Safety
-/// `src` is valid for `bytes` reads, `dst` for `bytes` writes.
-#[inline]
-pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, bytes: usize) {
-    if bytes <= SMALL {
-        // SAFETY: forwarded.
-        unsafe { copy_small(src, dst, bytes) }
-    } else {
-        // SAFETY: forwarded.
-        unsafe { std::ptr::copy(src, dst, bytes) }
-    }
-}
-
-/// [`copy_bytes`] for at most [`SMALL`] bytes: two possibly overlapping words of the largest
-/// width that fits, the first at the start and the second ending at the end. Both loads come
-/// before either store, so overlapping ranges copy correctly.
-///
-/// # Safety
-/// As [`copy_bytes`], with `bytes <= SMALL`.
-#[inline(always)]
-unsafe fn copy_small(src: *const u8, dst: *mut u8, bytes: usize) {
-    /// Copies `[0, W)` and `[bytes - W, bytes)` as words of `T` (`W = size_of::<T>()`).
-    ///
-    /// # Safety
-    /// As [`copy_bytes`], with `W <= bytes <= 2 W`.
-    #[inline(always)]
-    unsafe fn ends<T: Copy>(src: *const u8, dst: *mut u8, bytes: usize) {
-        let last = bytes - std::mem::size_of::<T>();
-        // SAFETY: both words lie inside the ranges (`size_of::<T>() <= bytes`); unaligned
-        // accesses are what `read_unaligned` and `write_unaligned` are for.
-        unsafe {
-            let (a, b) = (src.cast::<T>().read_unaligned(), src.add(last).cast::<T>().read_unaligned());
-            dst.cast::<T>().write_unaligned(a);
-            dst.add(last).cast::<T>().write_unaligned(b);
-        }
-    }
-    // SAFETY: in every arm the sizes are those `ends` needs for its word; the bytes lie in the
-    // ranges (contract).
-    unsafe {
-        match bytes {
-            0 => {}
-            1 => *dst = *src,
-            2..=3 => ends::<u16>(src, dst, bytes),
-            4..=7 => ends::<u32>(src, dst, bytes),
-            8..=15 => ends::<u64>(src, dst, bytes),
-            _ => ends::<u128>(src, dst, bytes),
-        }
+        // SAFETY: as above.
+        Stores::Cached => unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) },
     }
 }
 
@@ -178,22 +120,6 @@ mod tests {
                     fence(stores);
                     assert_eq!(&dst[dst_shift..dst_shift + len], &src[3..3 + len], "{stores:?} {dst_shift} {len}");
                     assert!(dst[..dst_shift].iter().chain(&dst[dst_shift + len..]).all(|&b| b == 0xAA));
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn copies_small_sizes_with_any_overlap() {
-        for len in 0..=SMALL + 3 {
-            for shift in 0..=len.min(9) {
-                for (from, to) in [(0, shift), (shift, 0)] {
-                    let mut buf: Vec<u8> = (0..80u8).collect();
-                    let mut want = buf.clone();
-                    want.copy_within(from + 5..from + 5 + len, to + 5);
-                    // SAFETY: both ranges lie inside `buf` (5 + 9 + 35 < 80); overlap is allowed.
-                    unsafe { copy_bytes(buf.as_ptr().add(from + 5), buf.as_mut_ptr().add(to + 5), len) };
-                    assert_eq!(buf, want, "len {len}, from {from} to {to}");
                 }
             }
         }

@@ -43,7 +43,7 @@
 //! send is an ordinary message for the receiver and its receive takes any message: plain and
 //! combined calls mix freely, and order between a pair is kept.
 
-use super::copy::{copy, copy_bytes, fence, Stores};
+use super::copy::{copy, fence, Stores};
 use super::state::{Ctx, Flag, Progress, Tunables, ACK, MAIL_HEADER, MAIL_SLOTS};
 use crate::backend::{Backend, SignalWidth};
 use crate::dtype::DType;
@@ -216,7 +216,7 @@ impl Outgoing {
                         Some(bases) => {
                             let dst = bases[self.dst].0.add(slot);
                             std::ptr::copy_nonoverlapping(self.header.as_ptr(), dst.add(HEADER_AT), self.header.len());
-                            copy_bytes(self.buf.add(lo), dst.add(at), len);
+                            std::ptr::copy_nonoverlapping(self.buf.add(lo), dst.add(at), len);
                             ctx.b.signal_at(peer, slot, SignalWidth::W64, SignalOp::Set, k as i64)?;
                         }
                         None => {
@@ -361,7 +361,7 @@ impl Incoming {
                 let len = (self.bytes - lo).min(payload);
                 // SAFETY: `lo + len <= bytes` (sizes agree); the chunk's payload follows the
                 // header.
-                unsafe { copy_bytes(slot.add(at), self.buf.add(lo), len) };
+                unsafe { std::ptr::copy_nonoverlapping(slot.add(at), self.buf.add(lo), len) };
             }
             // A mismatching message is consumed all the same, a descriptor included, so that
             // its sender is released and the pair stays usable.
@@ -394,8 +394,8 @@ unsafe fn copy_from_peer<B: Backend + ?Sized>(
     stores: Stores,
 ) -> Result<()> {
     if j == ctx.me {
-        // SAFETY: inside the caller's own heap (contract); `copy_bytes` tolerates overlap.
-        unsafe { copy_bytes(ctx.base.add(offset), dst, len) };
+        // SAFETY: inside the caller's own heap (contract); `copy` tolerates overlap.
+        unsafe { std::ptr::copy(ctx.base.add(offset), dst, len) };
         return Ok(());
     }
     match ctx.mapped {
