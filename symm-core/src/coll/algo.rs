@@ -205,8 +205,9 @@ pub unsafe fn allreduce<B: Backend + ?Sized>(
     let call = call.in_group(p);
     let size = call.dtype.size();
     let bytes = call.count * size;
+    let small = bytes <= ctx.st.tun.allreduce_ll_max && ll::fits(ctx, bytes);
     // SAFETY: forwarded.
-    if call.lp.is_none() && ll::fits(ctx, bytes) && unsafe { small_allreduce(ctx, p, call, inp, out)? } {
+    if call.lp.is_none() && small && unsafe { small_allreduce(ctx, p, call, inp, out)? } {
         return Ok(());
     }
     let tun = &ctx.st.tun;

@@ -153,6 +153,12 @@ pub struct Tunables {
     /// [`ll::MAX_BYTES`](super::ll::MAX_BYTES); 0: never).
     /// Members that disagree still complete: see [`ll`](super::ll).
     pub ll_max: usize,
+    /// Largest allreduce (bytes) on the small-message path, within `ll_max`
+    /// (`SYMM_ALLREDUCE_LL_MAX`, default 1 KiB). Above it the one-shot is faster: at 1.5-2 KiB
+    /// by 1.03-2.4x on 2 ranks and 1.4-2.6x on 4 and 8, paired runs at `742d5b0` (fresh and
+    /// unchanged inputs); at 1 KiB the small-message path still wins on 2 ranks with fresh
+    /// inputs (1.4x). The other collectives keep `ll_max`: theirs cross over elsewhere.
+    pub allreduce_ll_max: usize,
     /// Read peers with `get` even when their heaps are mapped (`SYMM_COLL_ACCESS=get`), to
     /// exercise the path device backends without load/store access take.
     pub force_get: bool,
@@ -188,6 +194,7 @@ impl Tunables {
                 Ok(v) if v.trim() == "0" => 0,
                 _ => size("SYMM_LL_MAX", super::ll::DEFAULT_MAX_BYTES)?.min(super::ll::MAX_BYTES),
             },
+            allreduce_ll_max: size("SYMM_ALLREDUCE_LL_MAX", 1 << 10)?,
             force_get,
             default_low_precision: super::lowp::format_from_env(),
             validate: crate::dfx::validate_from_env(),
