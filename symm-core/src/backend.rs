@@ -195,4 +195,10 @@ pub trait Backend: Send + Sync {
     fn op_stats(&self) -> Option<&StatsTable> {
         None
     }
+
+    /// Diagnostics: whether collectives and point-to-point calls are timed (`SYMM_TIMING`; see
+    /// "Timing" in [`crate::dfx`]). Off by default.
+    fn timing(&self) -> bool {
+        false
+    }
 }

@@ -251,6 +251,7 @@ pub fn flight_records<'py>(py: Python<'py>, comm: &PyCommunicator) -> PyResult<B
             e.set_item("count", r.count)?;
             e.set_item("dtype", r.dtype.map(|d| d.name()))?;
             e.set_item("state", r.state.name())?;
+            e.set_item("timed", r.timed)?;
             e.set_item("start_ns", r.start_ns)?;
             e.set_item("end_ns", r.end_ns)?;
             recs.append(e)?;

@@ -42,6 +42,8 @@ pub struct SimConfig {
     pub recorder_entries: usize,
     /// Whether the rank keeps per-operation statistics (`SYMM_STATS`).
     pub stats: bool,
+    /// Whether collectives and point-to-point calls are timed (`SYMM_TIMING`, default off).
+    pub timing: bool,
     /// Whether signals may be light where the kernel allows (`SYMM_LIGHT_SIGNALS`, default on;
     /// see `wait`). Chosen once per process, by its first communicator.
     pub light_signals: bool,
@@ -53,7 +55,7 @@ pub const LIGHT_SIGNALS_VAR: &str = "SYMM_LIGHT_SIGNALS";
 
 impl SimConfig {
     /// From `SYMMETRIC_MEMORY_HEAP_SIZE`, `SYMMETRIC_MEMORY_TIMEOUT`, `SYMM_HOST_ID`,
-    /// `SYMM_FLIGHT_RECORDER_ENTRIES`, `SYMM_STATS` and `SYMM_LIGHT_SIGNALS`.
+    /// `SYMM_FLIGHT_RECORDER_ENTRIES`, `SYMM_STATS`, `SYMM_TIMING` and `SYMM_LIGHT_SIGNALS`.
     pub fn from_env() -> std::result::Result<SimConfig, BootstrapError> {
         let heap_size = env::heap_size_from_env().map_err(|e| BootstrapError::Env {
             var: env::HEAP_SIZE_VAR,
@@ -75,6 +77,11 @@ impl SimConfig {
             value: std::env::var(dfx::STATS_VAR).ok(),
             reason,
         })?;
+        let timing = dfx::timing_from_env().map_err(|reason| BootstrapError::Env {
+            var: dfx::TIMING_VAR,
+            value: std::env::var(dfx::TIMING_VAR).ok(),
+            reason,
+        })?;
         let light = std::env::var(LIGHT_SIGNALS_VAR).ok();
         let light_signals = match light.as_deref().map(dfx::switch) {
             None => true,
@@ -93,6 +100,7 @@ impl SimConfig {
             host_id: std::env::var("SYMM_HOST_ID").ok(),
             recorder_entries,
             stats,
+            timing,
             light_signals,
         })
     }
@@ -105,6 +113,7 @@ impl SimConfig {
             host_id: None,
             recorder_entries: dfx::recorder::DEFAULT_ENTRIES,
             stats: true,
+            timing: false,
             light_signals: true,
         });
         c.heap_size = heap_size;
@@ -889,6 +898,11 @@ impl Backend for SimComm {
     #[inline]
     fn op_stats(&self) -> Option<&StatsTable> {
         self.config.stats.then_some(&self.stats)
+    }
+
+    #[inline]
+    fn timing(&self) -> bool {
+        self.config.timing
     }
 
     fn barrier_group(&self, group: &Group, timeout: Duration) -> Result<()> {

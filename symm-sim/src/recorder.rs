@@ -50,7 +50,8 @@ impl SimNode {
     pub fn mark(&self, op: Op) {
         if let Some(ring) = self.ring(self.rank) {
             let now = dfx::monotonic_ns();
-            let ev = RecordStart { op, group: Some(&self.world), seq: 0, count: 0, dtype: None, start_ns: now };
+            let ev =
+                RecordStart { op, group: Some(&self.world), seq: 0, count: 0, dtype: None, timed: true, start_ns: now };
             let i = ring.begin(&ev);
             ring.finish(i, RecordState::Completed, now, now);
         }

@@ -23,7 +23,10 @@ fn allreduce<C: Collectives>(comm: &C, n: usize) -> symm_core::Result<()> {
 
 #[test]
 fn every_rank_reads_the_whole_nodes_flight_recorder_and_its_own_statistics() {
-    let results = run_in_process(3, config(), |comm| {
+    // Timed (`SYMM_TIMING=1`): records carry start and end, statistics the time.
+    let mut c = config();
+    c.timing = true;
+    let results = run_in_process(3, c, |comm| {
         let me = comm.rank();
         let world = comm.world();
         let buf = comm.alloc(&world, 8, DType::I64).expect("alloc");
@@ -46,7 +49,7 @@ fn every_rank_reads_the_whole_nodes_flight_recorder_and_its_own_statistics() {
                 assert_eq!(r.state, RecordState::Completed);
                 assert_eq!((r.count, r.dtype), (10, Some(DType::F32)));
                 assert_eq!(r.group_ranks.as_deref(), Some(&[Rank(0), Rank(1), Rank(2)][..]));
-                assert!(r.start_ns > 0 && r.end_ns >= r.start_ns, "{r:?}");
+                assert!(r.timed && r.start_ns > 0 && r.end_ns >= r.start_ns, "{r:?}");
             }
             // The allocation that set up the collectives' workspace happened inside the first
             // allreduce; the user's allocation before it.
@@ -78,10 +81,57 @@ fn every_rank_reads_the_whole_nodes_flight_recorder_and_its_own_statistics() {
 }
 
 #[test]
-fn statistics_and_recorder_switch_off_without_changing_results() {
-    // Statistics off, recorder on: no statistics, records still timed.
+fn untimed_calls_read_no_clock_unless_they_block_and_then_show_since_when() {
+    // The default: collectives are untimed. Rank 1 joins the allreduce 300 ms late: while it
+    // sleeps, rank 0's record shows the allreduce blocked, with the moment it blocked; the
+    // allreduce that follows at once on both ranks (usually without blocking) has no end time
+    // and no time in the statistics, while the always-timed barrier has both.
     let mut c = config();
-    c.stats = false;
+    c.timing = false;
+    let results = run_in_process(2, c, |comm| {
+        let world = comm.world();
+        // Before the barrier: every stamp of what follows it comes later, on either rank.
+        let before = dfx::monotonic_ns();
+        comm.barrier(&world).expect("barrier");
+        if comm.rank().index() == 1 {
+            std::thread::sleep(Duration::from_millis(300));
+            let all = dfx::records(&comm).expect("records");
+            let rank0 = all.iter().find(|rr| rr.rank == Rank(0)).expect("rank 0's records");
+            let r = rank0.records.last().expect("a record");
+            assert_eq!((r.op, r.state, r.timed), ("allreduce", RecordState::Started, false), "{r:?}");
+            assert!(r.start_ns >= before && r.start_ns < before + 200_000_000, "blocked at {r:?}, before {before}");
+            let text = dfx::dump(&comm);
+            assert!(text.contains("waiting for 0.") && text.contains("blocked"), "{text}");
+        }
+        allreduce(&comm, 10).expect("allreduce");
+        allreduce(&comm, 10).expect("allreduce");
+        comm.barrier(&world).expect("barrier");
+        let mine = &dfx::records(&comm).expect("records")[0];
+        let reduces: Vec<_> = mine.records.iter().filter(|r| r.op == "allreduce").collect();
+        assert_eq!(reduces.len(), 2, "{mine:?}");
+        for r in &reduces {
+            assert_eq!((r.state, r.timed, r.end_ns), (RecordState::Completed, false, 0), "{r:?}");
+        }
+        if comm.rank().index() == 0 {
+            assert!(reduces[0].start_ns >= before, "the blocked allreduce keeps its stamp: {:?}", reduces[0]);
+        }
+        let barrier = mine.records.iter().rfind(|r| r.op == "barrier").expect("barrier record");
+        assert!(barrier.timed && barrier.start_ns > 0 && barrier.end_ns >= barrier.start_ns, "{barrier:?}");
+        let stats = dfx::stats(&comm);
+        let ar = stats.iter().find(|s| s.op == "allreduce").expect("allreduce statistics");
+        assert_eq!((ar.calls, ar.bytes, ar.total_ns), (2, 80, 0), "{stats:?}");
+        assert!(stats.iter().find(|s| s.op == "barrier").expect("barrier statistics").total_ns > 0, "{stats:?}");
+    });
+    for (r, res) in results.into_iter().enumerate() {
+        res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
+    }
+}
+
+#[test]
+fn statistics_and_recorder_switch_off_without_changing_results() {
+    // Statistics off, recorder on, timing on: no statistics, records still timed.
+    let mut c = config();
+    (c.stats, c.timing) = (false, true);
     let results = run_in_process(2, c, |comm| {
         allreduce(&comm, 10).expect("allreduce");
         assert!(dfx::stats(&comm).is_empty());

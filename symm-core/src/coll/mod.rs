@@ -529,6 +529,7 @@ fn with_state<C: Communicator + ?Sized, T>(
     let mut ctx = Ctx::new(c, group, st, opts.timeout.unwrap_or(c.default_timeout()), plan.op.name());
     (ctx.call, ctx.p2p, ev.seq) = (call, p2p, call);
     let started = dfx::start(c, &ev);
+    ctx.record = started.record();
     let validate = st.tun.validate && !p2p;
     let checked = if validate { validate::round(&ctx, &mut progress, &plan) } else { Ok(()) };
     let mut r = match checked {

@@ -40,6 +40,7 @@ use std::time::Duration;
 use crate::backend::{Backend, SignalWidth, WaitSite};
 use crate::buffer::SymmBuffer;
 use crate::comm::SymmetricHeap;
+use crate::dfx::OpenRecord;
 use crate::dtype::DType;
 use crate::env::parse_size;
 use crate::error::{ArgError, AtRank, Error, Result};
@@ -386,13 +387,24 @@ pub struct Ctx<'a, B: Backend + ?Sized> {
     pub call: u64,
     /// Whether the call is point-to-point (its waits concern one peer only).
     pub p2p: bool,
+    /// The call's flight record, told when a wait blocks ([`Ctx::blocking`]).
+    pub record: Option<OpenRecord<'a>>,
 }
 
 impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
     /// A context for `op` in `group` (whose collective state is `st`).
     pub fn new(b: &'a B, group: &'a Group, st: &'a CollState, timeout: Duration, op: &'static str) -> Self {
         let (me, mapped, base) = (st.me, st.mapped.as_deref(), st.base.0);
-        Ctx { b, group, st, me, n: group.size(), timeout, op, mapped, base, call: 0, p2p: false }
+        Ctx { b, group, st, me, n: group.size(), timeout, op, mapped, base, call: 0, p2p: false, record: None }
+    }
+
+    /// Called by a wait of the call that stops spinning: runs the caller's hook (see
+    /// [`hook`](super::hook)) and stamps an untimed flight record with the moment.
+    pub fn blocking(&self) {
+        super::hook::before_blocking();
+        if let Some(r) = &self.record {
+            r.blocked();
+        }
     }
 
     /// Heap offset of word `word` of member `writer`'s record (the same in every copy).
@@ -493,7 +505,7 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
                 std::hint::spin_loop();
             }
         }
-        super::hook::before_blocking();
+        self.blocking();
         // Sharing cores, the awaited peer usually needs this one: hand it over a while before
         // the backend's wait (whose diagnostics cost more than a small call where every wait
         // comes here: 4 ranks on 2 cores).

@@ -9,9 +9,20 @@
 //! - **Logging** ([`log`]): `SYMM_LOG_LEVEL`, one line per event, pluggable sink.
 //! - **Statistics** ([`stats`]): calls, bytes, time and errors per operation, resettable.
 //!
-//! Every recorded operation goes through [`start`] and [`finish`], which cost two clock reads
-//! ([`clock::now_ns`]: the time-stamp counter where it is invariant), a few atomic stores into
-//! the ring and the statistics, and a level check.
+//! Every recorded operation goes through [`start`] and [`finish`], which cost a few plain
+//! stores into the ring and the statistics and a level check, plus, for a timed operation, two
+//! clock reads ([`clock::now_ns`]: the time-stamp counter where it is invariant).
+//!
+//! # Timing (`SYMM_TIMING`, off by default)
+//! Collectives and point-to-point calls ([`Op::timing_optional`]) are timed only with
+//! [`TIMING_VAR`] on: then their records carry start and end and the statistics their time.
+//! Off, such a call reads no clock unless it blocks: the two readings were a third of the
+//! software of a small call (a 1-rank broadcast of 8 B), and small broadcasts and sendrecv
+//! were at parity with MPI because of them. A call that stops spinning to wait stamps its
+//! record with that moment ([`OpenRecord::blocked`]), so a dump still shows how long every
+//! stuck operation has been waiting. The primitives (barrier, `wait_until`, alloc, free, and
+//! the communicator's life) are always timed. PyTorch's NCCL flight recorder makes the same
+//! choice: durations only with `TORCH_NCCL_ENABLE_TIMING`.
 
 pub mod clock;
 pub mod log;
@@ -97,6 +108,22 @@ ops! {
 }
 
 impl Op {
+    /// Whether the operation is timed only when timing is on (see "Timing" in the module
+    /// documentation): the collectives and point-to-point calls.
+    pub const fn timing_optional(self) -> bool {
+        matches!(
+            self,
+            Op::AllReduce
+                | Op::ReduceScatter
+                | Op::AllGather
+                | Op::AllToAll
+                | Op::Broadcast
+                | Op::Send
+                | Op::Recv
+                | Op::SendRecv
+        )
+    }
+
     /// The code stored in records.
     pub const fn code(self) -> u8 {
         self as u8
@@ -142,21 +169,55 @@ pub struct Started<'a> {
     start_ns: u64,
     /// Whether the operation is timed (see [`start`]).
     timed: bool,
-    /// The caller's ring and the record's index in it (looked up once per operation).
-    record: Option<(FlightRing<'a>, u64)>,
+    /// The operation's record in the caller's ring (looked up once per operation).
+    record: Option<OpenRecord<'a>>,
+}
+
+impl<'a> Started<'a> {
+    /// The operation's flight record, for [`OpenRecord::blocked`].
+    pub fn record(&self) -> Option<OpenRecord<'a>> {
+        self.record
+    }
+}
+
+/// The flight record of a running operation.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenRecord<'a> {
+    ring: FlightRing<'a>,
+    index: u64,
+    timed: bool,
+}
+
+impl OpenRecord<'_> {
+    /// Called by a wait of the operation that stops spinning to block: an untimed record
+    /// learns the moment (the first time only; a timed one has its start already).
+    #[inline]
+    pub fn blocked(&self) {
+        if !self.timed {
+            self.ring.blocked(self.index, clock::now_ns());
+        }
+    }
+}
+
+/// Whether `b` times operation `op` (see "Timing" in the module documentation): someone uses
+/// the time (the recorder, the statistics, or the debug log), and `op` is always timed or
+/// timing is on.
+#[inline]
+fn timed<B: Backend + ?Sized>(b: &B, op: Op, recording: bool) -> bool {
+    let used = recording || b.op_stats().is_some();
+    (used && (b.timing() || !op.timing_optional())) || log::enabled(Level::Debug)
 }
 
 /// Records the start of `ev` on `b`'s rank.
 #[inline]
 pub fn start<'a, B: Backend + ?Sized>(b: &'a B, ev: &OpEvent<'_>) -> Started<'a> {
     let ring = b.flight_ring(b.rank());
-    // The clock is read only for someone who uses the time (two readings are a quarter of a
-    // small call's software): the recorder, the statistics, or the debug log.
-    let timed = ring.is_some() || b.op_stats().is_some() || log::enabled(Level::Debug);
+    let timed = timed(b, ev.op, ring.is_some());
     let start_ns = if timed { clock::now_ns() } else { 0 };
     let record = ring.map(|ring| {
-        let start = RecordStart { op: ev.op, group: ev.group, seq: ev.seq, count: ev.count, dtype: ev.dtype, start_ns };
-        (ring, ring.begin(&start))
+        let start =
+            RecordStart { op: ev.op, group: ev.group, seq: ev.seq, count: ev.count, dtype: ev.dtype, timed, start_ns };
+        OpenRecord { ring, index: ring.begin(&start), timed }
     });
     symm_log!(Level::Trace, b.rank(), "{} started", describe(ev));
     Started { start_ns, timed, record }
@@ -172,8 +233,8 @@ pub fn finish<B: Backend + ?Sized, T>(b: &B, ev: &OpEvent<'_>, s: Started<'_>, r
         attach_flight(b, t);
     }
     let state = if r.is_ok() { RecordState::Completed } else { RecordState::Failed };
-    if let Some((ring, i)) = s.record {
-        ring.finish(i, state, s.start_ns, end_ns);
+    if let Some(rec) = s.record {
+        rec.ring.finish(rec.index, state, s.start_ns, end_ns);
     }
     let took = end_ns.saturating_sub(s.start_ns);
     if let Some(t) = b.op_stats() {
@@ -275,14 +336,13 @@ fn short(r: &FlightRecord, now: u64) -> String {
         let _ = write!(s, " in group {}", r.group_text());
     }
     let ago = |t: u64| now.saturating_sub(t) as f64 / 1e9;
-    match r.state {
-        RecordState::Started => {
-            let _ = write!(s, " started {:.3} s ago, not finished", ago(r.start_ns));
-        }
-        st => {
-            let _ = write!(s, " {} {:.3} s ago", st.name(), ago(r.end_ns));
-        }
-    }
+    let _ = match (r.state, r.timed, r.start_ns) {
+        (RecordState::Started, true, t) => write!(s, " started {:.3} s ago, not finished", ago(t)),
+        (RecordState::Started, false, 0) => write!(s, " not finished"),
+        (RecordState::Started, false, t) => write!(s, " waiting for {:.3} s, not finished", ago(t)),
+        (st, true, _) => write!(s, " {} {:.3} s ago", st.name(), ago(r.end_ns)),
+        (st, false, _) => write!(s, " {}", st.name()),
+    };
     s
 }
 
@@ -319,7 +379,8 @@ pub fn format_dump(me: Rank, all: &[RankRecords], now: u64) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "symm flight recorder, node of rank {me}: {} rank(s), times in s of CLOCK_MONOTONIC (now {:.6})",
+        "symm flight recorder, node of rank {me}: {} rank(s), times in s of CLOCK_MONOTONIC (now {:.6}); \
+         untimed operations (SYMM_TIMING off) show when they blocked",
         all.len(),
         now as f64 / 1e9
     );
@@ -349,20 +410,27 @@ pub fn format_dump(me: Rank, all: &[RankRecords], now: u64) -> String {
                 (None, c) => c.to_string(),
             };
             let group = if r.group_id == 0 { "-".into() } else { r.group_text() };
-            let timing = match r.state {
-                RecordState::Started => format!("running for {:.6}", now.saturating_sub(r.start_ns) as f64 / 1e9),
-                _ => format!("took {:.6}", r.end_ns.saturating_sub(r.start_ns) as f64 / 1e9),
+            let secs = |ns: u64| ns as f64 / 1e9;
+            let timing = match (r.state, r.timed, r.start_ns) {
+                (RecordState::Started, true, t) => {
+                    format!("start {:.6} running for {:.6}", secs(t), secs(now - t.min(now)))
+                }
+                (_, true, t) => format!("start {:.6} took {:.6}", secs(t), secs(r.end_ns.saturating_sub(t))),
+                (_, false, 0) => "untimed".to_string(),
+                (RecordState::Started, false, t) => {
+                    format!("blocked {:.6} waiting for {:.6}", secs(t), secs(now - t.min(now)))
+                }
+                (_, false, t) => format!("blocked {:.6} untimed", secs(t)),
             };
             let _ = writeln!(
                 s,
-                "  [{:>5}] {:<14} group {:<14} seq {:<6} {:<18} {:<9} start {:.6} {timing}",
+                "  [{:>5}] {:<14} group {:<14} seq {:<6} {:<18} {:<9} {timing}",
                 r.index,
                 r.op,
                 group,
                 seq,
                 what,
                 r.state.name(),
-                r.start_ns as f64 / 1e9
             );
         }
     }
@@ -429,6 +497,21 @@ pub fn switch(value: &str) -> Option<bool> {
     }
 }
 
+/// The environment variable that times every collective and point-to-point call (`1`, `true`,
+/// `yes`, `on`; off by default: see "Timing" in the module documentation).
+pub const TIMING_VAR: &str = "SYMM_TIMING";
+
+/// Whether `SYMM_TIMING` asks for timing; an invalid value is an error naming the variable.
+pub fn timing_from_env() -> std::result::Result<bool, String> {
+    timing_setting(std::env::var(TIMING_VAR).ok().as_deref())
+}
+
+/// What a value of `SYMM_TIMING` (`None`: unset) asks for.
+fn timing_setting(value: Option<&str>) -> std::result::Result<bool, String> {
+    let Some(v) = value else { return Ok(false) };
+    switch(v).ok_or_else(|| format!("{TIMING_VAR} = {v:?}: expected 1/0 (true/false, yes/no, on/off)"))
+}
+
 /// The environment variable that turns on cross-rank validation of every collective.
 pub const VALIDATE_VAR: &str = "SYMM_VALIDATE";
 
@@ -455,6 +538,17 @@ mod tests {
     }
 
     #[test]
+    fn timing_is_off_unless_asked_for_and_names_itself_when_wrong() {
+        assert_eq!(timing_setting(None), Ok(false));
+        assert_eq!(timing_setting(Some(" On ")), Ok(true));
+        assert_eq!(timing_setting(Some("0")), Ok(false));
+        let e = timing_setting(Some("always")).unwrap_err();
+        assert!(e.contains("SYMM_TIMING") && e.contains("always"), "{e}");
+        assert!(Op::Broadcast.timing_optional() && Op::SendRecv.timing_optional());
+        assert!(!Op::Barrier.timing_optional() && !Op::WaitUntil.timing_optional() && !Op::Init.timing_optional());
+    }
+
+    #[test]
     fn op_codes_are_stable_and_round_trip() {
         for (i, &op) in Op::ALL.iter().enumerate() {
             assert_eq!(op.code() as usize, i + 1);
@@ -478,8 +572,15 @@ mod tests {
             count: 4,
             dtype: Some(DType::F32),
             state,
+            timed: true,
             start_ns: 1_000_000_000,
             end_ns,
+        };
+        let untimed = |index, seq, state, start_ns| FlightRecord {
+            timed: false,
+            start_ns,
+            end_ns: 0,
+            ..rec(index, "sendrecv", seq, state, 0)
         };
         let all = vec![
             RankRecords {
@@ -492,8 +593,12 @@ mod tests {
             RankRecords {
                 rank: Rank(0),
                 pid: std::process::id(),
-                total: 2,
-                records: vec![rec(1, "allreduce", 2, RecordState::Completed, 1_500_000_000)],
+                total: 4,
+                records: vec![
+                    rec(1, "allreduce", 2, RecordState::Completed, 1_500_000_000),
+                    untimed(2, 1, RecordState::Completed, 0),
+                    untimed(3, 2, RecordState::Started, 2_500_000_000),
+                ],
                 unreadable: 0,
             },
         ];
@@ -506,5 +611,11 @@ mod tests {
         assert!(text.contains("started") && text.contains("running for 2.000000"), "{text}");
         assert!(text.contains("completed") && text.contains("took 0.500000"), "{text}");
         assert!(text.contains("4 x float32"), "{text}");
+        assert!(text.contains("untimed") && text.contains("blocked 2.500000 waiting for 0.500000"), "{text}");
+        assert_eq!(
+            short(&all[1].records[2], 3_000_000_000),
+            "sendrecv #2 in group [0, 1] waiting for 0.500 s, not finished"
+        );
+        assert_eq!(short(&all[1].records[1], 3_000_000_000), "sendrecv #1 in group [0, 1] completed");
     }
 }

@@ -28,6 +28,15 @@
 //! and a later record take its slot, the late store lands in the later record with the wrong
 //! tag, which readers ignore (that record still shows as running, as it is).
 //!
+//! # Untimed records: the moment an operation blocked
+//! A record started without a clock reading (see [`RecordStart::timed`]) has `start` 0 until
+//! its operation first blocks, when [`FlightRing::blocked`] stores the time once (a
+//! compare-exchange from 0, after checking that the slot still holds the record). A reader sees
+//! 0 or the time, both whole. The check and the exchange are two steps: should the ring wrap
+//! between them (other threads of the rank starting a ring's worth of operations meanwhile), the
+//! time may land in the untimed record that took the slot, which then shows a moment it did not
+//! block at; no other field is touched.
+//!
 //! # One writing thread: no read-modify-write
 //! The owning rank's first writing thread owns the ring through a [`Bias`] in the header: it
 //! advances `head` and takes records with plain stores. A second writing thread revokes the
@@ -79,7 +88,8 @@ struct Header {
 struct Slot {
     /// `(index + 1) << 1`, odd while written; 0: never written.
     seq: AtomicU64,
-    /// op code (bits 0-7), dtype code + 1 (16-23, 0: none), group size (32-63).
+    /// op code (bits 0-7), [`TIMED`] (bit 8), dtype code + 1 (16-23, 0: none), group size
+    /// (32-63).
     meta: AtomicU64,
     group: AtomicU64,
     /// Bit r set: global rank r is a member (ranks below 64 only).
@@ -90,6 +100,9 @@ struct Slot {
     /// 0 while running, then [`end_word`].
     end: AtomicU64,
 }
+
+/// The bit of the `meta` word of a timed record (start and end read from the clock).
+const TIMED: u64 = 1 << 8;
 
 /// Bits of the `end` word: the outcome ([`RecordState`] code), the record index modulo
 /// 2^[`TAG_BITS`] (more than [`MAX_ENTRIES`], so two records of one slot never share it), and
@@ -161,7 +174,11 @@ pub struct RecordStart<'a> {
     pub count: u64,
     /// Their dtype.
     pub dtype: Option<DType>,
-    /// CLOCK_MONOTONIC nanoseconds at the start.
+    /// Whether the operation is timed: `start_ns` is its start and [`FlightRing::finish`] gets
+    /// its end. Untimed, `start_ns` is 0 and the record learns only when the operation blocked
+    /// ([`FlightRing::blocked`]).
+    pub timed: bool,
+    /// CLOCK_MONOTONIC nanoseconds at the start (0 when untimed).
     pub start_ns: u64,
 }
 
@@ -186,9 +203,12 @@ pub struct FlightRecord {
     pub dtype: Option<DType>,
     /// Started, completed or failed.
     pub state: RecordState,
-    /// CLOCK_MONOTONIC nanoseconds at the start.
+    /// Whether the operation was timed (see [`RecordStart::timed`]).
+    pub timed: bool,
+    /// CLOCK_MONOTONIC nanoseconds at the start; for an untimed operation, when it first
+    /// blocked (stopped spinning to wait), and 0 if it never did.
     pub start_ns: u64,
-    /// CLOCK_MONOTONIC nanoseconds at the end (0 while started).
+    /// CLOCK_MONOTONIC nanoseconds at the end (0 while started, and for untimed operations).
     pub end_ns: u64,
 }
 
@@ -305,7 +325,8 @@ impl<'a> FlightRing<'a> {
             None => (0, 0, 0),
         };
         let dtype = ev.dtype.map_or(0, |d| u64::from(d.code()) + 1);
-        let meta = u64::from(ev.op.code()) | (dtype << 16) | (size << 32);
+        let timed = if ev.timed { TIMED } else { 0 };
+        let meta = u64::from(ev.op.code()) | timed | (dtype << 16) | (size << 32);
         // Relaxed: inside the sequence lock (see the module docs).
         slot.meta.store(meta, Ordering::Relaxed);
         slot.group.store(group, Ordering::Relaxed);
@@ -321,8 +342,22 @@ impl<'a> FlightRing<'a> {
         index
     }
 
+    /// Records that untimed operation `index` blocks now (`now_ns`), unless it did before or
+    /// its record has been reused (see "Untimed records" in the module documentation).
+    #[cold]
+    pub fn blocked(&self, index: u64, now_ns: u64) {
+        let slot = self.slot(index);
+        // Relaxed: only skips a record already reused (a reuse after it: the documented race).
+        if slot.seq.load(Ordering::Relaxed) == (index + 1) << 1 {
+            // Relaxed: a single word that readers take whole; the record's other fields are not
+            // published by it.
+            let _ = slot.start.compare_exchange(0, now_ns, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
     /// Records the end of operation `index` (started at `start_ns`), unless its record has been
-    /// reused meanwhile: one store (see the module documentation).
+    /// reused meanwhile: one store (see the module documentation). An untimed operation passes
+    /// 0 for both times.
     #[inline]
     pub fn finish(&self, index: u64, state: RecordState, start_ns: u64, end_ns: u64) {
         let slot = self.slot(index);
@@ -424,8 +459,9 @@ impl<'a> FlightRing<'a> {
                 continue;
             }
             let [meta, group, members, op_seq, count, start, end] = fields;
+            let timed = meta & TIMED != 0;
             let (state, end_ns) = match read_end(index, end) {
-                Some((state, took)) => (state, start + took),
+                Some((state, took)) => (state, if timed { start + took } else { 0 }),
                 None => (RecordState::Started, 0),
             };
             let size = (meta >> 32) as u32;
@@ -445,6 +481,7 @@ impl<'a> FlightRing<'a> {
                 count,
                 dtype,
                 state,
+                timed,
                 start_ns: start,
                 end_ns,
             });
@@ -490,6 +527,7 @@ mod tests {
             seq,
             count: 10,
             dtype: Some(DType::F32),
+            timed: true,
             start_ns: 100 + seq,
         };
         let first = r.begin(&ev(1));
@@ -520,6 +558,32 @@ mod tests {
     }
 
     #[test]
+    fn untimed_records_learn_when_they_blocked_once() {
+        let mut mem = Mem([0; RECORD_BYTES * 5]);
+        let r = ring(&mut mem);
+        r.init(Rank(0), 1);
+        let ev =
+            |seq| RecordStart { op: Op::Broadcast, group: None, seq, count: 1, dtype: None, timed: false, start_ns: 0 };
+        let quick = r.begin(&ev(1));
+        r.finish(quick, RecordState::Completed, 0, 0);
+        let slow = r.begin(&ev(2));
+        r.blocked(slow, 500);
+        r.blocked(slow, 900); // only the first time counts
+        let snap = r.snapshot(Rank(0));
+        let [a, b] = &snap.records[..] else { panic!("{snap:?}") };
+        assert_eq!((a.timed, a.state, a.start_ns, a.end_ns), (false, RecordState::Completed, 0, 0), "{a:?}");
+        assert_eq!((b.timed, b.state, b.start_ns, b.end_ns), (false, RecordState::Started, 500, 0), "{b:?}");
+        r.finish(slow, RecordState::Failed, 0, 0);
+        // A record reused by a later one is left alone.
+        for s in 3..=6 {
+            r.begin(&ev(s));
+        }
+        r.blocked(slow, 700);
+        let snap = r.snapshot(Rank(0));
+        assert!(snap.records.iter().all(|x| x.start_ns == 0 && !x.timed), "{snap:?}");
+    }
+
+    #[test]
     fn concurrent_readers_never_see_torn_records() {
         let mut mem = Mem([0; RECORD_BYTES * 5]);
         let r = ring(&mut mem);
@@ -535,6 +599,7 @@ mod tests {
                         seq: i,
                         count: i * 3,
                         dtype: None,
+                        timed: true,
                         start_ns: i * 7,
                     });
                     r.finish(idx, RecordState::Completed, i * 7, i * 11);
@@ -579,6 +644,7 @@ mod tests {
                     seq: v,
                     count: v * 3,
                     dtype: None,
+                    timed: true,
                     start_ns: v * 7,
                 });
                 r.finish(idx, RecordState::Completed, v * 7, v * 11);
@@ -612,8 +678,15 @@ mod tests {
         // in a reused slot (the ring's documented behaviour with several writers): one more
         // round of the ring from one thread, and every record reads back whole.
         for v in 1..=4u64 {
-            let idx =
-                r.begin(&RecordStart { op: Op::Recv, group: None, seq: v, count: v * 3, dtype: None, start_ns: v * 7 });
+            let idx = r.begin(&RecordStart {
+                op: Op::Recv,
+                group: None,
+                seq: v,
+                count: v * 3,
+                dtype: None,
+                timed: true,
+                start_ns: v * 7,
+            });
             r.finish(idx, RecordState::Completed, v * 7, v * 11);
         }
         let snap = r.snapshot(Rank(0));
@@ -631,7 +704,15 @@ mod tests {
         let r = unsafe { FlightRing::from_raw(mem.0.as_mut_ptr(), 5) };
         r.init(Rank(0), 7);
         for v in 1..=12u64 {
-            let idx = r.begin(&RecordStart { op: Op::Send, group: None, seq: v, count: v, dtype: None, start_ns: v });
+            let idx = r.begin(&RecordStart {
+                op: Op::Send,
+                group: None,
+                seq: v,
+                count: v,
+                dtype: None,
+                timed: true,
+                start_ns: v,
+            });
             r.finish(idx, RecordState::Completed, v, v + 1);
         }
         let snap = r.snapshot(Rank(0));

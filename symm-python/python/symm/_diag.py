@@ -85,7 +85,9 @@ def stats() -> List[Dict[str, Any]]:
     (failed ones included), ``bytes`` (payload: elements x dtype size of the caller's buffer;
     reduce_scatter and allgather: of the input, alltoall: of everything sent), ``time``
     (seconds spent in the calls), ``time_ns`` and ``errors``. The counters cover every group
-    of this rank. Empty before symm starts (this call does not start it)."""
+    of this rank. Collectives and send/recv are timed only with ``SYMM_TIMING=1`` (their
+    ``time`` is 0 otherwise: two clock readings were a third of a small call's software); the
+    other operations always are. Empty before symm starts (this call does not start it)."""
     comm = _comm()
     if comm is None:
         return []
@@ -102,7 +104,8 @@ def reset_stats() -> None:
 def dump() -> str:
     """The node-wide flight-recorder dump: the last operations (``SYMM_FLIGHT_RECORDER_ENTRIES``,
     default 64) of every rank on this node, with group, sequence number, size, state and
-    times. Local: no other rank takes part, so it works while the others hang."""
+    times (untimed collectives, without ``SYMM_TIMING=1``: the moment they blocked). Local: no
+    other rank takes part, so it works while the others hang."""
     comm = _comm()
     if comm is None:
         return "symm: not initialised in this process (no flight recorder)\n"
@@ -114,7 +117,10 @@ def flight_records() -> List[Dict[str, Any]]:
     operations recorded, ``unreadable``, ``records``), this rank first; each record has
     ``index``, ``op``, ``group`` (global ranks, or None), ``group_id``, ``group_size``,
     ``seq``, ``count``, ``dtype``, ``state`` (``started``/``completed``/``failed``),
-    ``start_ns`` and ``end_ns`` (CLOCK_MONOTONIC). Empty before symm starts.
+    ``timed``, ``start_ns`` and ``end_ns`` (CLOCK_MONOTONIC). A record is untimed (``timed``
+    False) for collectives and send/recv without ``SYMM_TIMING=1``: its ``start_ns`` is then
+    the moment the call blocked (0 if it never did) and its ``end_ns`` 0. Empty before symm
+    starts.
 
     Raises:
         Unsupported: the recorder is off (``SYMM_FLIGHT_RECORDER_ENTRIES=0``).
