@@ -72,6 +72,7 @@ const HEADER: usize = 24;
 const SLOT_BYTES: usize = (HEADER + MAX_BYTES).next_multiple_of(64);
 /// How many broadcasts ahead a root takes its slot's lines for writing ([`own_ahead`]).
 const OWN_AHEAD: u64 = 8;
+const _: () = assert!(OWN_AHEAD < SLOTS as u64);
 
 /// Asks for the lines of `[slot, slot + bytes)` (a root's slot in a peer's heap, written a few
 /// broadcasts from now) in the exclusive state (`prefetchw`).
@@ -82,15 +83,12 @@ const OWN_AHEAD: u64 = 8;
 /// broadcast of 8 B, against MPI's 0.11-0.16, whose sender packs several small messages per
 /// line: the store of each broadcast waited for its line. Taken eight broadcasts ahead, the line
 /// is there when the store comes: 0.105-0.127 µs in the same runs, no change where the cores
-/// are close (0.075). The member loses nothing: it finished with the slot's previous broadcast
-/// long ago (flow control keeps a member at most [`SLOTS`] behind; one that lags further only
-/// fetches the line back).
-///
-/// # Safety
-/// None needed for memory: a prefetch never faults and changes no data; `slot` should lie in
-/// a mapping for the hint to do anything.
+/// are close (0.075). The member usually loses nothing: it finished with the slot's previous
+/// broadcast long ago; one more than `SLOTS - OWN_AHEAD` broadcasts behind (flow control allows
+/// up to [`SLOTS`]) fetches the line back when it reads it. `slot` need not be valid: a
+/// prefetch never faults and changes no data.
 #[inline]
-unsafe fn own_ahead(slot: *mut u8, bytes: usize) {
+fn own_ahead(slot: *mut u8, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
     for line in (0..bytes).step_by(64) {
         // SAFETY: `prefetchw` (PRFCHW, executed as a no-op where absent) is a hint: it reads
@@ -185,9 +183,7 @@ pub unsafe fn root<B: Backend + ?Sized>(
                 // The backend orders the stores above before the flag (a release), and wakes j
                 // if it sleeps.
                 ctx.b.signal_at(peer, off, SignalWidth::W64, SignalOp::Set, b as i64)?;
-                // SAFETY: the slot of broadcast b + OWN_AHEAD lies in member j's mapped `eager`
-                // buffer (every broadcast has a slot in the ring); it is only prefetched.
-                unsafe { own_ahead(bases[j].0.wrapping_add(slot_offset(ctx, ctx.me, b + OWN_AHEAD)), HEADER + bytes) };
+                own_ahead(bases[j].0.wrapping_add(slot_offset(ctx, ctx.me, b + OWN_AHEAD)), HEADER + bytes);
             }
             None => {
                 let mut msg = [0u8; HEADER - 8 + MAX_BYTES];

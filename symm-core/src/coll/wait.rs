@@ -66,12 +66,16 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
     /// the one peer).
     pub fn wait_any(&self, flags: &[Flag], arrived: &dyn Fn(usize) -> bool) -> Result<()> {
         // Callers come here once their own quick checks failed: a longer wait is ahead.
-        self.blocking();
+        super::hook::before_blocking();
         let met = || flags.iter().any(|f| f.reached(self));
         let start = Instant::now();
         let deadline = start + self.timeout;
         if self.poll(&met) {
             return Ok(());
+        }
+        // The record waits for the poll: a call that waits a little reads no clock for it.
+        if let Some(r) = &self.record {
+            r.blocked();
         }
         // The backend's wait on every flag at once, when it has one; else one flag at a time.
         let words: Vec<(usize, i64)> = flags.iter().map(|f| (f.offset, f.value as i64)).collect();

@@ -190,22 +190,24 @@ pub struct OpenRecord<'a> {
 
 impl OpenRecord<'_> {
     /// Called by a wait of the operation that stops spinning to block: an untimed record
-    /// learns the moment (the first time only; a timed one has its start already).
+    /// learns the moment (the first time only: later waits of the call read no clock; a timed
+    /// record has its start already).
     #[inline]
     pub fn blocked(&self) {
         if !self.timed {
-            self.ring.blocked(self.index, clock::now_ns());
+            self.ring.blocked(self.index, clock::now_ns);
         }
     }
 }
 
 /// Whether `b` times operation `op` (see "Timing" in the module documentation): someone uses
 /// the time (the recorder, the statistics, or the debug log), and `op` is always timed or
-/// timing is on.
+/// timing is on. The log level does not turn timing on: it is process-wide, and the records
+/// and statistics of one communicator must not depend on it.
 #[inline]
 fn timed<B: Backend + ?Sized>(b: &B, op: Op, recording: bool) -> bool {
-    let used = recording || b.op_stats().is_some();
-    (used && (b.timing() || !op.timing_optional())) || log::enabled(Level::Debug)
+    let used = recording || b.op_stats().is_some() || log::enabled(Level::Debug);
+    used && (b.timing() || !op.timing_optional())
 }
 
 /// Records the start of `ev` on `b`'s rank.
@@ -241,7 +243,10 @@ pub fn finish<B: Backend + ?Sized, T>(b: &B, ev: &OpEvent<'_>, s: Started<'_>, r
         t.add(ev.op, ev.bytes, took, r.is_err());
     }
     match r {
-        Ok(_) => symm_log!(Level::Debug, b.rank(), "{} completed in {:.3} us", describe(ev), took as f64 / 1e3),
+        Ok(_) if s.timed => {
+            symm_log!(Level::Debug, b.rank(), "{} completed in {:.3} us", describe(ev), took as f64 / 1e3)
+        }
+        Ok(_) => symm_log!(Level::Debug, b.rank(), "{} completed (untimed)", describe(ev)),
         Err(e) => failed(b, ev, e),
     }
 }
@@ -418,9 +423,9 @@ pub fn format_dump(me: Rank, all: &[RankRecords], now: u64) -> String {
                 (_, true, t) => format!("start {:.6} took {:.6}", secs(t), secs(r.end_ns.saturating_sub(t))),
                 (_, false, 0) => "untimed".to_string(),
                 (RecordState::Started, false, t) => {
-                    format!("blocked {:.6} waiting for {:.6}", secs(t), secs(now - t.min(now)))
+                    format!("blocked at {:.6}, waiting for {:.6}", secs(t), secs(now - t.min(now)))
                 }
-                (_, false, t) => format!("blocked {:.6} untimed", secs(t)),
+                (_, false, t) => format!("blocked at {:.6}, untimed", secs(t)),
             };
             let _ = writeln!(
                 s,
@@ -611,7 +616,9 @@ mod tests {
         assert!(text.contains("started") && text.contains("running for 2.000000"), "{text}");
         assert!(text.contains("completed") && text.contains("took 0.500000"), "{text}");
         assert!(text.contains("4 x float32"), "{text}");
-        assert!(text.contains("untimed") && text.contains("blocked 2.500000 waiting for 0.500000"), "{text}");
+        let line = |index: &str| text.lines().find(|l| l.contains(index)).unwrap_or_default().to_string();
+        assert!(line("[    2]").ends_with("completed untimed"), "{text}");
+        assert!(line("[    3]").ends_with("started   blocked at 2.500000, waiting for 0.500000"), "{text}");
         assert_eq!(
             short(&all[1].records[2], 3_000_000_000),
             "sendrecv #2 in group [0, 1] waiting for 0.500 s, not finished"

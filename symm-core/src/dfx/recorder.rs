@@ -45,9 +45,9 @@
 //! locked instruction at the start of a call waits for the previous call's stores into a peer's
 //! heap; see [`crate::bias`].)
 //!
-//! Cost of recording an operation: two clock reads and about twelve plain stores (with several
-//! writing threads: one fetch-add and one compare-exchange more); no allocation, no lock, no
-//! system call.
+//! Cost of recording an operation: about twelve plain stores, and two clock reads when it is
+//! timed (with several writing threads: one fetch-add and one compare-exchange more); no
+//! allocation, no lock, no system call.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -57,8 +57,9 @@ use crate::dtype::DType;
 use crate::group::Group;
 use crate::rank::Rank;
 
-/// Marks an initialised ring ("symmfrc1").
-const MAGIC: u64 = u64::from_le_bytes(*b"symmfrc1");
+/// Marks an initialised ring ("symmfrc2": since records may be untimed, see [`TIMED`]; a
+/// reader of another version sees no ring rather than misread records).
+const MAGIC: u64 = u64::from_le_bytes(*b"symmfrc2");
 /// Bytes of the ring header and of each record.
 pub const RECORD_BYTES: usize = 64;
 /// The environment variable that sets the number of records per rank (0 disables the recorder).
@@ -344,14 +345,16 @@ impl<'a> FlightRing<'a> {
 
     /// Records that untimed operation `index` blocks now (`now_ns`), unless it did before or
     /// its record has been reused (see "Untimed records" in the module documentation).
+    /// The clock (`now_ns`) is read only when the record has no stamp yet.
     #[cold]
-    pub fn blocked(&self, index: u64, now_ns: u64) {
+    pub fn blocked(&self, index: u64, now_ns: impl FnOnce() -> u64) {
         let slot = self.slot(index);
-        // Relaxed: only skips a record already reused (a reuse after it: the documented race).
-        if slot.seq.load(Ordering::Relaxed) == (index + 1) << 1 {
+        // Relaxed: only skips a record already reused (a reuse after it: the documented race),
+        // or already stamped (only this operation stamps it).
+        if slot.seq.load(Ordering::Relaxed) == (index + 1) << 1 && slot.start.load(Ordering::Relaxed) == 0 {
             // Relaxed: a single word that readers take whole; the record's other fields are not
             // published by it.
-            let _ = slot.start.compare_exchange(0, now_ns, Ordering::Relaxed, Ordering::Relaxed);
+            let _ = slot.start.compare_exchange(0, now_ns(), Ordering::Relaxed, Ordering::Relaxed);
         }
     }
 
@@ -567,8 +570,8 @@ mod tests {
         let quick = r.begin(&ev(1));
         r.finish(quick, RecordState::Completed, 0, 0);
         let slow = r.begin(&ev(2));
-        r.blocked(slow, 500);
-        r.blocked(slow, 900); // only the first time counts
+        r.blocked(slow, || 500);
+        r.blocked(slow, || panic!("the clock is read only for the first stamp"));
         let snap = r.snapshot(Rank(0));
         let [a, b] = &snap.records[..] else { panic!("{snap:?}") };
         assert_eq!((a.timed, a.state, a.start_ns, a.end_ns), (false, RecordState::Completed, 0, 0), "{a:?}");
@@ -578,7 +581,7 @@ mod tests {
         for s in 3..=6 {
             r.begin(&ev(s));
         }
-        r.blocked(slow, 700);
+        r.blocked(slow, || 700);
         let snap = r.snapshot(Rank(0));
         assert!(snap.records.iter().all(|x| x.start_ns == 0 && !x.timed), "{snap:?}");
     }
