@@ -456,13 +456,14 @@ pub fn small_broadcasts<C: Collectives>(comm: &C) {
     let opts = CollOptions { timeout: Some(Duration::from_secs(20)), ..CollOptions::default() };
     let validate = Tunables::from_env().is_ok_and(|t| t.validate);
     // 200 broadcasts (more than a root may run ahead of a member) from one root, while the other
-    // members start late, then from rotating roots; sizes up to the eager limit and past it.
+    // members start late, then from rotating roots; sizes up to the eager limit and past it
+    // (256 bytes where every rank has a core, 8 KiB where ranks share cores).
     if me != 0 {
         std::thread::sleep(Duration::from_millis(30));
     }
     for k in 0..400usize {
         let root = if k < 200 { 0 } else { k % n };
-        let count = [1, 2, 10, 64, 65, 300][k % 6];
+        let count = [1, 2, 10, 64, 65, 300, 2048, 2049][k % 8];
         let expect: Vec<i32> = (0..count).map(|i| (k * 1000 + i + root) as i32).collect();
         let mut buf = if me == root { expect.clone() } else { vec![-1; count] };
         comm.broadcast(&world, LocalMut::from(&mut buf), root, &opts).expect("small broadcast");

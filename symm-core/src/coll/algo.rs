@@ -776,7 +776,7 @@ pub unsafe fn broadcast<B: Backend + ?Sized>(
     let call = call.in_group(p);
     let (count, size) = (call.count, call.dtype.size());
     let is_root = ctx.me == call.root;
-    if eager::fits(count * size) {
+    if eager::fits(ctx, count * size) {
         if is_root {
             // SAFETY: `buf` holds `count` elements, within the eager limit.
             return unsafe { eager::root(ctx, p, &call, buf) };

@@ -7,6 +7,10 @@
 //! wait is a hand-over of a core. Here the root only waits when it is [`SLOTS`] broadcasts ahead
 //! of a member, and a member waits only for the root's message.
 //!
+//! The limit is [`MAX_BYTES`] (256) where every rank has a core, and [`SHARED_MAX_BYTES`]
+//! (8 KiB) where ranks outnumber cores, whose rounds cost the scheduling of every member; each
+//! group sizes its slots for its limit ([`max_bytes`], the same on every member).
+//!
 //! # Slots
 //! The `eager` buffer holds, in every member's heap, a ring of [`SLOTS`] slots per writer (the
 //! root of a broadcast), written only by that writer. Broadcasts are numbered per group, the
@@ -61,15 +65,39 @@ use crate::backend::{Backend, SignalWidth};
 use crate::error::Result;
 use crate::op::SignalOp;
 
-/// Largest broadcast (bytes) sent eagerly. Above it the small-message round is already ahead
-/// of MPI's eager broadcast on 2 ranks (512 B: 0.16 against 0.31 us).
+/// Largest broadcast (bytes) sent eagerly where every rank has a core. Above it the
+/// small-message round is ahead (2 ranks, 512 B: 0.14 µs against 0.16 eager, 2 KiB 0.27 against
+/// 0.35: the eager path copies twice, into the slot and out of it), and of MPI's eager broadcast.
 pub const MAX_BYTES: usize = 256;
-/// Broadcasts a root may run ahead of a member.
+/// Largest broadcast sent eagerly where ranks outnumber cores ([`Backend::waiters_share_cores`]).
+/// There every round costs the scheduling of every member (4 ranks on 2 cores, 8 KiB: 4.9 µs),
+/// while an eager broadcast costs the root its copies and each member one wait (1.7 µs; 8 ranks
+/// 10.4 -> 3.7-4.2 µs, 512 B 7.7 -> 0.66). At 32 KiB the root's copies (one per member) would
+/// cost more than the round.
+pub const SHARED_MAX_BYTES: usize = 8 << 10;
+/// Broadcasts a root may run ahead of a member: the slots of a writer's ring. Where ranks share
+/// cores the ring is as deep: with 16 slots of 8 KiB instead, the root waited for its members
+/// so often that an 8-byte broadcast took twice as long (4 ranks 0.24 -> 0.47 µs), so a group
+/// of `n` members there holds `n` rings of 528 KiB in every member's heap.
 pub const SLOTS: usize = 64;
 /// A slot's words before its data: flag, signature, count.
 const HEADER: usize = 24;
-/// Bytes of a slot: whole cache lines, so that slots never share a line.
-const SLOT_BYTES: usize = (HEADER + MAX_BYTES).next_multiple_of(64);
+
+/// The eager limit of a group whose members share cores or not: the same on every member (a
+/// property of the host and the job's ranks on it), as the path a call takes must be.
+pub fn max_bytes(shared_cores: bool) -> usize {
+    if shared_cores {
+        SHARED_MAX_BYTES
+    } else {
+        MAX_BYTES
+    }
+}
+
+/// Bytes of a slot for messages of up to `max` bytes: whole cache lines, so that slots never
+/// share a line.
+const fn slot_bytes(max: usize) -> usize {
+    (HEADER + max).next_multiple_of(64)
+}
 /// How many broadcasts ahead a root takes its slot's lines for writing ([`own_ahead`]).
 const OWN_AHEAD: u64 = 8;
 const _: () = assert!(OWN_AHEAD < SLOTS as u64);
@@ -108,24 +136,24 @@ fn own_ahead(slot: *mut u8, bytes: usize) {
 /// Reads of the root's flag between two looks at the evidence that it is not sending.
 const LOOK_EVERY: u32 = 16;
 
-/// Bytes of the `eager` buffer of a group of `n` members.
-pub const fn buffer_bytes(n: usize) -> usize {
-    n * SLOTS * SLOT_BYTES
+/// Bytes of the `eager` buffer of a group of `n` members, with limit `max` ([`max_bytes`]).
+pub const fn buffer_bytes(n: usize, max: usize) -> usize {
+    n * ring_bytes(max)
 }
 
 /// Bytes of one writer's ring (what a writer touches in each peer's heap).
-pub const fn ring_bytes() -> usize {
-    SLOTS * SLOT_BYTES
+pub const fn ring_bytes(max: usize) -> usize {
+    SLOTS * slot_bytes(max)
 }
 
 /// Whether a broadcast of `bytes` takes this path (members agree when their calls agree).
-pub fn fits(bytes: usize) -> bool {
-    bytes <= MAX_BYTES
+pub fn fits<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, bytes: usize) -> bool {
+    bytes <= ctx.st.eager_max
 }
 
 /// Heap offset of `writer`'s slot for broadcast `b` (the same in every member's heap).
 fn slot_offset<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, writer: usize, b: u64) -> usize {
-    ctx.st.eager.heap_offset() + (writer * SLOTS + ((b - 1) as usize % SLOTS)) * SLOT_BYTES
+    ctx.st.eager.heap_offset() + (writer * SLOTS + ((b - 1) as usize % SLOTS)) * slot_bytes(ctx.st.eager_max)
 }
 
 /// The flag of `writer`'s message for broadcast `b` in the caller's heap.
@@ -143,7 +171,7 @@ fn waiting(ctx: &Ctx<'_, impl Backend + ?Sized>, writer: usize, b: u64) -> Flag 
 /// member.
 ///
 /// # Safety
-/// `data` is valid for `call.count` elements of reads, at most [`MAX_BYTES`].
+/// `data` is valid for `call.count` elements of reads, within the group's limit ([`fits`]).
 pub unsafe fn root<B: Backend + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
@@ -151,7 +179,7 @@ pub unsafe fn root<B: Backend + ?Sized>(
     data: *const u8,
 ) -> Result<()> {
     let (sig, count, bytes) = (call.sig(), call.count, call.count * call.dtype.size());
-    debug_assert!(fits(bytes));
+    debug_assert!(fits(ctx, bytes));
     let b = p.bcasts + 1;
     // Counted whatever the outcome, as the members count it.
     p.bcasts = b;
@@ -186,10 +214,11 @@ pub unsafe fn root<B: Backend + ?Sized>(
                 own_ahead(bases[j].0.wrapping_add(slot_offset(ctx, ctx.me, b + OWN_AHEAD)), HEADER + bytes);
             }
             None => {
-                let mut msg = [0u8; HEADER - 8 + MAX_BYTES];
+                let mut msg = [0u8; HEADER - 8 + SHARED_MAX_BYTES];
                 msg[..8].copy_from_slice(&sig.to_le_bytes());
                 msg[8..16].copy_from_slice(&(count as u64).to_le_bytes());
-                // SAFETY: `data` holds `bytes <= MAX_BYTES` (contract).
+                // SAFETY: `data` holds `bytes`, within the group's limit, at most
+                // SHARED_MAX_BYTES (contract).
                 unsafe { std::ptr::copy_nonoverlapping(data, msg.as_mut_ptr().add(16), bytes) };
                 // SAFETY: `msg` lives across the call; the words and data fit the slot after
                 // its flag, in member j's `eager` buffer (flow control above).
@@ -225,7 +254,7 @@ pub enum Arrival {
 /// after checking that the root was asked the same (signature and count).
 ///
 /// # Safety
-/// `dst` is valid for `call.count` elements of writes, at most [`MAX_BYTES`].
+/// `dst` is valid for `call.count` elements of writes, within the group's limit ([`fits`]).
 pub unsafe fn member<B: Backend + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
@@ -233,7 +262,7 @@ pub unsafe fn member<B: Backend + ?Sized>(
     dst: *mut u8,
 ) -> Result<Arrival> {
     let (sig, count, bytes) = (call.sig(), call.count, call.count * call.dtype.size());
-    debug_assert!(fits(bytes));
+    debug_assert!(fits(ctx, bytes));
     let b = p.bcasts + 1;
     // The root needs it (flow control); the others only when this member waits (below).
     announce(ctx, b, sig, count, Some(call.root))?;

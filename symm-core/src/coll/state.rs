@@ -245,6 +245,8 @@ pub struct CollState {
     pub ll: SymmBuffer,
     /// Small-broadcast slots (see [`eager`](super::eager)): a ring per member, written by it.
     pub eager: SymmBuffer,
+    /// The largest broadcast sent through `eager` ([`eager::max_bytes`](super::eager::max_bytes)).
+    pub eager_max: usize,
     pub tun: Tunables,
     pub progress: TryLock<Progress>,
     /// The call holding `progress`: op code (bits 0-7) and sequence number (above), for the
@@ -279,6 +281,7 @@ impl CollState {
             let me = group.member().at(rank)?.index();
             let tun = Tunables::from_env().at(rank)?;
             let n = group.size();
+            let eager_max = super::eager::max_bytes(b.waiters_share_cores());
             // Every member fails a collective allocation the same way, so a failure here can
             // give back what was taken and leave the group as it was.
             let sizes = [
@@ -286,7 +289,7 @@ impl CollState {
                 (tun.stage_bytes, DType::U8),
                 (n * MAIL_SLOTS * tun.mail_chunk, DType::U8),
                 (super::ll::buffer_bytes(n), DType::U8),
-                (super::eager::buffer_bytes(n), DType::U8),
+                (super::eager::buffer_bytes(n, eager_max), DType::U8),
             ];
             let mut bufs = Vec::with_capacity(sizes.len());
             for (len, dtype) in sizes {
@@ -330,7 +333,7 @@ impl CollState {
                 // mailbox in every peer's heap (see `touch_pages`). Only this member writes them,
                 // and only once this set-up is over.
                 let (mail_each, ll_each) = (MAIL_SLOTS * tun.mail_chunk, super::ll::buffer_bytes(1));
-                let eager_each = super::eager::ring_bytes();
+                let eager_each = super::eager::ring_bytes(eager_max);
                 for peer in bases {
                     // SAFETY: the ranges lie inside the peer's `mail`, `ll` and `eager` buffers,
                     // mapped.
@@ -358,6 +361,7 @@ impl CollState {
                     ..Progress::default()
                 }),
                 busy: AtomicU64::new(0),
+                eager_max,
                 tun,
             })
         })?;
