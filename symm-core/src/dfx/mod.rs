@@ -483,13 +483,14 @@ pub const STATS_VAR: &str = "SYMM_STATS";
 /// Whether `SYMM_STATS` leaves the statistics on (the default); an invalid value is an error
 /// naming the variable.
 pub fn stats_from_env() -> std::result::Result<bool, String> {
-    stats_setting(std::env::var(STATS_VAR).ok().as_deref())
+    switch_setting(STATS_VAR, std::env::var(STATS_VAR).ok().as_deref(), true)
 }
 
-/// What a value of `SYMM_STATS` (`None`: unset) asks for.
-fn stats_setting(value: Option<&str>) -> std::result::Result<bool, String> {
-    let Some(v) = value else { return Ok(true) };
-    switch(v).ok_or_else(|| format!("{STATS_VAR} = {v:?}: expected 1/0 (true/false, yes/no, on/off)"))
+/// What value `value` of on/off variable `var` asks for (`None`: unset, `default`); an invalid
+/// value is an error naming the variable.
+fn switch_setting(var: &str, value: Option<&str>, default: bool) -> std::result::Result<bool, String> {
+    let Some(v) = value else { return Ok(default) };
+    switch(v).ok_or_else(|| format!("{var} = {v:?}: expected 1/0 (true/false, yes/no, on/off)"))
 }
 
 /// An on/off environment value: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` (any case,
@@ -508,13 +509,7 @@ pub const TIMING_VAR: &str = "SYMM_TIMING";
 
 /// Whether `SYMM_TIMING` asks for timing; an invalid value is an error naming the variable.
 pub fn timing_from_env() -> std::result::Result<bool, String> {
-    timing_setting(std::env::var(TIMING_VAR).ok().as_deref())
-}
-
-/// What a value of `SYMM_TIMING` (`None`: unset) asks for.
-fn timing_setting(value: Option<&str>) -> std::result::Result<bool, String> {
-    let Some(v) = value else { return Ok(false) };
-    switch(v).ok_or_else(|| format!("{TIMING_VAR} = {v:?}: expected 1/0 (true/false, yes/no, on/off)"))
+    switch_setting(TIMING_VAR, std::env::var(TIMING_VAR).ok().as_deref(), false)
 }
 
 /// The environment variable that turns on cross-rank validation of every collective.
@@ -531,23 +526,23 @@ mod tests {
 
     #[test]
     fn the_statistics_switch_reads_its_spellings_and_names_itself_when_wrong() {
-        assert_eq!(stats_setting(None), Ok(true));
+        assert_eq!(switch_setting(STATS_VAR, None, true), Ok(true));
         for on in ["1", "true", "YES", " on "] {
-            assert_eq!(stats_setting(Some(on)), Ok(true), "{on}");
+            assert_eq!(switch_setting(STATS_VAR, Some(on), true), Ok(true), "{on}");
         }
         for off in ["0", "false", "No", "OFF"] {
-            assert_eq!(stats_setting(Some(off)), Ok(false), "{off}");
+            assert_eq!(switch_setting(STATS_VAR, Some(off), true), Ok(false), "{off}");
         }
-        let e = stats_setting(Some("maybe")).unwrap_err();
+        let e = switch_setting(STATS_VAR, Some("maybe"), true).unwrap_err();
         assert!(e.contains("SYMM_STATS") && e.contains("maybe"), "{e}");
     }
 
     #[test]
     fn timing_is_off_unless_asked_for_and_names_itself_when_wrong() {
-        assert_eq!(timing_setting(None), Ok(false));
-        assert_eq!(timing_setting(Some(" On ")), Ok(true));
-        assert_eq!(timing_setting(Some("0")), Ok(false));
-        let e = timing_setting(Some("always")).unwrap_err();
+        assert_eq!(switch_setting(TIMING_VAR, None, false), Ok(false));
+        assert_eq!(switch_setting(TIMING_VAR, Some(" On "), false), Ok(true));
+        assert_eq!(switch_setting(TIMING_VAR, Some("0"), false), Ok(false));
+        let e = switch_setting(TIMING_VAR, Some("always"), false).unwrap_err();
         assert!(e.contains("SYMM_TIMING") && e.contains("always"), "{e}");
         assert!(Op::Broadcast.timing_optional() && Op::SendRecv.timing_optional());
         assert!(!Op::Barrier.timing_optional() && !Op::WaitUntil.timing_optional() && !Op::Init.timing_optional());

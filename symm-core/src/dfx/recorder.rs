@@ -512,6 +512,11 @@ mod tests {
     #[repr(C, align(64))]
     struct Mem([u8; RECORD_BYTES * 5]);
 
+    /// A timed record whose every field is derived from `v` (a torn read mixes two).
+    fn derived(op: Op, v: u64) -> RecordStart<'static> {
+        RecordStart { op, group: None, seq: v, count: v * 3, dtype: None, timed: true, start_ns: v * 7 }
+    }
+
     fn ring(mem: &mut Mem) -> FlightRing<'_> {
         // SAFETY: `mem` is 64-aligned, zero-filled, 5 records long (4 + header), borrowed.
         unsafe { FlightRing::from_raw(mem.0.as_mut_ptr(), 4) }
@@ -595,16 +600,7 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| {
                 for i in 1..20_000u64 {
-                    // Every field of record i is derived from i: a torn read mixes two.
-                    let idx = r.begin(&RecordStart {
-                        op: Op::Barrier,
-                        group: None,
-                        seq: i,
-                        count: i * 3,
-                        dtype: None,
-                        timed: true,
-                        start_ns: i * 7,
-                    });
+                    let idx = r.begin(&derived(Op::Barrier, i));
                     r.finish(idx, RecordState::Completed, i * 7, i * 11);
                 }
                 // Release: the reader that sees it also sees every record written before.
@@ -641,15 +637,7 @@ mod tests {
         let write = |base: u64| {
             for i in 1..=per_thread {
                 let v = base + i;
-                let idx = r.begin(&RecordStart {
-                    op: Op::Send,
-                    group: None,
-                    seq: v,
-                    count: v * 3,
-                    dtype: None,
-                    timed: true,
-                    start_ns: v * 7,
-                });
+                let idx = r.begin(&derived(Op::Send, v));
                 r.finish(idx, RecordState::Completed, v * 7, v * 11);
                 if i == 100 {
                     // Release: the second writer starts once the first owns the ring.
@@ -681,15 +669,7 @@ mod tests {
         // in a reused slot (the ring's documented behaviour with several writers): one more
         // round of the ring from one thread, and every record reads back whole.
         for v in 1..=4u64 {
-            let idx = r.begin(&RecordStart {
-                op: Op::Recv,
-                group: None,
-                seq: v,
-                count: v * 3,
-                dtype: None,
-                timed: true,
-                start_ns: v * 7,
-            });
+            let idx = r.begin(&derived(Op::Recv, v));
             r.finish(idx, RecordState::Completed, v * 7, v * 11);
         }
         let snap = r.snapshot(Rank(0));
