@@ -12,7 +12,7 @@ fn run_with(cases: &[&str], n: usize, extra_env: &[(&str, &str)]) {
     let mut env = vec![
         // The coll_groups case holds up to five groups per rank; on 8 ranks each takes up to
         // 14 MiB with these settings (mailboxes of 1 MiB per member, eager broadcast rings of
-        // 528 KiB per member where ranks share cores).
+        // 516 KiB per member where ranks share cores).
         ("SYMMETRIC_MEMORY_HEAP_SIZE".to_string(), "64M".to_string()),
         ("SYMMETRIC_MEMORY_TIMEOUT".to_string(), "60".to_string()),
         ("SYMM_COLL_WORKSPACE".to_string(), "1M".to_string()),

@@ -78,7 +78,7 @@ pub const SHARED_MAX_BYTES: usize = 8 << 10;
 /// Broadcasts a root may run ahead of a member: the slots of a writer's ring. Where ranks share
 /// cores the ring is as deep: with 16 slots of 8 KiB instead, the root waited for its members
 /// so often that an 8-byte broadcast took twice as long (4 ranks 0.24 -> 0.47 µs), so a group
-/// of `n` members there holds `n` rings of 528 KiB in every member's heap.
+/// of `n` members there holds `n` rings of 516 KiB in every member's heap (20 KiB otherwise).
 pub const SLOTS: usize = 64;
 /// A slot's words before its data: flag, signature, count.
 const HEADER: usize = 24;
@@ -183,6 +183,16 @@ pub unsafe fn root<B: Backend + ?Sized>(
     let b = p.bcasts + 1;
     // Counted whatever the outcome, as the members count it.
     p.bcasts = b;
+    // Without mapped peers: the slot's words after its flag, put with the flag (built once; an
+    // empty `Vec` allocates nothing).
+    let mut staged = Vec::new();
+    if ctx.mapped.is_none() {
+        staged.reserve_exact(HEADER - 8 + bytes);
+        staged.extend_from_slice(&sig.to_le_bytes());
+        staged.extend_from_slice(&(count as u64).to_le_bytes());
+        // SAFETY: `data` holds `bytes` (contract).
+        staged.extend_from_slice(unsafe { std::slice::from_raw_parts(data, bytes) });
+    }
     for j in (0..ctx.n).filter(|&j| j != ctx.me) {
         // The slot last held broadcast b - SLOTS at most: free once j has entered the one after.
         let free_from = (b + 1).saturating_sub(SLOTS as u64);
@@ -214,20 +224,14 @@ pub unsafe fn root<B: Backend + ?Sized>(
                 own_ahead(bases[j].0.wrapping_add(slot_offset(ctx, ctx.me, b + OWN_AHEAD)), HEADER + bytes);
             }
             None => {
-                let mut msg = [0u8; HEADER - 8 + SHARED_MAX_BYTES];
-                msg[..8].copy_from_slice(&sig.to_le_bytes());
-                msg[8..16].copy_from_slice(&(count as u64).to_le_bytes());
-                // SAFETY: `data` holds `bytes`, within the group's limit, at most
-                // SHARED_MAX_BYTES (contract).
-                unsafe { std::ptr::copy_nonoverlapping(data, msg.as_mut_ptr().add(16), bytes) };
-                // SAFETY: `msg` lives across the call; the words and data fit the slot after
+                // SAFETY: `staged` lives across the call; the words and data fit the slot after
                 // its flag, in member j's `eager` buffer (flow control above).
                 unsafe {
                     ctx.b.put_signal_bytes(
                         peer,
                         off + 8,
-                        msg.as_ptr(),
-                        HEADER - 8 + bytes,
+                        staged.as_ptr(),
+                        staged.len(),
                         off,
                         SignalWidth::W64,
                         SignalOp::Set,

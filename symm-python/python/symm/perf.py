@@ -606,11 +606,14 @@ def _mpi_world() -> Optional[Any]:
 
 def default_heap(args: argparse.Namespace, n: int) -> None:
     """Sets SYMMETRIC_MEMORY_HEAP_SIZE, unless given, to what the largest size needs: two
-    buffers of the largest size, the world's collective workspace and mailboxes, and slack."""
+    buffers of the largest size, the world's collective workspace (staging area, and per member
+    a mailbox of 64 chunks and a ring of small-broadcast slots, 516 KiB at most), and slack."""
     if "SYMMETRIC_MEMORY_HEAP_SIZE" in os.environ:
         return
     work = parse_size(os.environ.get("SYMM_COLL_WORKSPACE", "16M"))
-    need = 2 * args.maxbytes + 2 * max(args.maxbytes // n, 1) + work + n * 4 * (64 << 10) + (16 << 20)
+    chunk = parse_size(os.environ.get("SYMM_P2P_CHUNK", "16K"))
+    per_member = 64 * chunk + 64 * 8256 + (16 << 10)
+    need = 2 * args.maxbytes + 2 * max(args.maxbytes // n, 1) + work + n * per_member + (16 << 20)
     os.environ["SYMMETRIC_MEMORY_HEAP_SIZE"] = str(((need + (1 << 20) - 1) >> 20) << 20)
 
 
