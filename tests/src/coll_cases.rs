@@ -454,7 +454,11 @@ pub fn small_broadcasts<C: Collectives>(comm: &C) {
     let world = comm.world();
     let n = world.size();
     let opts = CollOptions { timeout: Some(Duration::from_secs(20)), ..CollOptions::default() };
-    let validate = Tunables::from_env().is_ok_and(|t| t.validate);
+    let tun = Tunables::from_env().expect("tunables");
+    let validate = tun.validate;
+    // Whether a broadcast of `bytes` is eager (SYMM_BCAST_EAGER_MAX, when set, may turn small
+    // ones into rounds: their root then waits and fails with its members).
+    let eager = |bytes: usize| tun.bcast_eager_max.map_or(true, |max| bytes <= max);
     // 200 broadcasts (more than a root may run ahead of a member) from one root, while the other
     // members start late, then from rotating roots; sizes up to the eager limit and past it
     // (256 bytes where every rank has a core, 8 KiB where ranks share cores).
@@ -489,7 +493,7 @@ pub fn small_broadcasts<C: Collectives>(comm: &C) {
     // for them, succeeds (validation mode compares counts first: every rank fails).
     let mut buf = vec![1u8; if me == 0 { 8 } else { 9 }];
     let r = comm.broadcast(&world, LocalMut::from(&mut buf), 0, &opts);
-    if me == 0 && !validate {
+    if me == 0 && !validate && eager(9) {
         r.expect("the root of a small broadcast does not wait for its members");
     } else {
         let e = r.unwrap_err();
@@ -508,8 +512,9 @@ pub fn small_broadcasts<C: Collectives>(comm: &C) {
         let first = comm.allreduce(&world, LocalMut::from(&mut x), ReduceOp::Sum, &opts);
         (first, comm.broadcast(&world, LocalMut::from(&mut b), 0, &opts))
     };
-    if validate {
-        // The validation round compares the operations: both calls fail on every rank.
+    if validate || !eager(16) {
+        // The validation round compares the operations, and a broadcast that is a round pairs
+        // with the allreduce: both calls fail on every rank.
         assert!(first.is_err() && second.is_err(), "rank {me}: {first:?} {second:?}");
     } else {
         let (bcast, reduce) = if me == 0 { (first, second) } else { (second, first) };
@@ -527,9 +532,12 @@ pub fn small_broadcasts<C: Collectives>(comm: &C) {
     if me == n - 1 {
         let e = r.unwrap_err();
         assert!(matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("root"), "rank {me}: {e}");
-    } else {
+    } else if eager(24) {
         r.expect("broadcast with a rejecting member");
         assert_eq!(buf, vec![3i32; 6], "rank {me}");
+    } else {
+        // A round: the rejection reaches every member.
+        assert!(matches!(r, Err(Error::PeerRejected { .. })), "rank {me}: {r:?}");
     }
     usable("after a rejection");
 }

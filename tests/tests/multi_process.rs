@@ -47,6 +47,15 @@ fn members_that_disagree_on_the_small_message_path() {
 }
 
 #[test]
+fn eager_broadcasts_at_either_limit_or_none() {
+    // The eager limit follows the placement (256 B with a core per rank, 8 KiB where ranks
+    // share cores); set here, so that both limits (and none) run on any machine.
+    for (n, limit) in [(2, "8K"), (3, "256"), (2, "0")] {
+        run_with(symm_tests::COLL_CASES, n, &[("SYMM_BCAST_EAGER_MAX", limit)]);
+    }
+}
+
+#[test]
 fn every_wait_asleep_with_light_fenced_and_mixed_signals() {
     // No spinning and no yielding in the backend's waits (symm-core still polls briefly before
     // it calls them): a wait not met by then sleeps on its doorbell, so every signal must wake

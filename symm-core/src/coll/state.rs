@@ -160,6 +160,10 @@ pub struct Tunables {
     /// unchanged inputs); at 1 KiB the small-message path still wins on 2 ranks with fresh
     /// inputs (1.4x). The other collectives keep `ll_max`: theirs cross over elsewhere.
     pub allreduce_ll_max: usize,
+    /// Largest broadcast sent eagerly (`SYMM_BCAST_EAGER_MAX`, at most
+    /// [`eager::SHARED_MAX_BYTES`](super::eager::SHARED_MAX_BYTES); 0: never). `None`: by the
+    /// placement ([`eager::max_bytes`](super::eager::max_bytes)). The same on every rank.
+    pub bcast_eager_max: Option<usize>,
     /// Read peers with `get` even when their heaps are mapped (`SYMM_COLL_ACCESS=get`), to
     /// exercise the path device backends without load/store access take.
     pub force_get: bool,
@@ -196,6 +200,11 @@ impl Tunables {
                 _ => size("SYMM_LL_MAX", super::ll::DEFAULT_MAX_BYTES)?.min(super::ll::MAX_BYTES),
             },
             allreduce_ll_max: size("SYMM_ALLREDUCE_LL_MAX", 1 << 10)?,
+            bcast_eager_max: match std::env::var("SYMM_BCAST_EAGER_MAX") {
+                Ok(v) if v.trim() == "0" => Some(0),
+                Ok(_) => Some(size("SYMM_BCAST_EAGER_MAX", 0)?.min(super::eager::SHARED_MAX_BYTES)),
+                Err(_) => None,
+            },
             force_get,
             default_low_precision: super::lowp::format_from_env(),
             validate: crate::dfx::validate_from_env(),
@@ -281,7 +290,7 @@ impl CollState {
             let me = group.member().at(rank)?.index();
             let tun = Tunables::from_env().at(rank)?;
             let n = group.size();
-            let eager_max = super::eager::max_bytes(b.waiters_share_cores());
+            let eager_max = tun.bcast_eager_max.unwrap_or_else(|| super::eager::max_bytes(b.waiters_share_cores()));
             // Every member fails a collective allocation the same way, so a failure here can
             // give back what was taken and leave the group as it was.
             let sizes = [
