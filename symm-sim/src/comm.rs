@@ -133,17 +133,6 @@ struct GroupState {
     alloc_seq: AtomicU64,
 }
 
-/// The base address of a mapped segment (see [`SimComm::segments`]).
-#[derive(Clone, Copy, Debug)]
-struct Segment(std::ptr::NonNull<u8>);
-
-// SAFETY: only an address; the mapping it points into is shared memory held by the
-// communicator for as long as the address is used, accessed through atomics or under the
-// protocols of the core.
-unsafe impl Send for Segment {}
-// SAFETY: as above.
-unsafe impl Sync for Segment {}
-
 /// A rank of the CPU shared-memory backend.
 #[derive(Debug)]
 pub struct SimComm {
@@ -157,10 +146,6 @@ pub struct SimComm {
     /// Mappings by global rank; `None` for ranks on other hosts. Never changes after start-up.
     /// Shared with `node`, which the process-wide diagnostics hold.
     maps: Arc<[Option<Mapping>]>,
-    /// The base address of each mapping in `maps` (`None`: not on this host), read once: signals,
-    /// puts and the flight recorder index it on every call instead of building a [`Control`]
-    /// (a bounds check, an assertion and a copy of the layout each time).
-    segments: Box<[Option<Segment>]>,
     registry: GroupRegistry,
     groups: RwLock<HashMap<GroupId, Arc<GroupState>>>,
     /// Serialises this rank's changes to its own allocation bitmap and group table.
@@ -302,15 +287,6 @@ impl SimComm {
         let registry = GroupRegistry::new(n, rank);
         let placeholder = Group::new(n, rank, &[rank], Ok(())).at(rank)?;
         let maps: Arc<[Option<Mapping>]> = maps.into();
-        let segments = maps
-            .iter()
-            .map(|m| {
-                m.as_ref().map(|m| {
-                    assert!(m.len() >= layout.total, "segment mapping shorter than its layout");
-                    Segment(std::ptr::NonNull::new(m.base()).expect("a mapping is never at address 0"))
-                })
-            })
-            .collect();
         let node = |world: Group| Arc::new(SimNode { rank, world_size: n, layout, maps: maps.clone(), world });
         let mut comm = SimComm {
             rank,
@@ -321,7 +297,6 @@ impl SimComm {
             hosts,
             pids,
             maps: maps.clone(),
-            segments,
             registry,
             groups: RwLock::new(HashMap::new()),
             alloc_lock: Mutex::new(()),
@@ -646,23 +621,9 @@ impl SimComm {
         }
     }
 
-    /// The base of `peer`'s segment (on this host: validated by the caller).
-    #[inline]
-    fn segment(&self, peer: Rank) -> *mut u8 {
-        self.segments[peer.index()].expect("validated: peers are on this host").0.as_ptr()
-    }
-
-    /// `peer`'s control header (`ctrl(peer).header()` without building the view).
-    #[inline]
-    fn header_of(&self, peer: Rank) -> &crate::control::Header {
-        // SAFETY: the header sits at offset 0 of the peer's segment, which `self.maps` keeps
-        // mapped as long as `self` lives; page-aligned and made only of atomics.
-        unsafe { &*self.segment(peer).cast::<crate::control::Header>() }
-    }
-
     #[inline]
     fn peer_base(&self, peer: Rank) -> *mut u8 {
-        self.segment(peer).wrapping_add(self.layout.heap)
+        self.ctrl(peer).expect("validated: peers are on this host").heap()
     }
 
     /// The signal word at `offset` of `peer`'s heap.
@@ -864,7 +825,7 @@ impl Backend for SimComm {
 
     fn signal_at(&self, peer: Rank, offset: usize, width: SignalWidth, op: SignalOp, value: i64) -> Result<()> {
         self.signal_word(peer, offset, width).update(op, value);
-        ring(self.header_of(peer));
+        ring(self.ctrl(peer).expect("validated: peer on this host").header());
         Ok(())
     }
 
@@ -931,12 +892,7 @@ impl Backend for SimComm {
 
     #[inline]
     fn flight_ring(&self, rank: Rank) -> Option<FlightRing<'_>> {
-        let base = self.segments.get(rank.index())?.as_ref()?.0.as_ptr();
-        let entries = self.layout.recorder_entries;
-        // SAFETY: as `Control::ring`: the ring lies inside the mapping (kept by `self.maps` as
-        // long as `self` lives) at a 128-aligned offset from a page-aligned base,
-        // `bytes_for(entries)` long, accessed only through the ring's atomics.
-        (entries > 0).then(|| unsafe { FlightRing::from_raw(base.wrapping_add(self.layout.recorder), entries) })
+        self.node.ring(rank)
     }
 
     #[inline]
