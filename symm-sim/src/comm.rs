@@ -57,42 +57,19 @@ impl SimConfig {
     /// From `SYMMETRIC_MEMORY_HEAP_SIZE`, `SYMMETRIC_MEMORY_TIMEOUT`, `SYMM_HOST_ID`,
     /// `SYMM_FLIGHT_RECORDER_ENTRIES`, `SYMM_STATS`, `SYMM_TIMING` and `SYMM_LIGHT_SIGNALS`.
     pub fn from_env() -> std::result::Result<SimConfig, BootstrapError> {
-        let heap_size = env::heap_size_from_env().map_err(|e| BootstrapError::Env {
-            var: env::HEAP_SIZE_VAR,
-            value: std::env::var(env::HEAP_SIZE_VAR).ok(),
-            reason: e.to_string(),
-        })?;
-        let timeout = env::timeout_from_env().map_err(|reason| BootstrapError::Env {
-            var: env::TIMEOUT_VAR,
-            value: std::env::var(env::TIMEOUT_VAR).ok(),
-            reason,
-        })?;
-        let recorder_entries = dfx::entries_from_env().map_err(|reason| BootstrapError::Env {
-            var: dfx::ENTRIES_VAR,
-            value: std::env::var(dfx::ENTRIES_VAR).ok(),
-            reason,
-        })?;
-        let stats = dfx::stats_from_env().map_err(|reason| BootstrapError::Env {
-            var: dfx::STATS_VAR,
-            value: std::env::var(dfx::STATS_VAR).ok(),
-            reason,
-        })?;
-        let timing = dfx::timing_from_env().map_err(|reason| BootstrapError::Env {
-            var: dfx::TIMING_VAR,
-            value: std::env::var(dfx::TIMING_VAR).ok(),
-            reason,
-        })?;
-        let light = std::env::var(LIGHT_SIGNALS_VAR).ok();
-        let light_signals = match light.as_deref().map(dfx::switch) {
+        // A bad value is an error naming the variable and the value.
+        let bad = |var: &'static str| {
+            move |reason: String| BootstrapError::Env { var, value: std::env::var(var).ok(), reason }
+        };
+        let heap_size = env::heap_size_from_env().map_err(|e| bad(env::HEAP_SIZE_VAR)(e.to_string()))?;
+        let timeout = env::timeout_from_env().map_err(bad(env::TIMEOUT_VAR))?;
+        let recorder_entries = dfx::entries_from_env().map_err(bad(dfx::ENTRIES_VAR))?;
+        let stats = dfx::stats_from_env().map_err(bad(dfx::STATS_VAR))?;
+        let timing = dfx::timing_from_env().map_err(bad(dfx::TIMING_VAR))?;
+        let light_signals = match std::env::var(LIGHT_SIGNALS_VAR).ok().as_deref().map(dfx::switch) {
             None => true,
             Some(Some(on)) => on,
-            Some(None) => {
-                return Err(BootstrapError::Env {
-                    var: LIGHT_SIGNALS_VAR,
-                    value: light,
-                    reason: "expected 1/0 (true/false, yes/no, on/off)".into(),
-                })
-            }
+            Some(None) => return Err(bad(LIGHT_SIGNALS_VAR)("expected 1/0 (true/false, yes/no, on/off)".into())),
         };
         Ok(SimConfig {
             heap_size,
