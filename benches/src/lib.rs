@@ -40,17 +40,31 @@ pub fn cpu_model() -> Option<String> {
         .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim().to_string()))
 }
 
+/// What a rank's exit code means, for the launcher's report of a failed run: the benchmarks'
+/// ranks exit with 1 when a call failed, 2 when they could not start (bad arguments, or the
+/// backend's start-up, such as a bad environment variable), 3 when a check found wrong results.
+/// The rank's own message, printed above the report, says which call or value.
+pub fn rank_exit_meaning(code: i32) -> Option<&'static str> {
+    match code {
+        1 => Some("a call failed"),
+        2 => Some("could not start"),
+        3 => Some("wrong results"),
+        _ => None,
+    }
+}
+
 /// Runs `exe args` on `ranks` ranks and returns the process exit code for the run: 0 when every
-/// rank succeeded, 1 when one failed (its status is printed, with `failure_hint`), 2 when the
-/// ranks could not be started. A failed rank makes the others fail quickly (lost peer), so 10 s
-/// of grace is ample before the rest are killed.
+/// rank succeeded, 1 when one failed (each failed rank's status is printed, with what
+/// `meaning` says its exit code stands for), 2 when the ranks could not be started. A failed
+/// rank makes the others fail quickly (lost peer), so 10 s of grace is ample before the rest
+/// are killed.
 pub fn launch(
     name: &str,
     ranks: usize,
     exe: &Path,
     args: &[String],
     env: &[(String, String)],
-    failure_hint: &str,
+    meaning: fn(i32) -> Option<&'static str>,
 ) -> i32 {
     match symm_sim::spawn_ranks(ranks, exe, args, env, Duration::from_secs(10)) {
         Ok(statuses) => {
@@ -58,12 +72,15 @@ pub fn launch(
                 .iter()
                 .enumerate()
                 .filter(|(_, st)| !st.success())
-                .map(|(r, st)| format!("rank {r}: {st}"))
+                .map(|(r, st)| match st.code().and_then(meaning) {
+                    Some(m) => format!("rank {r}: {st}: {m}"),
+                    None => format!("rank {r}: {st}"),
+                })
                 .collect();
             if failed.is_empty() {
                 0
             } else {
-                eprintln!("{name}: FAILED ({}{failure_hint})", failed.join("; "));
+                eprintln!("{name}: FAILED ({})", failed.join("; "));
                 1
             }
         }

@@ -145,7 +145,7 @@ fn launch(args: &[String], opts: Options) -> i32 {
         println!("# WARNING: debug build; build with --release for meaningful figures");
     }
     let _ = std::io::stdout().flush();
-    symm_benches::launch("symm-microbench", RANKS, &exe, args, &env, "")
+    symm_benches::launch("symm-microbench", RANKS, &exe, args, &env, symm_benches::rank_exit_meaning)
 }
 
 /// Pins the calling thread to the CPU of `rank`; a line saying what was done, for the output.

@@ -175,11 +175,19 @@ impl fmt::Display for TimeoutError {
 
 impl std::error::Error for TimeoutError {}
 
+/// How [`BootstrapError::Env`] shows the variable's value: ` = "value"`, or that it is unset.
+fn shown_value(value: &Option<String>) -> String {
+    match value {
+        Some(v) => format!(" = {v:?}"),
+        None => " is not set".into(),
+    }
+}
+
 /// A failure during start-up: exchanging addresses and mapping peers' heaps.
 #[derive(Debug, thiserror::Error)]
 pub enum BootstrapError {
     /// A required environment variable is missing or malformed.
-    #[error("environment variable {var} = {value:?}: {reason}")]
+    #[error("environment variable {var}{}: {reason}", shown_value(.value))]
     Env { var: &'static str, value: Option<String>, reason: String },
     /// The rendezvous or a peer could not be reached in time.
     #[error("{what} did not complete within {timeout:?}")]

@@ -53,14 +53,21 @@ pub struct SimConfig {
 /// fence (for comparison, and for systems whose `membarrier` misbehaves).
 pub const LIGHT_SIGNALS_VAR: &str = "SYMM_LIGHT_SIGNALS";
 
+/// The start-up error for environment variable `var` set to `value`, which its parser rejected
+/// with `reason`. The parsers' messages name the variable and the value too (they are also
+/// read on their own, as `VAR = "value": why`): the error says them once.
+fn env_error(var: &'static str, value: Option<String>, reason: String) -> BootstrapError {
+    let named = format!("{var} = {:?}: ", value.as_deref().unwrap_or_default());
+    let reason = reason.strip_prefix(&named).map_or_else(|| reason.clone(), str::to_string);
+    BootstrapError::Env { var, value, reason }
+}
+
 impl SimConfig {
     /// From `SYMMETRIC_MEMORY_HEAP_SIZE`, `SYMMETRIC_MEMORY_TIMEOUT`, `SYMM_HOST_ID`,
     /// `SYMM_FLIGHT_RECORDER_ENTRIES`, `SYMM_STATS`, `SYMM_TIMING` and `SYMM_LIGHT_SIGNALS`.
     pub fn from_env() -> std::result::Result<SimConfig, BootstrapError> {
         // A bad value is an error naming the variable and the value.
-        let bad = |var: &'static str| {
-            move |reason: String| BootstrapError::Env { var, value: std::env::var(var).ok(), reason }
-        };
+        let bad = |var: &'static str| move |reason: String| env_error(var, std::env::var(var).ok(), reason);
         let heap_size = env::heap_size_from_env().map_err(|e| bad(env::HEAP_SIZE_VAR)(e.to_string()))?;
         let timeout = env::timeout_from_env().map_err(bad(env::TIMEOUT_VAR))?;
         let recorder_entries = dfx::entries_from_env().map_err(bad(dfx::ENTRIES_VAR))?;
@@ -947,4 +954,24 @@ fn fetch_peer(job: u64, peer: usize, deadline: Instant, layout: Layout) -> std::
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "segment header does not match the rank"));
     }
     Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_environment_value_is_named_once_with_the_parsers_reason() {
+        let parsed = env::parse_size("12Q").unwrap_err().to_string();
+        let e = env_error(env::HEAP_SIZE_VAR, Some("12Q".into()), parsed);
+        assert_eq!(
+            e.to_string(),
+            "environment variable SYMMETRIC_MEMORY_HEAP_SIZE = \"12Q\": unknown suffix; use K, M, G or T"
+        );
+        // A reason that does not start by naming the variable is kept whole.
+        let e = env_error(LIGHT_SIGNALS_VAR, Some("x".into()), "expected 1/0".into());
+        assert_eq!(e.to_string(), "environment variable SYMM_LIGHT_SIGNALS = \"x\": expected 1/0");
+        let e = env_error(env::HEAP_SIZE_VAR, None, "required".into());
+        assert_eq!(e.to_string(), "environment variable SYMMETRIC_MEMORY_HEAP_SIZE is not set: required");
+    }
 }
