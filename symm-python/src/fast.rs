@@ -1026,7 +1026,8 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Given<'py> {
 ///     low_precision_dtype: the format data travels in (``torch.float16``, ``torch.bfloat16``,
 ///         ``torch.float8_e4m3fn``, ``torch.float8_e5m2``, or their names), for float32/64,
 ///         float16 and bfloat16 tensors; accumulation stays in full precision. ``None``: the
-///         default from ``SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`` (unset: full precision).
+///         default from ``SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`` (unset, or a tensor of another
+///         dtype: full precision).
 ///
 /// Raises:
 ///     InvalidArgument: a bad tensor, op or format (on this rank; the others get PeerRejected).

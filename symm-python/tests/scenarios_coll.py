@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -107,6 +108,14 @@ def check_group(rank, world, group, members):
         finally:
             del os.environ["SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE"]
         assert torch.equal(t, outs[0]), "the environment's default equals the explicit format"
+        # The default is for floating-point data: integers keep full precision (no error).
+        counts = data(me, 300, torch.int64) * 1_000_003
+        symm.shmem_allreduce(counts, "sum", lp_group)
+        want = sum(data(j, 300, torch.int64) * 1_000_003 for j in range(world))
+        assert torch.equal(counts, want), (counts, want)
+        bad = data(me, 8, torch.int64)
+        explicit = partial(symm.shmem_allreduce, bad, "sum", lp_group, low_precision_dtype=torch.bfloat16)
+        expect(symm.InvalidArgument, explicit, "low_precision_dtype", "int64")
         t = x.clone()
         symm.shmem_allreduce(t, "sum", lp_group, low_precision_dtype=torch.bfloat16)
         assert torch.equal(t, outs[0])

@@ -37,7 +37,8 @@
 //! group-rank order in f64 here; the data are small integers, so sums are exact in the f32
 //! accumulator of narrow floats, and the single rounding to the dtype is reproduced; `avg`
 //! divides in the accumulator type); the comparison is exact. `#wrong` is the number of
-//! mismatching elements summed over the ranks; any mismatch makes the program exit non-zero.
+//! mismatching elements summed over the ranks; any mismatch makes the program exit with status 3
+//! (1: a call failed; 2: the ranks could not start).
 //!
 //! # Memory-bandwidth bound
 //! The launcher measures `memcpy` of 256 MiB (best of 3) with one thread (B1) and with

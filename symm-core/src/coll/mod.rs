@@ -50,8 +50,9 @@ use validate::Plan;
 /// Options of a collective call.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CollOptions {
-    /// Transport format for allreduce / reduce_scatter (fp16, bf16, fp8 e4m3, fp8 e5m2).
-    /// `None`: the default from `SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE` (unset: full precision).
+    /// Transport format for allreduce / reduce_scatter (fp16, bf16, fp8 e4m3, fp8 e5m2) of
+    /// f32, f64, f16 or bf16 data. `None`: the default from
+    /// `SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE` for such data (unset, or other data: full precision).
     pub low_precision: Option<DType>,
     /// Bound of every wait in the call (`None`: the communicator's default).
     pub timeout: Option<Duration>,
@@ -432,8 +433,8 @@ pub fn prepare<C: Communicator + ?Sized>(c: &C, group: &Group) -> Result<()> {
     CollState::of(c, group).map(|_| ())
 }
 
-/// Checks op/dtype/format of a reduction; returns the transport format in effect (the
-/// option, else the group's default from the environment).
+/// Checks op/dtype/format of a reduction; returns the transport format in effect
+/// ([`transport_format`]).
 fn check_reduction(
     st: &CollState,
     dtype: DType,
@@ -443,14 +444,24 @@ fn check_reduction(
     if op == ReduceOp::Avg && !dtype.is_float() {
         return Err(ArgError::invalid("op", "avg", format!("needs a floating-point dtype, not {dtype}")));
     }
-    let lp = match opts.low_precision {
-        Some(lp) => Some(lp),
-        None => st.tun.default_low_precision.clone()?,
-    };
-    if let Some(lp) = lp {
-        lowp::check_format(lp, dtype)?;
+    transport_format(opts.low_precision, &st.tun.default_low_precision, dtype)
+}
+
+/// The transport format of a reduction of `dtype`: the call's own `low_precision` option,
+/// which must suit the data; else the group's `default` from the environment where it suits
+/// the data, and full precision where it does not. The default is meant for the floating-point
+/// tensors a training step reduces (gradients): an integer allreduce in the same job (a token
+/// count, a flag) runs in full precision instead of failing. A default the environment spells
+/// wrong is an error for every reduction.
+fn transport_format(
+    low_precision: Option<DType>,
+    default: &std::result::Result<Option<DType>, ArgError>,
+    dtype: DType,
+) -> std::result::Result<Option<DType>, ArgError> {
+    match low_precision {
+        Some(lp) => lowp::check_format(lp, dtype).map(|()| Some(lp)),
+        None => Ok(default.clone()?.filter(|&lp| lowp::check_format(lp, dtype).is_ok())),
     }
-    Ok(lp)
 }
 
 /// Runs `f` as one call of `plan.op` with the group's collective state held: numbers the call,
@@ -652,4 +663,30 @@ fn run_alltoall<C: Communicator + ?Sized>(
         // SAFETY: validated counts; the pieces come from LocalRef/LocalMut arguments.
         unsafe { algo::alltoall(ctx, p, call, sends, recv.as_mut_ptr(), recv_counts) }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environments_format_applies_where_it_suits_the_data_and_an_explicit_one_must() {
+        let bf16 = Ok(Some(DType::BF16));
+        // The default: floating-point data travel in it, others in full precision.
+        assert_eq!(transport_format(None, &bf16, DType::F32), Ok(Some(DType::BF16)));
+        assert_eq!(transport_format(None, &bf16, DType::F64), Ok(Some(DType::BF16)));
+        assert_eq!(transport_format(None, &bf16, DType::I64), Ok(None));
+        assert_eq!(transport_format(None, &bf16, DType::U8), Ok(None));
+        assert_eq!(transport_format(None, &Ok(None), DType::F32), Ok(None));
+        // The call's own format overrides the default, and must suit the data.
+        assert_eq!(transport_format(Some(DType::F16), &bf16, DType::F32), Ok(Some(DType::F16)));
+        let e = transport_format(Some(DType::BF16), &Ok(None), DType::I32).unwrap_err();
+        assert!(e.to_string().contains("low_precision_dtype") && e.to_string().contains("int32"), "{e}");
+        // A default the environment spells wrong fails every reduction, naming itself.
+        let bad = Err(ArgError::invalid(lowp::LOW_PRECISION_VAR, "fp7", "accepted: ..."));
+        for dtype in [DType::F32, DType::I64] {
+            let e = transport_format(None, &bad, dtype).unwrap_err();
+            assert!(e.to_string().contains(lowp::LOW_PRECISION_VAR), "{e}");
+        }
+    }
 }
