@@ -15,6 +15,10 @@
 //! then `count` payload elements. A block-aligned part of a run is addressed by a [`SubRun`]
 //! ([`part_layout`], [`sub_run`]), so members can each own a part of one run.
 
+use std::sync::OnceLock;
+
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+
 use crate::dtype::{bf16, f16, DType, F8E4M3, F8E5M2};
 use crate::error::ArgError;
 use crate::op::ReduceOp;
@@ -78,82 +82,393 @@ pub fn encoded_bytes(lp: DType, count: usize) -> usize {
     count.div_ceil(SCALE_BLOCK) * 4 + count * lp.size()
 }
 
-/// The largest magnitude finite data is scaled to.
-fn target_max(lp: DType) -> f64 {
-    match lp {
-        DType::F8E4M3 => 224.0,
-        DType::F8E5M2 => 57344.0,
-        DType::F16 => 65504.0,
-        // bf16 has f32's range: scaling only matters for f64 data beyond it.
-        _ => 2f64.powi(127),
+/// The arithmetic a block is scaled, decoded and accumulated in: `f32` for f32, f16 and bf16
+/// data, `f64` for f64 data. Every value of a transport format is exact in both, and so is
+/// every scaling by a power of two that stays in the normal range, so both compute what one
+/// exact scaling and one rounding would (f32 sums and quotients of f32 values equal the f64
+/// ones rounded to f32: double rounding is innocuous with 53 >= 2 * 24 + 2 bits).
+trait Wide: Copy + PartialOrd + std::ops::Add<Output = Self> + std::ops::Div<Output = Self> {
+    const ZERO: Self;
+    /// `2^e`, where it is a normal value of the type (the factor of one exact scaling).
+    fn pow2(e: i32) -> Option<Self>;
+    fn mul(self, factor: Self) -> Self;
+    fn abs(self) -> Self;
+    /// Finite (not NaN, not infinite).
+    fn finite(self) -> bool;
+    fn is_nan(self) -> bool;
+    fn to_f64(self) -> f64;
+    /// Rounds an `f64` once.
+    fn from_f64(x: f64) -> Self;
+    fn from_f32(x: f32) -> Self;
+    fn count(n: usize) -> Self;
+    /// The codes of format `L` for a block of scaled values.
+    fn code<L: Format>(y: &[Self], out: &mut [u16]);
+}
+
+impl Wide for f32 {
+    const ZERO: f32 = 0.0;
+    #[inline(always)]
+    fn pow2(e: i32) -> Option<f32> {
+        (-126..=127).contains(&e).then(|| f32::from_bits(((e + 127) as u32) << 23))
+    }
+    #[inline(always)]
+    fn mul(self, factor: f32) -> f32 {
+        self * factor
+    }
+    #[inline(always)]
+    fn abs(self) -> f32 {
+        f32::abs(self)
+    }
+    #[inline(always)]
+    fn finite(self) -> bool {
+        self.abs() < f32::INFINITY
+    }
+    #[inline(always)]
+    fn is_nan(self) -> bool {
+        f32::is_nan(self)
+    }
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+    #[inline(always)]
+    fn from_f64(x: f64) -> f32 {
+        x as f32
+    }
+    #[inline(always)]
+    fn from_f32(x: f32) -> f32 {
+        x
+    }
+    #[inline(always)]
+    fn count(n: usize) -> f32 {
+        n as f32
+    }
+    #[inline(always)]
+    fn code<L: Format>(y: &[f32], out: &mut [u16]) {
+        L::code_f32(y, out);
     }
 }
 
-/// Converts a scaled value to the format's bits.
-#[inline]
-fn to_bits(lp: DType, y: f64) -> u16 {
-    match lp {
-        DType::F16 => f16::from_f64(y).to_bits(),
-        DType::BF16 => bf16::from_f64(y).to_bits(),
-        // Non-finite values are coded by hand: e4m3fn has no infinity (the reserved top code
-        // stands for it) and the float8 crate saturates infinities to finite values.
-        DType::F8E4M3 | DType::F8E5M2 if y.is_nan() => 0x7f,
-        DType::F8E4M3 if y.is_infinite() => {
-            if y > 0.0 {
-                0x7e
-            } else {
-                0xfe
-            }
-        }
-        DType::F8E5M2 if y.is_infinite() => {
-            if y > 0.0 {
-                0x7c
-            } else {
-                0xfc
-            }
-        }
-        DType::F8E4M3 => u16::from(F8E4M3::from_f64(y).to_bits()),
-        DType::F8E5M2 => u16::from(F8E5M2::from_f64(y).to_bits()),
-        _ => unreachable!("validated transport format"),
+impl Wide for f64 {
+    const ZERO: f64 = 0.0;
+    #[inline(always)]
+    fn pow2(e: i32) -> Option<f64> {
+        (-1022..=1023).contains(&e).then(|| f64::from_bits(((e + 1023) as u64) << 52))
+    }
+    #[inline(always)]
+    fn mul(self, factor: f64) -> f64 {
+        self * factor
+    }
+    #[inline(always)]
+    fn abs(self) -> f64 {
+        f64::abs(self)
+    }
+    #[inline(always)]
+    fn finite(self) -> bool {
+        self.abs() < f64::INFINITY
+    }
+    #[inline(always)]
+    fn is_nan(self) -> bool {
+        f64::is_nan(self)
+    }
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self
+    }
+    #[inline(always)]
+    fn from_f64(x: f64) -> f64 {
+        x
+    }
+    #[inline(always)]
+    fn from_f32(x: f32) -> f64 {
+        f64::from(x)
+    }
+    #[inline(always)]
+    fn count(n: usize) -> f64 {
+        n as f64
+    }
+    #[inline(always)]
+    fn code<L: Format>(y: &[f64], out: &mut [u16]) {
+        out.iter_mut().zip(y).for_each(|(o, &v)| *o = L::bits_of_f64(v));
     }
 }
 
-/// Converts the format's bits back to a (scaled) value.
-#[inline]
-fn from_bits(lp: DType, b: u16) -> f64 {
-    match lp {
-        DType::F16 => f16::from_bits(b).to_f64(),
-        DType::BF16 => bf16::from_bits(b).to_f64(),
-        DType::F8E4M3 => match b as u8 {
-            0x7e => f64::INFINITY,
-            0xfe => f64::NEG_INFINITY,
-            x => F8E4M3::from_bits(x).to_f64(),
-        },
-        DType::F8E5M2 => F8E5M2::from_bits(b as u8).to_f64(),
-        _ => unreachable!("validated transport format"),
+/// A transport format: how a scaled value becomes its bits (rounding to nearest even) and back.
+/// Non-finite values are coded by hand for fp8: e4m3fn has no infinity (the reserved top code
+/// stands for it) and the float8 crate saturates infinities to finite values.
+trait Format {
+    /// Bytes per element.
+    const BYTES: usize;
+    /// The largest magnitude finite data is scaled to.
+    const TARGET_MAX: f64;
+    /// What decoding needs, fetched once per call (fp8: the value of every code).
+    type Table: Copy;
+    fn bits_of_f32(y: f32) -> u16;
+    fn bits_of_f64(y: f64) -> u16;
+    fn table() -> Self::Table;
+    /// The value of `bits` (exact in f32).
+    fn value(table: Self::Table, bits: u16) -> f32;
+    /// The codes of a block of scaled values (one at a time, unless the format has better).
+    #[inline(always)]
+    fn code_f32(y: &[f32], out: &mut [u16]) {
+        out.iter_mut().zip(y).for_each(|(o, &v)| *o = Self::bits_of_f32(v));
+    }
+    /// The values of a block of codes.
+    #[inline(always)]
+    fn values(table: Self::Table, codes: &[u16], out: &mut [f32]) {
+        out.iter_mut().zip(codes).for_each(|(o, &c)| *o = Self::value(table, c));
     }
 }
 
-/// Reads element `i` of `data` (of dtype `d`) as f64.
-///
-/// # Safety
-/// `data` holds more than `i` elements of `d`.
-#[inline]
-unsafe fn load(d: DType, data: *const u8, i: usize) -> f64 {
-    // SAFETY: in bounds by the contract; unaligned reads tolerate any placement.
-    unsafe {
-        match d {
-            DType::F32 => f64::from(data.cast::<f32>().add(i).read_unaligned()),
-            DType::F64 => data.cast::<f64>().add(i).read_unaligned(),
-            DType::F16 => data.cast::<f16>().add(i).read_unaligned().to_f64(),
-            DType::BF16 => data.cast::<bf16>().add(i).read_unaligned().to_f64(),
-            _ => unreachable!("validated data dtype"),
+struct Fp16;
+struct Bf16;
+struct E4m3;
+struct E5m2;
+
+impl Format for Fp16 {
+    const BYTES: usize = 2;
+    const TARGET_MAX: f64 = 65504.0;
+    type Table = ();
+    #[inline(always)]
+    fn bits_of_f32(y: f32) -> u16 {
+        f16::from_f32(y).to_bits()
+    }
+    #[inline(always)]
+    fn bits_of_f64(y: f64) -> u16 {
+        f16::from_f64(y).to_bits()
+    }
+    fn table() {}
+    #[inline(always)]
+    fn value((): (), bits: u16) -> f32 {
+        f16::from_bits(bits).to_f32()
+    }
+    // The whole block in one conversion: vector instructions (F16C) where the CPU has them,
+    // instead of a call and a feature check per element.
+    fn code_f32(y: &[f32], out: &mut [u16]) {
+        out.reinterpret_cast_mut::<f16>().convert_from_f32_slice(y);
+    }
+    fn values((): (), codes: &[u16], out: &mut [f32]) {
+        codes.reinterpret_cast::<f16>().convert_to_f32_slice(out);
+    }
+}
+
+impl Format for Bf16 {
+    const BYTES: usize = 2;
+    // bf16 has f32's range: scaling only matters for f64 data beyond it.
+    const TARGET_MAX: f64 = 1.7014118346046923e38; // 2^127
+    type Table = ();
+    /// As `bf16::from_f32` (round to nearest even, NaN kept quiet), without branches: the
+    /// compiler vectorises the block's loop.
+    #[inline(always)]
+    fn bits_of_f32(y: f32) -> u16 {
+        let x = y.to_bits();
+        let rounded = (x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16) as u16;
+        let quiet_nan = ((x >> 16) | 0x40) as u16;
+        if x & 0x7fff_ffff > 0x7f80_0000 {
+            quiet_nan
+        } else {
+            rounded
         }
     }
+    #[inline(always)]
+    fn bits_of_f64(y: f64) -> u16 {
+        bf16::from_f64(y).to_bits()
+    }
+    fn table() {}
+    #[inline(always)]
+    fn value((): (), bits: u16) -> f32 {
+        f32::from_bits(u32::from(bits) << 16)
+    }
+}
+
+/// The fp8 code of a finite `y`, rounding to nearest even and saturating to the largest finite
+/// code, as the float8 crate's conversion from `f64` (`SatFinite`), without branches (the
+/// compiler vectorises the block's loop). `MANTISSA` bits, exponent `BIAS`, codes up to `MAX`.
+/// Normal results round on `y`'s bits; subnormal ones are rounded by the FPU, adding the power
+/// of two whose unit in the last place is the format's subnormal step.
+#[inline(always)]
+fn fp8_finite_bits<const MANTISSA: u32, const BIAS: u32, const MAX: u32>(y: f32) -> u16 {
+    let shift = 23 - MANTISSA;
+    let a = y.abs();
+    let bits = a.to_bits();
+    let normal = (bits.wrapping_add((1 << (shift - 1)) - 1 + ((bits >> shift) & 1)) >> shift)
+        .wrapping_sub((127 - BIAS) << MANTISSA)
+        .min(MAX);
+    // 2^(e) with ulp 2^(1 - BIAS - MANTISSA), the subnormal step: e = 23 + 1 - BIAS - MANTISSA.
+    let magic = f32::from_bits((127 + 24 - BIAS - MANTISSA) << 23);
+    let subnormal = (a + magic).to_bits().wrapping_sub(magic.to_bits());
+    let min_normal = f32::from_bits((128 - BIAS) << 23);
+    let code = if a < min_normal { subnormal } else { normal };
+    (code | ((y.to_bits() >> 24) & 0x80)) as u16
+}
+
+/// The fp8 code of `y`: NaN and infinities by hand (`inf`: the codes of +inf and -inf), the rest
+/// by `finite`.
+#[inline(always)]
+fn fp8_bits(y: f64, inf: (u16, u16), finite: impl Fn(f64) -> u8) -> u16 {
+    if y.is_nan() {
+        0x7f
+    } else if y.is_infinite() {
+        if y > 0.0 {
+            inf.0
+        } else {
+            inf.1
+        }
+    } else {
+        u16::from(finite(y))
+    }
+}
+
+impl Format for E4m3 {
+    const BYTES: usize = 1;
+    const TARGET_MAX: f64 = 224.0;
+    type Table = &'static [f32; 256];
+    #[inline(always)]
+    fn bits_of_f32(y: f32) -> u16 {
+        let finite = fp8_finite_bits::<3, 7, 0x7e>(y);
+        let inf = if y > 0.0 { 0x7e } else { 0xfe };
+        if y.is_nan() {
+            0x7f
+        } else if y.is_infinite() {
+            inf
+        } else {
+            finite
+        }
+    }
+    #[inline(always)]
+    fn bits_of_f64(y: f64) -> u16 {
+        fp8_bits(y, (0x7e, 0xfe), |y| F8E4M3::from_f64(y).to_bits())
+    }
+    fn table() -> Self::Table {
+        static VALUES: OnceLock<[f32; 256]> = OnceLock::new();
+        VALUES.get_or_init(|| {
+            std::array::from_fn(|code| match code as u8 {
+                0x7e => f32::INFINITY,
+                0xfe => f32::NEG_INFINITY,
+                x => F8E4M3::from_bits(x).to_f32(),
+            })
+        })
+    }
+    #[inline(always)]
+    fn value(table: Self::Table, bits: u16) -> f32 {
+        table[usize::from(bits as u8)]
+    }
+}
+
+impl Format for E5m2 {
+    const BYTES: usize = 1;
+    const TARGET_MAX: f64 = 57344.0;
+    type Table = &'static [f32; 256];
+    #[inline(always)]
+    fn bits_of_f32(y: f32) -> u16 {
+        let finite = fp8_finite_bits::<2, 15, 0x7b>(y);
+        let inf = if y > 0.0 { 0x7c } else { 0xfc };
+        if y.is_nan() {
+            0x7f
+        } else if y.is_infinite() {
+            inf
+        } else {
+            finite
+        }
+    }
+    #[inline(always)]
+    fn bits_of_f64(y: f64) -> u16 {
+        fp8_bits(y, (0x7c, 0xfc), |y| F8E5M2::from_f64(y).to_bits())
+    }
+    fn table() -> Self::Table {
+        static VALUES: OnceLock<[f32; 256]> = OnceLock::new();
+        VALUES.get_or_init(|| std::array::from_fn(|code| F8E5M2::from_bits(code as u8).to_f32()))
+    }
+    #[inline(always)]
+    fn value(table: Self::Table, bits: u16) -> f32 {
+        table[usize::from(bits as u8)]
+    }
+}
+
+/// A dtype low-precision transport carries: widened exactly into its arithmetic ([`Wide`]) and
+/// narrowed back rounding once.
+trait Data: Copy {
+    type W: Wide;
+    fn widen(self) -> Self::W;
+    fn narrow(w: Self::W) -> Self;
+}
+
+impl Data for f32 {
+    type W = f32;
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn narrow(w: f32) -> f32 {
+        w
+    }
+}
+
+impl Data for f64 {
+    type W = f64;
+    #[inline(always)]
+    fn widen(self) -> f64 {
+        self
+    }
+    #[inline(always)]
+    fn narrow(w: f64) -> f64 {
+        w
+    }
+}
+
+impl Data for f16 {
+    type W = f32;
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+    #[inline(always)]
+    fn narrow(w: f32) -> f16 {
+        f16::from_f32(w)
+    }
+}
+
+impl Data for bf16 {
+    type W = f32;
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+    #[inline(always)]
+    fn narrow(w: f32) -> bf16 {
+        bf16::from_f32(w)
+    }
+}
+
+/// Runs the generic function `$f::<data type, format>($args)` for dtype `$d` and format `$lp`
+/// (validated by [`check_format`]): one specialised loop per pair instead of a dispatch per
+/// element.
+macro_rules! for_types {
+    ($d:expr, $lp:expr, $f:ident($($arg:expr),* $(,)?)) => {
+        match ($d, $lp) {
+            (DType::F32, DType::F16) => $f::<f32, Fp16>($($arg),*),
+            (DType::F32, DType::BF16) => $f::<f32, Bf16>($($arg),*),
+            (DType::F32, DType::F8E4M3) => $f::<f32, E4m3>($($arg),*),
+            (DType::F32, DType::F8E5M2) => $f::<f32, E5m2>($($arg),*),
+            (DType::F64, DType::F16) => $f::<f64, Fp16>($($arg),*),
+            (DType::F64, DType::BF16) => $f::<f64, Bf16>($($arg),*),
+            (DType::F64, DType::F8E4M3) => $f::<f64, E4m3>($($arg),*),
+            (DType::F64, DType::F8E5M2) => $f::<f64, E5m2>($($arg),*),
+            (DType::F16, DType::F16) => $f::<f16, Fp16>($($arg),*),
+            (DType::F16, DType::BF16) => $f::<f16, Bf16>($($arg),*),
+            (DType::F16, DType::F8E4M3) => $f::<f16, E4m3>($($arg),*),
+            (DType::F16, DType::F8E5M2) => $f::<f16, E5m2>($($arg),*),
+            (DType::BF16, DType::F16) => $f::<bf16, Fp16>($($arg),*),
+            (DType::BF16, DType::BF16) => $f::<bf16, Bf16>($($arg),*),
+            (DType::BF16, DType::F8E4M3) => $f::<bf16, E4m3>($($arg),*),
+            (DType::BF16, DType::F8E5M2) => $f::<bf16, E5m2>($($arg),*),
+            (d, lp) => unreachable!("validated data dtype and transport format: {d}, {lp}"),
+        }
+    };
 }
 
 /// `x * 2^e` without overflowing the scale itself (the product may still over- or underflow).
-#[inline]
 fn ldexp(mut x: f64, mut e: i32) -> f64 {
     while e > 1000 {
         x *= 2f64.powi(1000);
@@ -179,12 +494,11 @@ fn exponent_of(x: f64) -> i32 {
 }
 
 /// The exponent `e` such that the block's largest finite magnitude divided by `2^e` is at most
-/// the format's target (and above half of it).
-fn block_exponent(lp: DType, amax: f64) -> i32 {
+/// the format's target `t` (and above half of it).
+fn block_exponent(t: f64, amax: f64) -> i32 {
     if amax == 0.0 || !amax.is_finite() {
         return 0;
     }
-    let t = target_max(lp);
     let mut e = exponent_of(amax) - exponent_of(t);
     // The estimate is within one of the answer: fix it up.
     while ldexp(amax, -e) > t {
@@ -229,55 +543,125 @@ pub fn sub_run(base: *const u8, lp: DType, total: usize, lo: usize, len: usize) 
 /// `data` holds `count` elements of `d`; `exps` is valid for `ceil(count / SCALE_BLOCK)`
 /// `i32` writes and `payload` for `count * lp.size()` bytes; neither overlaps `data`.
 pub unsafe fn encode(d: DType, lp: DType, data: *const u8, count: usize, exps: *mut i32, payload: *mut u8) {
-    let blocks = count.div_ceil(SCALE_BLOCK);
-    for b in 0..blocks {
-        let (lo, hi) = (b * SCALE_BLOCK, ((b + 1) * SCALE_BLOCK).min(count));
-        let mut amax = 0f64;
-        for i in lo..hi {
-            // SAFETY: i < count.
-            let x = unsafe { load(d, data, i) }.abs();
-            if x.is_finite() && x > amax {
-                amax = x;
-            }
+    // SAFETY: forwarded.
+    unsafe { for_types!(d, lp, encode_as(data, count, exps, payload)) }
+}
+
+/// [`encode`] for data of type `D` into format `L`, a block at a time: the block is widened
+/// into a local array, its largest finite magnitude found, scaled, and coded into a local
+/// array that is copied out (the loops run on aligned local memory the compiler can vectorise;
+/// `data` and `payload` may be unaligned).
+///
+/// # Safety
+/// As [`encode`].
+unsafe fn encode_as<D: Data, L: Format>(data: *const u8, count: usize, exps: *mut i32, payload: *mut u8) {
+    let data = data.cast::<D>();
+    let mut x = [<D::W as Wide>::ZERO; SCALE_BLOCK];
+    let mut bits = [0u16; SCALE_BLOCK];
+    let mut bytes = [0u8; SCALE_BLOCK];
+    for b in 0..count.div_ceil(SCALE_BLOCK) {
+        let lo = b * SCALE_BLOCK;
+        let n = SCALE_BLOCK.min(count - lo);
+        let x = &mut x[..n];
+        for (k, v) in x.iter_mut().enumerate() {
+            // SAFETY: element lo + k < count of `data` (contract); unaligned reads tolerate
+            // any placement.
+            *v = unsafe { data.add(lo + k).read_unaligned() }.widen();
         }
-        let e = block_exponent(lp, amax);
+        let e = block_exponent(L::TARGET_MAX, largest_finite(x).to_f64());
         // SAFETY: b < blocks, inside the exponent area.
         unsafe { exps.add(b).write_unaligned(e) };
-        for i in lo..hi {
-            // SAFETY: i < count, in both the source and the payload.
-            let bits = to_bits(lp, ldexp(unsafe { load(d, data, i) }, -e));
-            // SAFETY: payload element i is inside the payload area.
-            unsafe {
-                if lp.size() == 2 {
-                    payload.cast::<u16>().add(i).write_unaligned(bits);
-                } else {
-                    payload.add(i).write(bits as u8);
-                }
+        let bits = &mut bits[..n];
+        match <D::W as Wide>::pow2(-e) {
+            Some(f) => {
+                x.iter_mut().for_each(|v| *v = v.mul(f));
+                <D::W as Wide>::code::<L>(x, bits);
+            }
+            // A scale beyond the arithmetic's normal range (extreme blocks): exactly, in f64.
+            None => bits.iter_mut().zip(x.iter()).for_each(|(o, &v)| *o = L::bits_of_f64(ldexp(v.to_f64(), -e))),
+        }
+        // SAFETY: payload elements lo..lo + n lie inside the payload area (contract); the local
+        // arrays are disjoint from it.
+        unsafe {
+            if L::BYTES == 2 {
+                std::ptr::copy_nonoverlapping(bits.as_ptr().cast::<u8>(), payload.add(2 * lo), 2 * n);
+            } else {
+                bytes.iter_mut().zip(bits.iter()).for_each(|(o, &v)| *o = v as u8);
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), payload.add(lo), n);
             }
         }
     }
 }
 
-/// Decodes `len` elements of a part, calling `f(i, value)` for each.
+/// The largest finite magnitude in `x` (0 if none). Eight running maxima instead of one: the
+/// compiler turns them into one vector register, where a single chain of comparisons would
+/// take a few cycles per element. The maximum does not depend on the order of comparison
+/// (NaN and infinities are skipped), so the result is the same.
+#[inline(always)]
+fn largest_finite<W: Wide>(x: &[W]) -> W {
+    let keep = |m: W, v: W| {
+        let a = v.abs();
+        if a.finite() && a > m {
+            a
+        } else {
+            m
+        }
+    };
+    let mut lanes = [W::ZERO; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            *m = keep(*m, v);
+        }
+    }
+    rest.iter().chain(lanes.iter()).fold(W::ZERO, |m, &v| keep(m, v))
+}
+
+/// Scratch of [`decode_block`], made once per call.
+struct DecodeScratch {
+    codes: [u16; SCALE_BLOCK],
+    values: [f32; SCALE_BLOCK],
+}
+
+impl DecodeScratch {
+    fn new() -> DecodeScratch {
+        DecodeScratch { codes: [0; SCALE_BLOCK], values: [0.0; SCALE_BLOCK] }
+    }
+}
+
+/// Decodes block `b` of a part into `out` (as many elements as `out` holds), in arithmetic `W`:
+/// the codes are copied into `scratch` and converted together.
 ///
 /// # Safety
-/// The part holds `len` elements.
-#[inline]
-unsafe fn for_each_decoded(lp: DType, part: SubRun, len: usize, mut f: impl FnMut(usize, f64)) {
-    for b in 0..len.div_ceil(SCALE_BLOCK) {
-        // SAFETY: b is a block of the part.
-        let e = unsafe { part.exps.add(b).read_unaligned() };
-        for i in b * SCALE_BLOCK..((b + 1) * SCALE_BLOCK).min(len) {
-            // SAFETY: i < len, inside the payload.
-            let bits = unsafe {
-                if lp.size() == 2 {
-                    part.payload.cast::<u16>().add(i).read_unaligned()
-                } else {
-                    u16::from(part.payload.add(i).read())
-                }
-            };
-            f(i, ldexp(from_bits(lp, bits), e));
+/// The part holds block `b` with at least `out.len()` elements.
+#[inline(always)]
+unsafe fn decode_block<W: Wide, L: Format>(
+    table: L::Table,
+    part: SubRun,
+    b: usize,
+    out: &mut [W],
+    scratch: &mut DecodeScratch,
+) {
+    let n = out.len();
+    let (codes, values) = (&mut scratch.codes[..n], &mut scratch.values[..n]);
+    let first = b * SCALE_BLOCK;
+    // SAFETY: b is a block of the part, whose elements first..first + n lie in its payload
+    // (contract); the local arrays are disjoint from it.
+    let e = unsafe {
+        if L::BYTES == 2 {
+            std::ptr::copy_nonoverlapping(part.payload.add(2 * first), codes.as_mut_ptr().cast::<u8>(), 2 * n);
+        } else {
+            let bytes = std::slice::from_raw_parts(part.payload.add(first), n);
+            codes.iter_mut().zip(bytes).for_each(|(c, &v)| *c = u16::from(v));
         }
+        part.exps.add(b).read_unaligned()
+    };
+    L::values(table, codes, values);
+    match W::pow2(e) {
+        Some(f) => out.iter_mut().zip(values.iter()).for_each(|(o, &v)| *o = W::from_f32(v).mul(f)),
+        // Rounding once, from the exact f64 product.
+        None => out.iter_mut().zip(values.iter()).for_each(|(o, &v)| *o = W::from_f64(ldexp(f64::from(v), e))),
     }
 }
 
@@ -288,41 +672,42 @@ unsafe fn for_each_decoded(lp: DType, part: SubRun, len: usize, mut f: impl FnMu
 /// Every part holds `len` elements; `dst` is valid for `len` writes of `d` and overlaps no
 /// source.
 pub unsafe fn reduce_encoded(d: DType, lp: DType, op: ReduceOp, srcs: &[SubRun], len: usize, dst: *mut u8) {
-    let n = srcs.len();
-    let wide = d == DType::F64;
-    let round = |x: f64| if wide { x } else { f64::from(x as f32) };
-    let mut acc = vec![0f64; len];
-    // SAFETY: forwarded from the contract.
-    unsafe { for_each_decoded(lp, srcs[0], len, |i, x| acc[i] = round(x)) };
-    for s in &srcs[1..] {
-        // SAFETY: as above.
-        unsafe {
-            for_each_decoded(lp, *s, len, |i, x| {
-                let (a, x) = (acc[i], round(x));
-                acc[i] = round(match op {
-                    ReduceOp::Sum | ReduceOp::Avg => a + x,
-                    ReduceOp::Max => {
-                        if a > x || a.is_nan() {
-                            a
-                        } else {
-                            x
-                        }
-                    }
-                    ReduceOp::Min => {
-                        if a < x || a.is_nan() {
-                            a
-                        } else {
-                            x
-                        }
-                    }
-                })
-            })
-        };
-    }
-    for (i, a) in acc.into_iter().enumerate() {
-        let v = if op == ReduceOp::Avg { round(a / n as f64) } else { a };
-        // SAFETY: i < len, inside `dst`.
-        unsafe { store(d, dst, i, v) };
+    // SAFETY: forwarded.
+    unsafe { for_types!(d, lp, reduce_as(op, srcs, len, dst)) }
+}
+
+/// [`reduce_encoded`] for data of type `D` in format `L`, a block at a time.
+///
+/// # Safety
+/// As [`reduce_encoded`].
+unsafe fn reduce_as<D: Data, L: Format>(op: ReduceOp, srcs: &[SubRun], len: usize, dst: *mut u8) {
+    let (table, dst) = (L::table(), dst.cast::<D>());
+    let (mut acc, mut x) = ([<D::W as Wide>::ZERO; SCALE_BLOCK], [<D::W as Wide>::ZERO; SCALE_BLOCK]);
+    let members = <D::W as Wide>::count(srcs.len());
+    let mut scratch = DecodeScratch::new();
+    for b in 0..len.div_ceil(SCALE_BLOCK) {
+        let n = SCALE_BLOCK.min(len - b * SCALE_BLOCK);
+        let (acc, x) = (&mut acc[..n], &mut x[..n]);
+        // SAFETY: every part holds block b with n elements (contract).
+        unsafe { decode_block::<D::W, L>(table, srcs[0], b, acc, &mut scratch) };
+        for s in &srcs[1..] {
+            // SAFETY: as above.
+            unsafe { decode_block::<D::W, L>(table, *s, b, x, &mut scratch) };
+            let pairs = acc.iter_mut().zip(x.iter());
+            match op {
+                ReduceOp::Sum | ReduceOp::Avg => pairs.for_each(|(a, &x)| *a = *a + x),
+                // NaN wins, in both.
+                ReduceOp::Max => pairs.for_each(|(a, &x)| *a = if *a > x || a.is_nan() { *a } else { x }),
+                ReduceOp::Min => pairs.for_each(|(a, &x)| *a = if *a < x || a.is_nan() { *a } else { x }),
+            }
+        }
+        if op == ReduceOp::Avg {
+            acc.iter_mut().for_each(|a| *a = *a / members);
+        }
+        for (k, &a) in acc.iter().enumerate() {
+            // SAFETY: element b * SCALE_BLOCK + k < len, inside `dst` (contract).
+            unsafe { dst.add(b * SCALE_BLOCK + k).write_unaligned(D::narrow(a)) };
+        }
     }
 }
 
@@ -331,24 +716,24 @@ pub unsafe fn reduce_encoded(d: DType, lp: DType, op: ReduceOp, srcs: &[SubRun],
 /// # Safety
 /// As [`reduce_encoded`] with one source.
 pub unsafe fn decode(d: DType, lp: DType, src: SubRun, len: usize, dst: *mut u8) {
-    // SAFETY: i < len, inside `dst` (contract).
-    unsafe { for_each_decoded(lp, src, len, |i, x| store(d, dst, i, x)) };
+    // SAFETY: forwarded.
+    unsafe { for_types!(d, lp, decode_as(src, len, dst)) }
 }
 
-/// Writes `x` as element `i` of `dst` (dtype `d`), rounding once.
+/// [`decode`] for data of type `D` in format `L`.
 ///
 /// # Safety
-/// `dst` holds more than `i` elements of `d`.
-#[inline]
-unsafe fn store(d: DType, dst: *mut u8, i: usize, x: f64) {
-    // SAFETY: in bounds by the contract.
-    unsafe {
-        match d {
-            DType::F32 => dst.cast::<f32>().add(i).write_unaligned(x as f32),
-            DType::F64 => dst.cast::<f64>().add(i).write_unaligned(x),
-            DType::F16 => dst.cast::<f16>().add(i).write_unaligned(f16::from_f64(x)),
-            DType::BF16 => dst.cast::<bf16>().add(i).write_unaligned(bf16::from_f64(x)),
-            _ => unreachable!("validated data dtype"),
+/// As [`decode`].
+unsafe fn decode_as<D: Data, L: Format>(src: SubRun, len: usize, dst: *mut u8) {
+    let (table, dst) = (L::table(), dst.cast::<D>());
+    let (mut x, mut scratch) = ([<D::W as Wide>::ZERO; SCALE_BLOCK], DecodeScratch::new());
+    for b in 0..len.div_ceil(SCALE_BLOCK) {
+        let n = SCALE_BLOCK.min(len - b * SCALE_BLOCK);
+        // SAFETY: the part holds block b with n elements (contract).
+        unsafe { decode_block::<D::W, L>(table, src, b, &mut x[..n], &mut scratch) };
+        for (k, &v) in x[..n].iter().enumerate() {
+            // SAFETY: element b * SCALE_BLOCK + k < len, inside `dst` (contract).
+            unsafe { dst.add(b * SCALE_BLOCK + k).write_unaligned(D::narrow(v)) };
         }
     }
 }
@@ -356,6 +741,49 @@ unsafe fn store(d: DType, dst: *mut u8, i: usize, x: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `f32` bit pattern with step `step` (1: all of them), through the fast conversions
+    /// and through the reference ones (`half`, and `float8` via `f64`): the same codes.
+    fn conversions_agree(step: usize) {
+        let mut checked = 0u64;
+        for x in (0..=u32::MAX).step_by(step).chain([0x7f7f_ffff, 0x8000_0001, 0x3f80_8000, 0x3f81_8000]) {
+            let y = f32::from_bits(x);
+            assert_eq!(Bf16::bits_of_f32(y), bf16::from_f32(y).to_bits(), "bf16 {x:#x}");
+            assert_eq!(E4m3::bits_of_f32(y), E4m3::bits_of_f64(f64::from(y)), "e4m3 {x:#x} ({y:e})");
+            assert_eq!(E5m2::bits_of_f32(y), E5m2::bits_of_f64(f64::from(y)), "e5m2 {x:#x} ({y:e})");
+            checked += 1;
+        }
+        assert!(checked > 1000);
+    }
+
+    #[test]
+    fn fast_conversions_agree_with_the_reference_ones() {
+        conversions_agree(4093);
+        // At and around every fp8 value and every midpoint between neighbours (where rounding
+        // turns), both signs, beyond the largest value too.
+        for (table, max) in [(E4m3::table(), 448f32), (E5m2::table(), 57344.0)] {
+            let mut values: Vec<f32> = table.iter().copied().filter(|v| v.is_finite() && *v >= 0.0).collect();
+            values.sort_by(f32::total_cmp);
+            values.extend([max * 1.03, max * 1.07, max * 1.5, max * 4.0]);
+            for w in values.windows(2) {
+                let mid = (w[0] + w[1]) / 2.0;
+                for y in [w[0], mid, w[1]] {
+                    for x in [y.to_bits().saturating_sub(1), y.to_bits(), y.to_bits() + 1] {
+                        for y in [f32::from_bits(x), -f32::from_bits(x)] {
+                            assert_eq!(E4m3::bits_of_f32(y), E4m3::bits_of_f64(f64::from(y)), "e4m3 {y:e}");
+                            assert_eq!(E5m2::bits_of_f32(y), E5m2::bits_of_f64(f64::from(y)), "e5m2 {y:e}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[ignore = "every f32: about a minute; run after changing a conversion"]
+    fn fast_conversions_agree_with_the_reference_ones_everywhere() {
+        conversions_agree(1);
+    }
 
     fn roundtrip(lp: DType, data: &[f32]) -> Vec<f32> {
         let enc = vec![0u8; encoded_bytes(lp, data.len())];
@@ -419,5 +847,164 @@ mod tests {
         let e = check_format(DType::I8, DType::F32).unwrap_err().to_string();
         assert!(e.contains("low_precision_dtype") && e.contains("float8_e5m2"), "{e}");
         assert!(check_format(DType::F16, DType::I32).is_err());
+    }
+
+    /// Values of every kind a block may hold: NaN, infinities, signed zeros, subnormals, the
+    /// extremes of f32, and random values over 90 decades.
+    fn mixed_values(n: usize, seed: u64) -> Vec<f64> {
+        let mut s = seed;
+        (0..n)
+            .map(|i| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let r = (s >> 11) as f64 / (1u64 << 53) as f64;
+                match i % 97 {
+                    0 => f64::NAN,
+                    1 => f64::INFINITY,
+                    2 => f64::NEG_INFINITY,
+                    3 => 0.0,
+                    4 => -0.0,
+                    5 => 1e-40,
+                    6 => 3.0e38,
+                    _ => (r - 0.5) * 10f64.powi(((s >> 3) % 90) as i32 - 45),
+                }
+            })
+            .collect()
+    }
+
+    /// `v` stored as dtype `d` (rounded once), and read back exactly as f64.
+    fn as_dtype(d: DType, v: &[f64]) -> (Vec<u8>, Vec<f64>) {
+        let mut bytes = vec![0u8; v.len() * d.size()];
+        let mut exact = Vec::with_capacity(v.len());
+        for (i, &x) in v.iter().enumerate() {
+            let (b, e): (Vec<u8>, f64) = match d {
+                DType::F32 => ((x as f32).to_le_bytes().to_vec(), f64::from(x as f32)),
+                DType::F64 => (x.to_le_bytes().to_vec(), x),
+                DType::F16 => (f16::from_f64(x).to_le_bytes().to_vec(), f16::from_f64(x).to_f64()),
+                _ => (bf16::from_f64(x).to_le_bytes().to_vec(), bf16::from_f64(x).to_f64()),
+            };
+            bytes[i * d.size()..(i + 1) * d.size()].copy_from_slice(&b);
+            exact.push(e);
+        }
+        (bytes, exact)
+    }
+
+    /// The codes of one run, computed the plain way: every value scaled exactly in f64 by its
+    /// block's power of two and rounded once into the format.
+    fn reference_codes(lp: DType, exact: &[f64]) -> (Vec<i32>, Vec<u16>) {
+        let t = match lp {
+            DType::F16 => Fp16::TARGET_MAX,
+            DType::BF16 => Bf16::TARGET_MAX,
+            DType::F8E4M3 => E4m3::TARGET_MAX,
+            _ => E5m2::TARGET_MAX,
+        };
+        let mut exps = Vec::new();
+        let mut codes = Vec::new();
+        for block in exact.chunks(SCALE_BLOCK) {
+            let amax = block.iter().map(|x| x.abs()).filter(|a| a.is_finite()).fold(0.0, f64::max);
+            let e = block_exponent(t, amax);
+            exps.push(e);
+            codes.extend(block.iter().map(|&x| {
+                let y = ldexp(x, -e);
+                match lp {
+                    DType::F16 => Fp16::bits_of_f64(y),
+                    DType::BF16 => Bf16::bits_of_f64(y),
+                    DType::F8E4M3 => E4m3::bits_of_f64(y),
+                    _ => E5m2::bits_of_f64(y),
+                }
+            }));
+        }
+        (exps, codes)
+    }
+
+    /// The fast kernels against the plain computation: the same codes for every data dtype and
+    /// format (the kernels scale in f32 for 32- and 16-bit data, exactly as f64 does away from
+    /// f32's subnormals), and the same reduction bits for every op (f32 arithmetic on f32
+    /// values rounds like f64 arithmetic rounded to f32).
+    #[test]
+    fn kernels_match_the_plain_computation() {
+        for d in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+            for lp in FORMATS {
+                for (n, seed) in [(1000, 1), (257, 2), (1, 3)] {
+                    let inputs: Vec<(Vec<u8>, Vec<f64>)> =
+                        (0..3).map(|k| as_dtype(d, &mixed_values(n, seed * 10 + k))).collect();
+                    let mut encoded = Vec::new();
+                    for (bytes, exact) in &inputs {
+                        let enc = vec![0u8; encoded_bytes(lp, n)];
+                        let run = sub_run(enc.as_ptr(), lp, n, 0, n);
+                        // SAFETY: `enc` holds an encoded run of n elements; `bytes` n of d.
+                        unsafe { encode(d, lp, bytes.as_ptr(), n, run.exps.cast_mut(), run.payload.cast_mut()) };
+                        let (exps, codes) = reference_codes(lp, exact);
+                        for (b, &e) in exps.iter().enumerate() {
+                            // SAFETY: b is a block of the run.
+                            assert_eq!(unsafe { run.exps.add(b).read_unaligned() }, e, "{d} {lp} block {b}");
+                        }
+                        for (i, &c) in codes.iter().enumerate() {
+                            // SAFETY: i < n, inside the payload.
+                            let got = unsafe {
+                                if lp.size() == 2 {
+                                    run.payload.cast::<u16>().add(i).read_unaligned()
+                                } else {
+                                    u16::from(run.payload.add(i).read())
+                                }
+                            };
+                            assert_eq!(got, c, "{d} {lp} element {i} ({})", exact[i]);
+                        }
+                        encoded.push(enc);
+                    }
+                    let runs: Vec<SubRun> = encoded.iter().map(|e| sub_run(e.as_ptr(), lp, n, 0, n)).collect();
+                    for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min] {
+                        let mut got = vec![0u8; n * d.size()];
+                        // SAFETY: every run holds n elements; `got` n of d.
+                        unsafe { reduce_encoded(d, lp, op, &runs, n, got.as_mut_ptr()) };
+                        let want = reference_reduce(d, lp, op, &runs, n);
+                        assert_eq!(got, want, "{d} {lp} {op:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The reduction the plain way: decoded exactly in f64, rounded to the accumulator (f64 for
+    /// f64 data, f32 otherwise) after every step, then once into the dtype.
+    fn reference_reduce(d: DType, lp: DType, op: ReduceOp, runs: &[SubRun], n: usize) -> Vec<u8> {
+        let round = |x: f64| if d == DType::F64 { x } else { f64::from(x as f32) };
+        let value = |run: &SubRun, i: usize| {
+            // SAFETY: i < n, inside the run.
+            let (e, code) = unsafe {
+                let e = run.exps.add(i / SCALE_BLOCK).read_unaligned();
+                let c = if lp.size() == 2 {
+                    run.payload.cast::<u16>().add(i).read_unaligned()
+                } else {
+                    u16::from(run.payload.add(i).read())
+                };
+                (e, c)
+            };
+            let v = match lp {
+                DType::F16 => Fp16::value((), code),
+                DType::BF16 => Bf16::value((), code),
+                DType::F8E4M3 => E4m3::value(E4m3::table(), code),
+                _ => E5m2::value(E5m2::table(), code),
+            };
+            round(ldexp(f64::from(v), e))
+        };
+        let values: Vec<f64> = (0..n)
+            .map(|i| {
+                let a = runs[1..].iter().fold(value(&runs[0], i), |a, r| {
+                    let x = value(r, i);
+                    round(match op {
+                        ReduceOp::Sum | ReduceOp::Avg => a + x,
+                        ReduceOp::Max if a > x || a.is_nan() => a,
+                        ReduceOp::Min if a < x || a.is_nan() => a,
+                        _ => x,
+                    })
+                });
+                if op == ReduceOp::Avg {
+                    round(a / runs.len() as f64)
+                } else {
+                    a
+                }
+            })
+            .collect();
+        as_dtype(d, &values).0
     }
 }
