@@ -64,7 +64,7 @@ pub mod rank;
 pub use backend::{Backend, DescribeWait, SignalWidth, WaitSite};
 pub use bootstrap::{Bootstrap, Store};
 pub use buffer::{LocalMut, LocalRef, SymmBuffer};
-pub use coll::{CollOptions, Collectives};
+pub use coll::{CollOptions, Collectives, Transport};
 pub use comm::{Communicator, SymmetricHeap};
 pub use dtype::{bf16, f16, DType, Element, F8E4M3, F8E5M2};
 pub use error::{ArgError, AtRank, BootstrapError, Error, GroupError, HeapError, Result, TimeoutError};

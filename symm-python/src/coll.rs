@@ -13,7 +13,9 @@
 
 use pyo3::prelude::*;
 use symm_core::coll::lowp::FORMATS;
-use symm_core::{ArgError, AtRank, CollOptions, Collectives, DType, Group, LocalMut, LocalRef, Rank, ReduceOp};
+use symm_core::{
+    ArgError, AtRank, CollOptions, Collectives, DType, Group, LocalMut, LocalRef, Rank, ReduceOp, Transport,
+};
 
 use crate::comm::{code_arg, int_arg, repr, Desc, Local, PyCommunicator};
 use crate::errors::{self, invalid, IntoPyResult};
@@ -28,15 +30,19 @@ fn op_arg(py: Python<'_>, rank: Rank, op: &Bound<'_, PyAny>) -> PyResult<ReduceO
     code_arg(py, rank, "op", op, ReduceOp::from_code)
 }
 
-/// The transport format: None (the default, from `SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`) or
-/// the name of one of the low-precision formats.
-fn low_precision_arg(py: Python<'_>, rank: Rank, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DType>> {
-    let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
-    let accepted = "accepted: float16, bfloat16, float8_e4m3fn, float8_e5m2, or None (the default, from \
-                    SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE)";
-    let parsed = obj.extract::<String>().ok().and_then(|s| s.parse::<DType>().ok());
-    match parsed {
-        Some(d) if FORMATS.contains(&d) => Ok(Some(d)),
+/// The transport format: None (the default, from `SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`),
+/// `"none"` (full precision, whatever the default), or the name of one of the low-precision
+/// formats.
+fn low_precision_arg(py: Python<'_>, rank: Rank, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Transport> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(Transport::Default) };
+    let accepted = "accepted: float16, bfloat16, float8_e4m3fn, float8_e5m2, 'none' (full precision), or None \
+                    (the default, from SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE)";
+    let name = obj.extract::<String>().ok();
+    if name.as_deref().is_some_and(|n| n.trim().eq_ignore_ascii_case("none")) {
+        return Ok(Transport::Full);
+    }
+    match name.and_then(|s| s.parse::<DType>().ok()) {
+        Some(d) if FORMATS.contains(&d) => Ok(Transport::Low(d)),
         _ => Err(invalid(py, rank, "low_precision_dtype", repr(obj), accepted)),
     }
 }
@@ -47,8 +53,8 @@ fn group_rank_arg(py: Python<'_>, me: Rank, g: &Group, arg: &'static str, obj: &
     g.resolve(arg, r).map(|(l, _)| l.index()).at(me).py(py)
 }
 
-fn options(low_precision: Option<DType>) -> CollOptions {
-    CollOptions { low_precision, ..CollOptions::default() }
+fn options(transport: Transport) -> CollOptions {
+    CollOptions { transport, ..CollOptions::default() }
 }
 
 /// Checks that `tensor` holds `want` elements; the error names `arg` and says why.
@@ -146,7 +152,7 @@ impl PyCommunicator {
         g: &Group,
         t: Local,
         op: ReduceOp,
-        lp: Option<DType>,
+        transport: Transport,
     ) -> PyResult<()> {
         let comm = self.comm();
         let run = || {
@@ -154,7 +160,7 @@ impl PyCommunicator {
             // the call (the `Desc` contract, which the fast path keeps too: it reads the tensor
             // object the caller passed); the call returns only when it is done writing it.
             let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };
-            comm.allreduce(g, buf, op, &options(lp))
+            comm.allreduce(g, buf, op, &options(transport))
         };
         gil_released(py, t.len * t.dtype.size(), run).py(py)
     }
@@ -214,7 +220,7 @@ impl PyCommunicator {
         o: Local,
         i: Local,
         op: ReduceOp,
-        lp: Option<DType>,
+        transport: Transport,
     ) -> PyResult<()> {
         let comm = self.comm();
         gil_released(py, i.len * i.dtype.size(), || {
@@ -227,7 +233,7 @@ impl PyCommunicator {
                     LocalRef::from_raw(i.ptr as *const u8, i.len, i.dtype),
                 )
             };
-            comm.reduce_scatter(g, out, inp, op, &options(lp))
+            comm.reduce_scatter(g, out, inp, op, &options(transport))
         })
         .py(py)
     }

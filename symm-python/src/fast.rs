@@ -62,7 +62,7 @@ use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCFunction, PyDict, PyInt, PyList, PySequence, PyString, PyTuple, PyType};
-use symm_core::{DType, Group, ReduceOp};
+use symm_core::{DType, Group, ReduceOp, Transport};
 
 use crate::comm::{Local, PyCommunicator, PyGroup};
 
@@ -880,7 +880,7 @@ impl Kind {
                 let Some(op) = reduce_op(op.as_deref()).filter(|_| no_format(lp)) else { return Ok(false) };
                 let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
                 let Some(t) = f.tensor(tensor) else { return Ok(false) };
-                comm.run_allreduce(py, g.get(), t, op, None)?;
+                comm.run_allreduce(py, g.get(), t, op, Transport::Default)?;
             }
             Kind::ReduceScatter => {
                 let [Some(output), Some(input), op, g, lp] = a else { return Ok(false) };
@@ -890,7 +890,7 @@ impl Kind {
                 if o.dtype != i.dtype || o.len.checked_mul(g.get().size()) != Some(i.len) {
                     return Ok(false);
                 }
-                comm.run_reduce_scatter(py, g.get(), o, i, op, None)?;
+                comm.run_reduce_scatter(py, g.get(), o, i, op, Transport::Default)?;
             }
             Kind::AllGather => {
                 let [Some(output), Some(input), g, ..] = a else { return Ok(false) };
@@ -1025,9 +1025,10 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Given<'py> {
 ///     group: the members (``None``: every rank symm was initialised for).
 ///     low_precision_dtype: the format data travels in (``torch.float16``, ``torch.bfloat16``,
 ///         ``torch.float8_e4m3fn``, ``torch.float8_e5m2``, or their names), for float32/64,
-///         float16 and bfloat16 tensors; accumulation stays in full precision. ``None``: the
-///         default from ``SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`` (unset, or a tensor of another
-///         dtype: full precision).
+///         float16 and bfloat16 tensors; accumulation stays in full precision. ``"none"``: full
+///         precision whatever the default. ``None``: the default from
+///         ``SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`` (unset, or a tensor of another dtype: full
+///         precision).
 ///
 /// Raises:
 ///     InvalidArgument: a bad tensor, op or format (on this rank; the others get PeerRejected).

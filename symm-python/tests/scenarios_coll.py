@@ -113,6 +113,11 @@ def check_group(rank, world, group, members):
         symm.shmem_allreduce(counts, "sum", lp_group)
         want = sum(data(j, 300, torch.int64) * 1_000_003 for j in range(world))
         assert torch.equal(counts, want), (counts, want)
+        # "none": full precision whatever the default (a loss, a metric).
+        t = x.clone()
+        symm.shmem_allreduce(t, "sum", lp_group, low_precision_dtype="none")
+        # (lp_group adds in another rank order than the world: equal up to f32 rounding.)
+        assert torch.allclose(t, ref, rtol=1e-6, atol=1e-6) and not torch.equal(t, outs[0]), "full precision"
         bad = data(me, 8, torch.int64)
         explicit = partial(symm.shmem_allreduce, bad, "sum", lp_group, low_precision_dtype=torch.bfloat16)
         expect(symm.InvalidArgument, explicit, "low_precision_dtype", "int64")

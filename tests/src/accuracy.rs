@@ -3,7 +3,7 @@
 //! `accuracy` test, which fails when a measured error exceeds its guarantee.
 
 use symm_core::coll::lowp::SCALE_BLOCK;
-use symm_core::{CollOptions, Collectives, DType, LocalMut, ReduceOp};
+use symm_core::{CollOptions, Collectives, DType, LocalMut, ReduceOp, Transport};
 
 use crate::coll_cases::{decode, encode};
 
@@ -119,7 +119,7 @@ pub fn measure<C: Collectives>(comm: &C, set: &str, dtype: DType, lp: Option<DTy
     let mut buf = encode(dtype, &inputs[me]);
     // SAFETY: `buf` holds `count` elements of `dtype`.
     let bm = unsafe { LocalMut::from_raw(buf.as_mut_ptr(), count, dtype) };
-    let opts = CollOptions { low_precision: lp, ..CollOptions::default() };
+    let opts = CollOptions { transport: lp.map_or(Transport::Default, Transport::Low), ..CollOptions::default() };
     comm.allreduce(&world, bm, ReduceOp::Sum, &opts).expect("allreduce");
     let got = decode(dtype, &buf);
 

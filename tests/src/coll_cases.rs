@@ -8,7 +8,7 @@ use symm_core::coll::lowp::FORMATS;
 use symm_core::coll::{eager_max_bytes, Tunables};
 use symm_core::{
     bf16, f16, CollOptions, Collectives, Communicator, DType, Error, Group, LocalMut, LocalRef, ReduceOp, SymmBuffer,
-    F8E4M3, F8E5M2,
+    Transport, F8E4M3, F8E5M2,
 };
 
 use crate::gen::{draw, seed};
@@ -289,7 +289,10 @@ pub fn allreduce<C: Collectives>(comm: &C, cases: usize) {
             .map(|r| decode(dtype, &encode(dtype, &(0..count).map(|i| value(dtype, r, k, i)).collect::<Vec<_>>())))
             .collect();
         let (want, tol) = reference(dtype, op, &inputs, lp);
-        let opts = CollOptions { low_precision: lp, timeout: Some(Duration::from_secs(60)) };
+        let opts = CollOptions {
+            transport: lp.map_or(Transport::Default, Transport::Low),
+            timeout: Some(Duration::from_secs(60)),
+        };
         let mut a = Mem::new(comm, &world, heap, dtype, count);
         a.fill(&encode(dtype, &inputs[me]));
         let got = if in_place {
@@ -370,7 +373,10 @@ pub fn reduce_scatter<C: Collectives>(comm: &C, cases: usize) {
             .collect();
         let mine: Vec<Vec<f64>> = inputs.iter().map(|x| x[me * m..(me + 1) * m].to_vec()).collect();
         let (want, tol) = reference(dtype, op, &mine, lp);
-        let opts = CollOptions { low_precision: lp, timeout: Some(Duration::from_secs(60)) };
+        let opts = CollOptions {
+            transport: lp.map_or(Transport::Default, Transport::Low),
+            timeout: Some(Duration::from_secs(60)),
+        };
         let mut a = Mem::new(comm, &world, heap, dtype, n * m);
         a.fill(&encode(dtype, &inputs[me]));
         let got = if in_place {

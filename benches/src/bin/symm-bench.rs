@@ -66,6 +66,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use symm_benches::{allowed_cpus, cpu_model, pin_to};
+use symm_core::coll::lowp;
 use symm_core::{
     bf16, f16, AtRank, Backend, CmpOp, CollOptions, Collectives, Communicator, DType, Element, Group, LocalMut,
     LocalRef, ReduceOp, SignalOp, SymmBuffer, SymmetricHeap, F8E4M3, F8E5M2,
@@ -604,10 +605,10 @@ fn launch(args: &[String], o: &Options) -> i32 {
         Op::Put => out.note("# put: rank 0 puts into rank 1's heap; other ranks idle"),
         _ => {}
     }
-    if std::env::var_os(symm_core::coll::lowp::LOW_PRECISION_VAR).is_some() {
+    if std::env::var_os(lowp::LOW_PRECISION_VAR).is_some() {
         out.note(&format!(
-            "# WARNING: {} is set: reductions travel in low precision",
-            symm_core::coll::lowp::LOW_PRECISION_VAR
+            "# WARNING: {} is set: reductions of float data travel in low precision (the checks use values it carries exactly)",
+            lowp::LOW_PRECISION_VAR
         ));
     }
     if cfg!(debug_assertions) {
@@ -856,6 +857,17 @@ fn pattern(m: u32, salt: u32, rank: usize, i: usize) -> u32 {
     ((rank as u64 * 7 + i as u64 * 13 + u64::from(salt) * 29 + 1) % u64::from(m)) as u32
 }
 
+/// Integers below this are exact in low-precision format `lp` (2 to the power of its
+/// significand bits, the implicit one included).
+fn exact_in_format(lp: DType) -> u32 {
+    match lp {
+        DType::F16 => 1 << 11,
+        DType::BF16 => 1 << 8,
+        DType::F8E4M3 => 1 << 4,
+        _ => 1 << 3,
+    }
+}
+
 /// The reduction of `v(0) .. v(n-1)` in rank order, rounded once to T.
 fn reduced<T: Val>(op: ReduceOp, n: usize, v: impl Fn(usize) -> f64) -> T {
     let mut acc = v(0);
@@ -897,6 +909,10 @@ struct Bench<'c> {
     /// timed loop: the peer benchmark allocates nothing per call either).
     counts: RefCell<Vec<usize>>,
     copts: CollOptions,
+    /// The low-precision format the measured reductions travel in, from the environment
+    /// (`SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`, where it suits the dtype): the checks then use
+    /// values the format carries exactly ([`Bench::modulus`], [`Bench::scale`]).
+    lp: Option<DType>,
 }
 
 impl<'c> Bench<'c> {
@@ -931,6 +947,10 @@ impl<'c> Bench<'c> {
             seq: Cell::new(0),
             counts: RefCell::new(Vec::new()),
             copts: CollOptions::default(),
+            lp: lowp::format_from_env()
+                .ok()
+                .flatten()
+                .filter(|&lp| o.op.reduces() && lowp::check_format(lp, o.dtype).is_ok()),
         })
     }
 
@@ -1023,22 +1043,37 @@ impl<'c> Bench<'c> {
         Ok(if self.o.op == Op::PingPong { per_iter / 2.0 } else { per_iter })
     }
 
-    /// Modulus of the input values: sums stay exact and within range.
+    /// Modulus of the input values: sums stay exact and within range, in the dtype and in the
+    /// low-precision format the reduction travels in (whose per-block power-of-two scales keep
+    /// integers exact: [`exact_in_format`]).
     fn modulus<T: Val>(&self) -> u32 {
         let sums = self.o.op.reduces() && matches!(self.o.redop, ReduceOp::Sum | ReduceOp::Avg);
-        let m = if sums { T::EXACT / self.n as u32 } else { T::EXACT };
+        let n = self.n as u32;
+        let exact = self.lp.map_or(T::EXACT, |lp| T::EXACT.min(exact_in_format(lp)));
+        let m = if sums { exact / n } else { exact };
         m.clamp(2, 97)
+    }
+
+    /// The factor of the input values: the group size for an average that travels in low
+    /// precision, whose reduced parts travel encoded too (two-shot): inputs that are multiples
+    /// of n average to integers, which the format carries exactly.
+    fn scale(&self) -> u32 {
+        if self.lp.is_some() && self.o.redop == ReduceOp::Avg {
+            self.n as u32
+        } else {
+            1
+        }
     }
 
     /// Fills every buffer used at count `c` with rank-dependent values (untimed; also faults
     /// the pages in before the warm-ups).
     fn prepare(&self, c: usize) {
         by_dtype!(self.o.dtype, T => {
-            let m = self.modulus::<T>();
+            let (m, k) = (self.modulus::<T>(), self.scale());
             let (ca, cb) = capacities(self.o.op, c, self.n);
             let me = self.me;
-            self.a.fill::<T>(0, ca, |i| T::of(f64::from(pattern(m, 0, me, i))));
-            self.b.fill::<T>(0, cb, |i| T::of(f64::from(pattern(m, 0, me, i))));
+            self.a.fill::<T>(0, ca, |i| T::of(f64::from(k * pattern(m, 0, me, i))));
+            self.b.fill::<T>(0, cb, |i| T::of(f64::from(k * pattern(m, 0, me, i))));
         })
     }
 
@@ -1049,8 +1084,8 @@ impl<'c> Bench<'c> {
 
     fn check_typed<T: Val>(&self, form: Form, c: usize, salt: u32) -> symm_core::Result<u64> {
         let (a, b, n, me, redop) = (&self.a, &self.b, self.n, self.me, self.o.redop);
-        let m = self.modulus::<T>();
-        let v = |r: usize, i: usize| f64::from(pattern(m, salt, r, i));
+        let (m, k) = (self.modulus::<T>(), self.scale());
+        let v = |r: usize, i: usize| f64::from(k * pattern(m, salt, r, i));
         let pat = |r: usize, i: usize| T::of(v(r, i));
         let red = |i: usize| reduced::<T>(redop, n, |r| v(r, i));
         match (self.o.op, form) {
@@ -1123,8 +1158,11 @@ impl<'c> Bench<'c> {
             }
         }
         // Outside the timed loops: the slowest rank's time, the total of wrong elements.
-        self.comm.allreduce(&self.world, LocalMut::from(&mut times), ReduceOp::Max, &self.copts)?;
-        self.comm.allreduce(&self.world, LocalMut::from(&mut wrong), ReduceOp::Sum, &self.copts)?;
+        // The bookkeeping in full precision: a transport format from the environment is for
+        // the measured calls.
+        let exact = CollOptions::full_precision();
+        self.comm.allreduce(&self.world, LocalMut::from(&mut times), ReduceOp::Max, &exact)?;
+        self.comm.allreduce(&self.world, LocalMut::from(&mut wrong), ReduceOp::Sum, &exact)?;
         let has = |k: usize| k < forms.len();
         Ok(Row {
             shape,

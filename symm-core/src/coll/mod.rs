@@ -47,13 +47,25 @@ pub use state::Tunables;
 use state::{CollState, Ctx};
 use validate::Plan;
 
+/// The format the data of an allreduce or reduce_scatter travel in between members.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// The group's default from `SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`, for the data it suits
+    /// (f32, f64, f16, bf16); full precision where it is unset and for other data.
+    #[default]
+    Default,
+    /// Full precision, whatever the environment says (a loss or a metric in a job whose
+    /// gradients travel compressed).
+    Full,
+    /// This format (fp16, bf16, fp8 e4m3, fp8 e5m2); the data must be f32, f64, f16 or bf16.
+    Low(DType),
+}
+
 /// Options of a collective call.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CollOptions {
-    /// Transport format for allreduce / reduce_scatter (fp16, bf16, fp8 e4m3, fp8 e5m2) of
-    /// f32, f64, f16 or bf16 data. `None`: the default from
-    /// `SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE` for such data (unset, or other data: full precision).
-    pub low_precision: Option<DType>,
+    /// The transport format of allreduce / reduce_scatter (other collectives move data as is).
+    pub transport: Transport,
     /// Bound of every wait in the call (`None`: the communicator's default).
     pub timeout: Option<Duration>,
 }
@@ -61,7 +73,12 @@ pub struct CollOptions {
 impl CollOptions {
     /// Options with a transport format.
     pub fn low_precision(lp: DType) -> Self {
-        CollOptions { low_precision: Some(lp), ..Self::default() }
+        CollOptions { transport: Transport::Low(lp), ..Self::default() }
+    }
+
+    /// Options for full precision whatever the environment's default.
+    pub fn full_precision() -> Self {
+        CollOptions { transport: Transport::Full, ..Self::default() }
     }
 }
 
@@ -444,23 +461,25 @@ fn check_reduction(
     if op == ReduceOp::Avg && !dtype.is_float() {
         return Err(ArgError::invalid("op", "avg", format!("needs a floating-point dtype, not {dtype}")));
     }
-    transport_format(opts.low_precision, &st.tun.default_low_precision, dtype)
+    transport_format(opts.transport, &st.tun.default_low_precision, dtype)
 }
 
-/// The transport format of a reduction of `dtype`: the call's own `low_precision` option,
-/// which must suit the data; else the group's `default` from the environment where it suits
-/// the data, and full precision where it does not. The default is meant for the floating-point
-/// tensors a training step reduces (gradients): an integer allreduce in the same job (a token
-/// count, a flag) runs in full precision instead of failing. A default the environment spells
-/// wrong is an error for every reduction.
+/// The low-precision format of a reduction of `dtype` (`None`: full precision): the call's own
+/// format, which must suit the data; none where the call asks for full precision; else the
+/// group's `default` from the environment where it suits the data, and full precision where it
+/// does not. The default is meant for the floating-point tensors a training step reduces
+/// (gradients): an integer allreduce in the same job (a token count, a flag) runs in full
+/// precision instead of failing. A default the environment spells wrong is an error for every
+/// reduction that would use it.
 fn transport_format(
-    low_precision: Option<DType>,
+    transport: Transport,
     default: &std::result::Result<Option<DType>, ArgError>,
     dtype: DType,
 ) -> std::result::Result<Option<DType>, ArgError> {
-    match low_precision {
-        Some(lp) => lowp::check_format(lp, dtype).map(|()| Some(lp)),
-        None => Ok(default.clone()?.filter(|&lp| lowp::check_format(lp, dtype).is_ok())),
+    match transport {
+        Transport::Low(lp) => lowp::check_format(lp, dtype).map(|()| Some(lp)),
+        Transport::Full => Ok(None),
+        Transport::Default => Ok(default.clone()?.filter(|&lp| lowp::check_format(lp, dtype).is_ok())),
     }
 }
 
@@ -671,22 +690,26 @@ mod tests {
 
     #[test]
     fn the_environments_format_applies_where_it_suits_the_data_and_an_explicit_one_must() {
+        use Transport::{Default, Full, Low};
         let bf16 = Ok(Some(DType::BF16));
         // The default: floating-point data travel in it, others in full precision.
-        assert_eq!(transport_format(None, &bf16, DType::F32), Ok(Some(DType::BF16)));
-        assert_eq!(transport_format(None, &bf16, DType::F64), Ok(Some(DType::BF16)));
-        assert_eq!(transport_format(None, &bf16, DType::I64), Ok(None));
-        assert_eq!(transport_format(None, &bf16, DType::U8), Ok(None));
-        assert_eq!(transport_format(None, &Ok(None), DType::F32), Ok(None));
+        assert_eq!(transport_format(Default, &bf16, DType::F32), Ok(Some(DType::BF16)));
+        assert_eq!(transport_format(Default, &bf16, DType::F64), Ok(Some(DType::BF16)));
+        assert_eq!(transport_format(Default, &bf16, DType::I64), Ok(None));
+        assert_eq!(transport_format(Default, &bf16, DType::U8), Ok(None));
+        assert_eq!(transport_format(Default, &Ok(None), DType::F32), Ok(None));
         // The call's own format overrides the default, and must suit the data.
-        assert_eq!(transport_format(Some(DType::F16), &bf16, DType::F32), Ok(Some(DType::F16)));
-        let e = transport_format(Some(DType::BF16), &Ok(None), DType::I32).unwrap_err();
+        assert_eq!(transport_format(Low(DType::F16), &bf16, DType::F32), Ok(Some(DType::F16)));
+        let e = transport_format(Low(DType::BF16), &Ok(None), DType::I32).unwrap_err();
         assert!(e.to_string().contains("low_precision_dtype") && e.to_string().contains("int32"), "{e}");
-        // A default the environment spells wrong fails every reduction, naming itself.
+        // Full precision on request, whatever the default.
+        assert_eq!(transport_format(Full, &bf16, DType::F32), Ok(None));
+        // A default the environment spells wrong fails every reduction that would use it.
         let bad = Err(ArgError::invalid(lowp::LOW_PRECISION_VAR, "fp7", "accepted: ..."));
         for dtype in [DType::F32, DType::I64] {
-            let e = transport_format(None, &bad, dtype).unwrap_err();
+            let e = transport_format(Default, &bad, dtype).unwrap_err();
             assert!(e.to_string().contains(lowp::LOW_PRECISION_VAR), "{e}");
         }
+        assert_eq!(transport_format(Full, &bad, DType::F32), Ok(None));
     }
 }

@@ -5,10 +5,15 @@
 //! Where the counter is invariant (constant rate, running in every power state, the same on
 //! every core: CPUID's "invariant TSC"), [`now_ns`] extrapolates from an *anchor*, a pair of
 //! counter and clock readings taken at most [`REANCHOR_NS`] ago by the same thread, at the rate
-//! measured between the last two anchors. So each reading is within a few tens of nanoseconds
-//! of the clock itself (the rate's error over one re-anchoring interval), comparable between
-//! the processes of a host like the clock, and follows the clock's own adjustments. Elsewhere,
-//! and until a thread has measured the rate, it reads the clock.
+//! measured between the thread's first anchor and the latest. So each reading is within a few
+//! tens of nanoseconds of the clock itself (the rate's error over one re-anchoring interval),
+//! comparable between the processes of a host like the clock, and follows the clock's own
+//! adjustments. Elsewhere, and until a thread has measured the rate, it reads the clock.
+//!
+//! An anchor is only taken from a clock reading that two counter readings [`PAIR_TICKS`] apart
+//! at most enclose: a thread preempted between its counter and clock readings (tens of
+//! microseconds on a busy virtual machine) would otherwise pair them wrongly, and every reading
+//! extrapolated from that anchor, and the rate measured from it, would be off by as much.
 
 use std::cell::Cell;
 
@@ -18,6 +23,9 @@ use super::monotonic_ns;
 const REANCHOR_NS: u64 = 1_000_000;
 /// Shortest interval between two anchors over which the rate is measured.
 const RATE_INTERVAL_NS: u64 = 100_000;
+/// Widest pair of counter readings an anchor's clock reading may lie between (a clock reading
+/// through the vDSO takes about a hundred ticks; well under a microsecond at any rate).
+const PAIR_TICKS: u64 = 2_000;
 
 /// A counter reading and the clock at that moment, with the rate to extrapolate at.
 #[derive(Clone, Copy)]
@@ -28,10 +36,14 @@ struct Anchor {
     scale: u64,
     /// Ticks after `tsc` up to which the anchor is used.
     max_ticks: u64,
+    /// The thread's first anchor (counter, clock), from which the rate is measured: the longer
+    /// the interval, the smaller the error of the pairs weighs.
+    first: (u64, u64),
 }
 
 thread_local! {
-    static ANCHOR: Cell<Anchor> = const { Cell::new(Anchor { tsc: 0, ns: 0, scale: 0, max_ticks: 0 }) };
+    static ANCHOR: Cell<Anchor> =
+        const { Cell::new(Anchor { tsc: 0, ns: 0, scale: 0, max_ticks: 0, first: (0, 0) }) };
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (see the module documentation for how it is read).
@@ -55,22 +67,41 @@ fn from_counter(t: u64) -> u64 {
     reanchor(t, a)
 }
 
-/// Reads the clock for counter value `t` and sets a new anchor from it when the rate can be
-/// measured (`a`: the current anchor).
+/// Reads the clock (for counter value `t`, read just before) and sets a new anchor when a tight
+/// pair of readings allows (`a`: the current anchor).
 #[cold]
 #[inline(never)]
 fn reanchor(t: u64, a: Anchor) -> u64 {
-    let ns = monotonic_ns();
-    if a.tsc == 0 || t <= a.tsc || ns <= a.ns {
-        // First reading of this thread (or the counter or clock went back: start over).
-        ANCHOR.set(Anchor { tsc: t, ns, scale: 0, max_ticks: 0 });
-    } else if ns - a.ns >= RATE_INTERVAL_NS {
-        let scale = ((u128::from(ns - a.ns) << 32) / u128::from(t - a.tsc)) as u64;
+    let Some((tsc, ns)) = tight_pair(t) else {
+        // Preempted at every try: the clock alone, the anchor kept.
+        return monotonic_ns();
+    };
+    if a.tsc == 0 || tsc <= a.tsc || ns <= a.ns {
+        // First anchor of this thread (or the counter or clock went back: start over).
+        ANCHOR.set(Anchor { tsc, ns, scale: 0, max_ticks: 0, first: (tsc, ns) });
+    } else if ns - a.first.1 >= RATE_INTERVAL_NS {
+        let scale = ((u128::from(ns - a.first.1) << 32) / u128::from(tsc - a.first.0)) as u64;
         let max_ticks = if scale == 0 { 0 } else { ((u128::from(REANCHOR_NS) << 32) / u128::from(scale)) as u64 };
-        ANCHOR.set(Anchor { tsc: t, ns, scale, max_ticks });
+        ANCHOR.set(Anchor { tsc, ns, scale, max_ticks, first: a.first });
     }
     // Otherwise keep the older anchor until the rate can be measured over a long enough interval.
     ns
+}
+
+/// A clock reading and the counter at that moment: the middle of two counter readings at most
+/// [`PAIR_TICKS`] apart that enclose it (the first of them `t`, then fresh ones), or `None` when
+/// three tries were preempted.
+fn tight_pair(mut before: u64) -> Option<(u64, u64)> {
+    for _ in 0..3 {
+        let ns = monotonic_ns();
+        let after = counter()?;
+        let gap = after.wrapping_sub(before);
+        if gap <= PAIR_TICKS {
+            return Some((before + gap / 2, ns));
+        }
+        before = counter()?;
+    }
+    None
 }
 
 /// The time-stamp counter, where it is invariant.

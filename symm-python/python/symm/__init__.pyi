@@ -36,7 +36,7 @@ SignalOp = Union[Literal[0, 1, "set", "add"], int, str]
 CompareOp = Union[Literal[0, 1, 2, 3, 4, 5, "eq", "ne", "gt", "ge", "lt", "le"], int, str]
 ReduceOp = Union[Literal[0, 1, 2, 3, "sum", "avg", "max", "min"], int, str]
 #: A transport format: torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2
-#: or their names; None: SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE.
+#: or their names; "none": full precision; None: SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE.
 LowPrecision = Union[None, torch.dtype, str]
 
 def init(group: GroupLike = None) -> None: ...

@@ -502,7 +502,8 @@ def _low_precision(st: _State, value: Any) -> Optional[str]:
             st.comm.rank,
             "low_precision_dtype",
             repr(value),
-            "expected a dtype or its name: float16, bfloat16, float8_e4m3fn, float8_e5m2, or None",
+            "expected a dtype or its name: float16, bfloat16, float8_e4m3fn, float8_e5m2, "
+            "'none' (full precision), or None",
         )
     return name
 
