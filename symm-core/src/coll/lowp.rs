@@ -101,97 +101,68 @@ trait Wide: Copy + PartialOrd + std::ops::Add<Output = Self> + std::ops::Div<Out
     fn from_f64(x: f64) -> Self;
     fn from_f32(x: f32) -> Self;
     fn count(n: usize) -> Self;
-    /// The codes of format `L` for a block of scaled values.
-    fn code<L: Format>(y: &[Self], out: &mut [u16]);
+    /// The codes of format `L` for a block of scaled values (one at a time from f64, unless
+    /// the type has better).
+    #[inline(always)]
+    fn code<L: Format>(y: &[Self], out: &mut [u16]) {
+        out.iter_mut().zip(y).for_each(|(o, &v)| *o = L::bits_of_f64(v.to_f64()));
+    }
 }
 
-impl Wide for f32 {
-    const ZERO: f32 = 0.0;
-    #[inline(always)]
-    fn pow2(e: i32) -> Option<f32> {
-        (-126..=127).contains(&e).then(|| f32::from_bits(((e + 127) as u32) << 23))
-    }
-    #[inline(always)]
-    fn mul(self, factor: f32) -> f32 {
-        self * factor
-    }
-    #[inline(always)]
-    fn abs(self) -> f32 {
-        f32::abs(self)
-    }
-    #[inline(always)]
-    fn finite(self) -> bool {
-        self.abs() < f32::INFINITY
-    }
-    #[inline(always)]
-    fn is_nan(self) -> bool {
-        f32::is_nan(self)
-    }
-    #[inline(always)]
-    fn to_f64(self) -> f64 {
-        f64::from(self)
-    }
-    #[inline(always)]
-    fn from_f64(x: f64) -> f32 {
-        x as f32
-    }
-    #[inline(always)]
-    fn from_f32(x: f32) -> f32 {
-        x
-    }
-    #[inline(always)]
-    fn count(n: usize) -> f32 {
-        n as f32
-    }
+/// [`Wide`] for a float type whose bits are `$bits` with exponent bias `$bias` above `$shift`
+/// significand bits; `$extra`: methods it overrides.
+macro_rules! wide {
+    ($t:ty, $bits:ty, $bias:expr, $shift:expr, { $($extra:item)* }) => {
+        impl Wide for $t {
+            const ZERO: $t = 0.0;
+            #[inline(always)]
+            fn pow2(e: i32) -> Option<$t> {
+                (1 - $bias..=$bias).contains(&e).then(|| <$t>::from_bits(((e + $bias) as $bits) << $shift))
+            }
+            #[inline(always)]
+            fn mul(self, factor: $t) -> $t {
+                self * factor
+            }
+            #[inline(always)]
+            fn abs(self) -> $t {
+                <$t>::abs(self)
+            }
+            #[inline(always)]
+            fn finite(self) -> bool {
+                self.abs() < <$t>::INFINITY
+            }
+            #[inline(always)]
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline(always)]
+            fn from_f64(x: f64) -> $t {
+                x as $t
+            }
+            #[inline(always)]
+            fn from_f32(x: f32) -> $t {
+                x as $t
+            }
+            #[inline(always)]
+            fn count(n: usize) -> $t {
+                n as $t
+            }
+            $($extra)*
+        }
+    };
+}
+
+wide!(f32, u32, 127, 23, {
     #[inline(always)]
     fn code<L: Format>(y: &[f32], out: &mut [u16]) {
         L::code_f32(y, out);
     }
-}
-
-impl Wide for f64 {
-    const ZERO: f64 = 0.0;
-    #[inline(always)]
-    fn pow2(e: i32) -> Option<f64> {
-        (-1022..=1023).contains(&e).then(|| f64::from_bits(((e + 1023) as u64) << 52))
-    }
-    #[inline(always)]
-    fn mul(self, factor: f64) -> f64 {
-        self * factor
-    }
-    #[inline(always)]
-    fn abs(self) -> f64 {
-        f64::abs(self)
-    }
-    #[inline(always)]
-    fn finite(self) -> bool {
-        self.abs() < f64::INFINITY
-    }
-    #[inline(always)]
-    fn is_nan(self) -> bool {
-        f64::is_nan(self)
-    }
-    #[inline(always)]
-    fn to_f64(self) -> f64 {
-        self
-    }
-    #[inline(always)]
-    fn from_f64(x: f64) -> f64 {
-        x
-    }
-    #[inline(always)]
-    fn from_f32(x: f32) -> f64 {
-        f64::from(x)
-    }
-    #[inline(always)]
-    fn count(n: usize) -> f64 {
-        n as f64
-    }
-    #[inline(always)]
-    fn code<L: Format>(y: &[f64], out: &mut [u16]) {
-        out.iter_mut().zip(y).for_each(|(o, &v)| *o = L::bits_of_f64(v));
-    }
-}
+});
+wide!(f64, u64, 1023, 52, {});
 
 /// A transport format: how a scaled value becomes its bits (rounding to nearest even) and back.
 /// Non-finite values are coded by hand for fp8: e4m3fn has no infinity (the reserved top code
@@ -302,6 +273,20 @@ fn fp8_finite_bits<const MANTISSA: u32, const BIAS: u32, const MAX: u32>(y: f32)
     (code | ((y.to_bits() >> 24) & 0x80)) as u16
 }
 
+/// [`fp8_bits`] from `f32`, branch-free ([`fp8_finite_bits`]), the same codes.
+#[inline(always)]
+fn fp8_code<const MANTISSA: u32, const BIAS: u32, const MAX: u32>(y: f32, inf: (u16, u16)) -> u16 {
+    let finite = fp8_finite_bits::<MANTISSA, BIAS, MAX>(y);
+    let infinite = if y > 0.0 { inf.0 } else { inf.1 };
+    if y.is_nan() {
+        0x7f
+    } else if y.is_infinite() {
+        infinite
+    } else {
+        finite
+    }
+}
+
 /// The fp8 code of `y`: NaN and infinities by hand (`inf`: the codes of +inf and -inf), the rest
 /// by `finite`.
 #[inline(always)]
@@ -325,15 +310,7 @@ impl Format for E4m3 {
     type Table = &'static [f32; 256];
     #[inline(always)]
     fn bits_of_f32(y: f32) -> u16 {
-        let finite = fp8_finite_bits::<3, 7, 0x7e>(y);
-        let inf = if y > 0.0 { 0x7e } else { 0xfe };
-        if y.is_nan() {
-            0x7f
-        } else if y.is_infinite() {
-            inf
-        } else {
-            finite
-        }
+        fp8_code::<3, 7, 0x7e>(y, (0x7e, 0xfe))
     }
     #[inline(always)]
     fn bits_of_f64(y: f64) -> u16 {
@@ -361,15 +338,7 @@ impl Format for E5m2 {
     type Table = &'static [f32; 256];
     #[inline(always)]
     fn bits_of_f32(y: f32) -> u16 {
-        let finite = fp8_finite_bits::<2, 15, 0x7b>(y);
-        let inf = if y > 0.0 { 0x7c } else { 0xfc };
-        if y.is_nan() {
-            0x7f
-        } else if y.is_infinite() {
-            inf
-        } else {
-            finite
-        }
+        fp8_code::<2, 15, 0x7b>(y, (0x7c, 0xfc))
     }
     #[inline(always)]
     fn bits_of_f64(y: f64) -> u16 {
@@ -393,52 +362,29 @@ trait Data: Copy {
     fn narrow(w: Self::W) -> Self;
 }
 
-impl Data for f32 {
-    type W = f32;
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    fn narrow(w: f32) -> f32 {
-        w
-    }
+/// [`Data`] impls: the type, its arithmetic, how a value widens and how one narrows.
+macro_rules! data {
+    ($($t:ty => $w:ty, |$x:ident| $widen:expr, |$y:ident| $narrow:expr;)*) => {$(
+        impl Data for $t {
+            type W = $w;
+            #[inline(always)]
+            fn widen(self) -> $w {
+                let $x = self;
+                $widen
+            }
+            #[inline(always)]
+            fn narrow($y: $w) -> $t {
+                $narrow
+            }
+        }
+    )*};
 }
 
-impl Data for f64 {
-    type W = f64;
-    #[inline(always)]
-    fn widen(self) -> f64 {
-        self
-    }
-    #[inline(always)]
-    fn narrow(w: f64) -> f64 {
-        w
-    }
-}
-
-impl Data for f16 {
-    type W = f32;
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self.to_f32()
-    }
-    #[inline(always)]
-    fn narrow(w: f32) -> f16 {
-        f16::from_f32(w)
-    }
-}
-
-impl Data for bf16 {
-    type W = f32;
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self.to_f32()
-    }
-    #[inline(always)]
-    fn narrow(w: f32) -> bf16 {
-        bf16::from_f32(w)
-    }
+data! {
+    f32 => f32, |x| x, |w| w;
+    f64 => f64, |x| x, |w| w;
+    f16 => f32, |x| x.to_f32(), |w| f16::from_f32(w);
+    bf16 => f32, |x| x.to_f32(), |w| bf16::from_f32(w);
 }
 
 /// Runs the generic function `$f::<data type, format>($args)` for dtype `$d` and format `$lp`
