@@ -119,7 +119,7 @@ pub fn measure<C: Collectives>(comm: &C, set: &str, dtype: DType, lp: Option<DTy
     let mut buf = encode(dtype, &inputs[me]);
     // SAFETY: `buf` holds `count` elements of `dtype`.
     let bm = unsafe { LocalMut::from_raw(buf.as_mut_ptr(), count, dtype) };
-    let opts = CollOptions { transport: lp.map_or(Transport::Default, Transport::Low), ..CollOptions::default() };
+    let opts = CollOptions { transport: lp.map_or(Transport::Full, Transport::Low), ..CollOptions::default() };
     comm.allreduce(&world, bm, ReduceOp::Sum, &opts).expect("allreduce");
     let got = decode(dtype, &buf);
 

@@ -290,7 +290,7 @@ pub fn allreduce<C: Collectives>(comm: &C, cases: usize) {
             .collect();
         let (want, tol) = reference(dtype, op, &inputs, lp);
         let opts = CollOptions {
-            transport: lp.map_or(Transport::Default, Transport::Low),
+            transport: lp.map_or(Transport::Full, Transport::Low),
             timeout: Some(Duration::from_secs(60)),
         };
         let mut a = Mem::new(comm, &world, heap, dtype, count);
@@ -374,7 +374,7 @@ pub fn reduce_scatter<C: Collectives>(comm: &C, cases: usize) {
         let mine: Vec<Vec<f64>> = inputs.iter().map(|x| x[me * m..(me + 1) * m].to_vec()).collect();
         let (want, tol) = reference(dtype, op, &mine, lp);
         let opts = CollOptions {
-            transport: lp.map_or(Transport::Default, Transport::Low),
+            transport: lp.map_or(Transport::Full, Transport::Low),
             timeout: Some(Duration::from_secs(60)),
         };
         let mut a = Mem::new(comm, &world, heap, dtype, n * m);

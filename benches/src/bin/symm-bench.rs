@@ -36,7 +36,11 @@
 //! the value computed here. Reductions are computed like the library documents them (in
 //! group-rank order in f64 here; the data are small integers, so sums are exact in the f32
 //! accumulator of narrow floats, and the single rounding to the dtype is reproduced; `avg`
-//! divides in the accumulator type); the comparison is exact. `#wrong` is the number of
+//! divides in the accumulator type); the comparison is exact. With
+//! `SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE` set, reductions of float data travel in that format,
+//! and the values stay exact in it too: smaller integers, sums of at most its exact integers
+//! (with more ranks than that, the later ranks contribute zeros), and the same inputs on every
+//! rank for `avg` (whose reduced parts travel encoded). `#wrong` is the number of
 //! mismatching elements summed over the ranks; any mismatch makes the program exit with status 3
 //! (1: a call failed; 2: the ranks could not start).
 //!
@@ -857,17 +861,6 @@ fn pattern(m: u32, salt: u32, rank: usize, i: usize) -> u32 {
     ((rank as u64 * 7 + i as u64 * 13 + u64::from(salt) * 29 + 1) % u64::from(m)) as u32
 }
 
-/// Integers below this are exact in low-precision format `lp` (2 to the power of its
-/// significand bits, the implicit one included).
-fn exact_in_format(lp: DType) -> u32 {
-    match lp {
-        DType::F16 => 1 << 11,
-        DType::BF16 => 1 << 8,
-        DType::F8E4M3 => 1 << 4,
-        _ => 1 << 3,
-    }
-}
-
 /// The reduction of `v(0) .. v(n-1)` in rank order, rounded once to T.
 fn reduced<T: Val>(op: ReduceOp, n: usize, v: impl Fn(usize) -> f64) -> T {
     let mut acc = v(0);
@@ -911,7 +904,7 @@ struct Bench<'c> {
     copts: CollOptions,
     /// The low-precision format the measured reductions travel in, from the environment
     /// (`SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`, where it suits the dtype): the checks then use
-    /// values the format carries exactly ([`Bench::modulus`], [`Bench::scale`]).
+    /// values the format carries exactly ([`Bench::modulus`], [`Bench::value`]).
     lp: Option<DType>,
 }
 
@@ -1045,23 +1038,32 @@ impl<'c> Bench<'c> {
 
     /// Modulus of the input values: sums stay exact and within range, in the dtype and in the
     /// low-precision format the reduction travels in (whose per-block power-of-two scales keep
-    /// integers exact: [`exact_in_format`]).
+    /// integers exact: [`lowp::exact_integers`]).
     fn modulus<T: Val>(&self) -> u32 {
         let sums = self.o.op.reduces() && matches!(self.o.redop, ReduceOp::Sum | ReduceOp::Avg);
-        let n = self.n as u32;
-        let exact = self.lp.map_or(T::EXACT, |lp| T::EXACT.min(exact_in_format(lp)));
-        let m = if sums { exact / n } else { exact };
+        let exact = self.lp.map_or(T::EXACT, |lp| T::EXACT.min(lowp::exact_integers(lp)));
+        let m = if sums && !self.rank_independent() { exact / self.n as u32 } else { exact };
         m.clamp(2, 97)
     }
 
-    /// The factor of the input values: the group size for an average that travels in low
-    /// precision, whose reduced parts travel encoded too (two-shot): inputs that are multiples
-    /// of n average to integers, which the format carries exactly.
-    fn scale(&self) -> u32 {
-        if self.lp.is_some() && self.o.redop == ReduceOp::Avg {
-            self.n as u32
-        } else {
-            1
+    /// Whether every rank gets the same inputs: an average that travels in low precision, whose
+    /// reduced parts travel encoded too (two-shot). The average of equal values is that value,
+    /// which the format carries exactly; one of different values need not be.
+    fn rank_independent(&self) -> bool {
+        self.lp.is_some() && self.o.redop == ReduceOp::Avg
+    }
+
+    /// Input element `i` of rank `r` (modulus `m`, `salt`): the pattern, except that a low-
+    /// precision sum with more ranks than the format's exact integers takes values (0 or 1)
+    /// from the first `exact - 1` ranks only, so that every sum stays exact.
+    fn value(&self, m: u32, salt: u32, r: usize, i: usize) -> u32 {
+        if self.rank_independent() {
+            return pattern(m, salt, 0, i);
+        }
+        let sums = self.o.op.reduces() && self.o.redop == ReduceOp::Sum;
+        match self.lp {
+            Some(lp) if sums && r + 1 >= lowp::exact_integers(lp) as usize => 0,
+            _ => pattern(m, salt, r, i),
         }
     }
 
@@ -1069,11 +1071,11 @@ impl<'c> Bench<'c> {
     /// the pages in before the warm-ups).
     fn prepare(&self, c: usize) {
         by_dtype!(self.o.dtype, T => {
-            let (m, k) = (self.modulus::<T>(), self.scale());
+            let m = self.modulus::<T>();
             let (ca, cb) = capacities(self.o.op, c, self.n);
             let me = self.me;
-            self.a.fill::<T>(0, ca, |i| T::of(f64::from(k * pattern(m, 0, me, i))));
-            self.b.fill::<T>(0, cb, |i| T::of(f64::from(k * pattern(m, 0, me, i))));
+            self.a.fill::<T>(0, ca, |i| T::of(f64::from(self.value(m, 0, me, i))));
+            self.b.fill::<T>(0, cb, |i| T::of(f64::from(self.value(m, 0, me, i))));
         })
     }
 
@@ -1084,8 +1086,8 @@ impl<'c> Bench<'c> {
 
     fn check_typed<T: Val>(&self, form: Form, c: usize, salt: u32) -> symm_core::Result<u64> {
         let (a, b, n, me, redop) = (&self.a, &self.b, self.n, self.me, self.o.redop);
-        let (m, k) = (self.modulus::<T>(), self.scale());
-        let v = |r: usize, i: usize| f64::from(k * pattern(m, salt, r, i));
+        let m = self.modulus::<T>();
+        let v = |r: usize, i: usize| f64::from(self.value(m, salt, r, i));
         let pat = |r: usize, i: usize| T::of(v(r, i));
         let red = |i: usize| reduced::<T>(redop, n, |r| v(r, i));
         match (self.o.op, form) {
