@@ -194,7 +194,12 @@ trait Format {
     /// What decoding needs, fetched once per call (fp8: the value of every code).
     type Table: Copy;
     fn bits_of_f32(y: f32) -> u16;
-    fn bits_of_f64(y: f64) -> u16;
+    /// The code of an f64: through f32, rounded to odd ([`to_f32_odd`]), which is correct for
+    /// formats of at most 22 significant bits.
+    #[inline(always)]
+    fn bits_of_f64(y: f64) -> u16 {
+        Self::bits_of_f32(to_f32_odd(y))
+    }
     fn table() -> Self::Table;
     /// The value of `bits` (exact in f32).
     fn value(table: Self::Table, bits: u16) -> f32;
@@ -239,10 +244,6 @@ impl Format for Fp16 {
     fn bits_of_f32(y: f32) -> u16 {
         f16::from_f32(y).to_bits()
     }
-    #[inline(always)]
-    fn bits_of_f64(y: f64) -> u16 {
-        Self::bits_of_f32(to_f32_odd(y))
-    }
     fn table() {}
     #[inline(always)]
     fn value((): (), bits: u16) -> f32 {
@@ -276,10 +277,6 @@ impl Format for Bf16 {
         } else {
             rounded
         }
-    }
-    #[inline(always)]
-    fn bits_of_f64(y: f64) -> u16 {
-        Self::bits_of_f32(to_f32_odd(y))
     }
     fn table() {}
     #[inline(always)]
@@ -340,57 +337,51 @@ fn fp8_bits(y: f64, inf: (u16, u16), finite: impl Fn(f64) -> u8) -> u16 {
     }
 }
 
-impl Format for E4m3 {
-    const BYTES: usize = 1;
-    const TARGET_MAX: f64 = 224.0;
-    const MIN_EXP: i32 = -9;
-    type Table = &'static [f32; 256];
-    #[inline(always)]
-    fn bits_of_f32(y: f32) -> u16 {
-        fp8_code::<3, 7, 0x7e>(y, (0x7e, 0xfe))
-    }
-    #[inline(always)]
-    fn bits_of_f64(y: f64) -> u16 {
-        fp8_bits(y, (0x7e, 0xfe), |y| F8E4M3::from_f64(y).to_bits())
-    }
-    fn table() -> Self::Table {
-        static VALUES: OnceLock<[f32; 256]> = OnceLock::new();
-        VALUES.get_or_init(|| {
-            std::array::from_fn(|code| match code as u8 {
-                0x7e => f32::INFINITY,
-                0xfe => f32::NEG_INFINITY,
-                x => F8E4M3::from_bits(x).to_f32(),
-            })
-        })
-    }
-    #[inline(always)]
-    fn value(table: Self::Table, bits: u16) -> f32 {
-        table[usize::from(bits as u8)]
+/// The value of fp8 code `code`: the infinities of `inf` (by hand, as [`fp8_bits`] codes them),
+/// else `value`.
+fn fp8_value(code: u8, inf: (u16, u16), value: fn(u8) -> f32) -> f32 {
+    match u16::from(code) {
+        c if c == inf.0 => f32::INFINITY,
+        c if c == inf.1 => f32::NEG_INFINITY,
+        _ => value(code),
     }
 }
 
-impl Format for E5m2 {
-    const BYTES: usize = 1;
-    const TARGET_MAX: f64 = 57344.0;
-    const MIN_EXP: i32 = -16;
-    type Table = &'static [f32; 256];
-    #[inline(always)]
-    fn bits_of_f32(y: f32) -> u16 {
-        fp8_code::<2, 15, 0x7b>(y, (0x7c, 0xfc))
-    }
-    #[inline(always)]
-    fn bits_of_f64(y: f64) -> u16 {
-        fp8_bits(y, (0x7c, 0xfc), |y| F8E5M2::from_f64(y).to_bits())
-    }
-    fn table() -> Self::Table {
-        static VALUES: OnceLock<[f32; 256]> = OnceLock::new();
-        VALUES.get_or_init(|| std::array::from_fn(|code| F8E5M2::from_bits(code as u8).to_f32()))
-    }
-    #[inline(always)]
-    fn value(table: Self::Table, bits: u16) -> f32 {
-        table[usize::from(bits as u8)]
-    }
+/// [`Format`] for fp8 format `$name` (the float8 crate's `$f8`): `$mantissa` bits, exponent
+/// `$bias`, finite codes up to `$max`, the infinities coded `$inf`, blocks scaled to `$target`,
+/// the smallest value 2^`$min_exp`.
+macro_rules! fp8_format {
+    ($name:ident, $f8:ty, $mantissa:expr, $bias:expr, $max:expr, $inf:expr, $target:expr, $min_exp:expr) => {
+        impl Format for $name {
+            const BYTES: usize = 1;
+            const TARGET_MAX: f64 = $target;
+            const MIN_EXP: i32 = $min_exp;
+            type Table = &'static [f32; 256];
+            #[inline(always)]
+            fn bits_of_f32(y: f32) -> u16 {
+                fp8_code::<$mantissa, $bias, $max>(y, $inf)
+            }
+            #[inline(always)]
+            fn bits_of_f64(y: f64) -> u16 {
+                fp8_bits(y, $inf, |y| <$f8>::from_f64(y).to_bits())
+            }
+            fn table() -> Self::Table {
+                static VALUES: OnceLock<[f32; 256]> = OnceLock::new();
+                VALUES.get_or_init(|| {
+                    std::array::from_fn(|code| fp8_value(code as u8, $inf, |x| <$f8>::from_bits(x).to_f32()))
+                })
+            }
+            #[inline(always)]
+            fn value(table: Self::Table, bits: u16) -> f32 {
+                table[usize::from(bits as u8)]
+            }
+        }
+    };
 }
+
+// e4m3fn has no infinity: the reserved top codes (±448) carry it.
+fp8_format!(E4m3, F8E4M3, 3, 7, 0x7e, (0x7e, 0xfe), 224.0, -9);
+fp8_format!(E5m2, F8E5M2, 2, 15, 0x7b, (0x7c, 0xfc), 57344.0, -16);
 
 /// A dtype low-precision transport carries: widened exactly into its arithmetic ([`Wide`]) and
 /// narrowed back rounding once.
