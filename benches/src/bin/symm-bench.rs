@@ -1041,30 +1041,58 @@ impl<'c> Bench<'c> {
     /// integers exact: [`lowp::exact_integers`]).
     fn modulus<T: Val>(&self) -> u32 {
         let sums = self.o.op.reduces() && matches!(self.o.redop, ReduceOp::Sum | ReduceOp::Avg);
-        let exact = self.lp.map_or(T::EXACT, |lp| T::EXACT.min(lowp::exact_integers(lp)));
-        let m = if sums && !self.rank_independent() { exact / self.n as u32 } else { exact };
+        let exact = self.exact::<T>();
+        let m = if self.low_precision_average() {
+            // A mean and offsets that cancel, every partial sum within (n + 1) (m - 1).
+            exact / (self.n as u32 + 1)
+        } else if sums {
+            exact / self.n as u32
+        } else {
+            exact
+        };
         m.clamp(2, 97)
     }
 
-    /// Whether every rank gets the same inputs: an average that travels in low precision, whose
-    /// reduced parts travel encoded too (two-shot). The average of equal values is that value,
-    /// which the format carries exactly; one of different values need not be.
-    fn rank_independent(&self) -> bool {
+    /// The largest integer every reduction of `T` carries exactly: the dtype's, and the
+    /// low-precision format's where the reduction travels in one.
+    fn exact<T: Val>(&self) -> u32 {
+        self.lp.map_or(T::EXACT, |lp| T::EXACT.min(lowp::exact_integers(lp)))
+    }
+
+    /// An average that travels in low precision, whose reduced parts travel encoded too
+    /// (two-shot): the average of arbitrary values need not be one the format carries (1/3 is
+    /// not), so the ranks' inputs are a common mean with offsets that cancel ([`Bench::value`]).
+    fn low_precision_average(&self) -> bool {
         self.lp.is_some() && self.o.redop == ReduceOp::Avg
     }
 
-    /// Input element `i` of rank `r` (modulus `m`, `salt`): the pattern, except that a low-
-    /// precision sum with more ranks than the format's exact integers takes values (0 or 1)
-    /// from the first `exact - 1` ranks only, so that every sum stays exact.
-    fn value(&self, m: u32, salt: u32, r: usize, i: usize) -> u32 {
-        if self.rank_independent() {
-            return pattern(m, salt, 0, i);
+    /// Input element `i` of rank `r` (modulus `m`, `salt`): the pattern, except under low
+    /// precision, where every result must be one the format carries exactly:
+    /// - an average: a mean `x` plus `d` on even ranks and minus `d` on odd ones (the pairs'
+    ///   offsets differ; an odd last rank takes `x`), so the average is `x`; `d` is 0 where the
+    ///   ranks are too many for partial sums to stay exact with it;
+    /// - a sum with more ranks than the largest exact integer: values (0 or 1) from the first
+    ///   `exact` ranks only.
+    fn value<T: Val>(&self, m: u32, salt: u32, r: usize, i: usize) -> f64 {
+        let exact = self.exact::<T>() as usize;
+        if self.low_precision_average() {
+            let mean = f64::from(pattern(m, salt, 0, i));
+            let room = exact / (self.n + 1) >= 2;
+            let d = if room { f64::from(pattern(m, salt, r / 2 + 1, i)) } else { 0.0 };
+            let sign = if r % 2 == 1 {
+                -1.0
+            } else if r + 1 == self.n {
+                0.0
+            } else {
+                1.0
+            };
+            return mean + sign * d;
         }
         let sums = self.o.op.reduces() && self.o.redop == ReduceOp::Sum;
-        match self.lp {
-            Some(lp) if sums && r + 1 >= lowp::exact_integers(lp) as usize => 0,
-            _ => pattern(m, salt, r, i),
+        if self.lp.is_some() && sums && self.n > exact && r >= exact {
+            return 0.0;
         }
+        f64::from(pattern(m, salt, r, i))
     }
 
     /// Fills every buffer used at count `c` with rank-dependent values (untimed; also faults
@@ -1074,8 +1102,8 @@ impl<'c> Bench<'c> {
             let m = self.modulus::<T>();
             let (ca, cb) = capacities(self.o.op, c, self.n);
             let me = self.me;
-            self.a.fill::<T>(0, ca, |i| T::of(f64::from(self.value(m, 0, me, i))));
-            self.b.fill::<T>(0, cb, |i| T::of(f64::from(self.value(m, 0, me, i))));
+            self.a.fill::<T>(0, ca, |i| T::of(self.value::<T>(m, 0, me, i)));
+            self.b.fill::<T>(0, cb, |i| T::of(self.value::<T>(m, 0, me, i)));
         })
     }
 
@@ -1087,7 +1115,7 @@ impl<'c> Bench<'c> {
     fn check_typed<T: Val>(&self, form: Form, c: usize, salt: u32) -> symm_core::Result<u64> {
         let (a, b, n, me, redop) = (&self.a, &self.b, self.n, self.me, self.o.redop);
         let m = self.modulus::<T>();
-        let v = |r: usize, i: usize| f64::from(self.value(m, salt, r, i));
+        let v = |r: usize, i: usize| self.value::<T>(m, salt, r, i);
         let pat = |r: usize, i: usize| T::of(v(r, i));
         let red = |i: usize| reduced::<T>(redop, n, |r| v(r, i));
         match (self.o.op, form) {

@@ -1020,16 +1020,22 @@ mod tests {
         for (name, lp) in [("bf16", DType::BF16), ("fp16", DType::F16)] {
             let Reference { code, value, .. } = reference(lp);
             let value = |c| f64::from(value(c));
-            for _ in 0..20_000 {
+            // Zero and every subnormal code, then random normal codes below the largest (bf16
+            // normals 0x0080..0x7f7e, fp16 0x0400..0x7bfe), each with the next code up.
+            let (first, last) = if name == "bf16" { (0x0080u16, 0x7f7e) } else { (0x0400, 0x7bfe) };
+            let random = (0..20_000).map(|_| {
                 s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                // A positive normal code below the largest: bf16 0x0080..0x7f7e, fp16 0x0400..0x7bfe.
-                let (first, last) = if name == "bf16" { (0x0080u16, 0x7f7e) } else { (0x0400, 0x7bfe) };
-                let below = first + ((s >> 20) % u64::from(last - first)) as u16;
-                let (lo, hi) = (value(below), value(below + 1));
+                first + ((s >> 20) % u64::from(last - first)) as u16
+            });
+            let pairs = (0..first).chain(random).map(|below| (below, value(below), value(below + 1)));
+            // The largest finite code: above it lies infinity, where the next code would be.
+            let max = last + 1;
+            let top = (max, value(max), 2.0 * value(max) - value(max - 1));
+            for (below, lo, hi) in pairs.chain([top]) {
                 let mid = (lo + hi) / 2.0;
                 let f32_ulp = f64::from(f32::from_bits((mid as f32).to_bits() + 1)) - f64::from(mid as f32);
                 for offset in
-                    [0.0, f32_ulp, 2.0 * f32_ulp, mid * 2f64.powi(-50), (s & 0xff) as f64 * mid * 2f64.powi(-45)]
+                    [0.0, f32_ulp, 2.0 * f32_ulp, mid * 2f64.powi(-50), f64::from(below & 0xff) * mid * 2f64.powi(-45)]
                 {
                     for y in [mid + offset, mid - offset] {
                         let want = if y < mid || (y == mid && below % 2 == 0) { below } else { below + 1 };

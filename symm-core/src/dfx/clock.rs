@@ -5,10 +5,11 @@
 //! Where the counter is invariant (constant rate, running in every power state, the same on
 //! every core: CPUID's "invariant TSC"), [`now_ns`] extrapolates from an *anchor*, a pair of
 //! counter and clock readings taken at most [`REANCHOR_NS`] ago by the same thread, at the rate
-//! measured between the thread's first anchor and the latest. So each reading is within a few
-//! tens of nanoseconds of the clock itself (the rate's error over one re-anchoring interval),
-//! comparable between the processes of a host like the clock, and follows the clock's own
-//! adjustments. Elsewhere, and until a thread has measured the rate, it reads the clock.
+//! measured between the thread's first anchor and the latest. So each reading is close to the
+//! clock itself (measured: a few hundred nanoseconds at worst, the pairs' uncertainty and the
+//! rate's error over one re-anchoring interval), comparable between the processes of a host
+//! like the clock, and follows the clock's own adjustments. Elsewhere, and until a thread has
+//! measured the rate, it reads the clock.
 //!
 //! An anchor is only taken from a clock reading that two counter readings [`PAIR_TICKS`] apart
 //! at most enclose: a thread preempted between its counter and clock readings (tens of
@@ -18,7 +19,8 @@
 //! interval it is measured over, so an anchor extrapolates over a sixteenth of that interval at
 //! most ([`REANCHOR_NS`] once it is long enough). A new anchor that disagrees with the
 //! extrapolation by more than [`RESTART_NS`] (the counter ran while the clock did not: a
-//! suspended machine, a paused VM) starts the rate's measurement over. Where no tight pair can
+//! suspended machine, a paused VM) starts the rate's measurement over, and so does a
+//! measured rate outside any counter's ([`MIN_SCALE`], [`MAX_SCALE`]). Where no tight pair can
 //! be had (a trapped counter, a clock read through a system call), the thread reads the clock
 //! and tries again [`REANCHOR_NS`] later.
 
@@ -35,6 +37,12 @@ const RATE_INTERVAL_NS: u64 = 100_000;
 const PAIR_TICKS: u64 = 2_000;
 /// Largest disagreement between a new anchor and the extrapolation that keeps the rate.
 const RESTART_NS: u64 = 10_000;
+/// The slowest and fastest rates a measured rate may show, in nanoseconds per tick (32.32
+/// fixed point): 10 GHz and 0.2 GHz. Invariant counters run at the processor's base frequency,
+/// well inside; a rate outside is a measurement across a moment when the counter and the clock
+/// parted (the first measurement has no earlier rate to disagree with).
+const MIN_SCALE: u64 = (1 << 32) / 10;
+const MAX_SCALE: u64 = 5 << 32;
 
 /// A counter reading and the clock at that moment, with the rate to extrapolate at.
 #[derive(Clone, Copy)]
@@ -73,7 +81,7 @@ fn from_counter(t: u64) -> u64 {
     let a = ANCHOR.get();
     let dt = t.wrapping_sub(a.tsc);
     if a.scale != 0 && dt < a.max_ticks {
-        return a.ns + ((u128::from(dt) * u128::from(a.scale)) >> 32) as u64;
+        return a.ns + ticks_to_ns(dt, a.scale);
     }
     reanchor(t, a)
 }
@@ -82,12 +90,14 @@ fn from_counter(t: u64) -> u64 {
 /// pair of readings allows (`a`: the current anchor).
 #[cold]
 #[inline(never)]
-fn reanchor(t: u64, a: Anchor) -> u64 {
+fn reanchor(mut t: u64, a: Anchor) -> u64 {
     if a.retry_at != 0 {
         let ns = monotonic_ns();
         if ns < a.retry_at {
             return ns;
         }
+        // The clock reading above lies between `t` and the pair's readings: start afresh.
+        t = counter().unwrap_or(t);
     }
     let Some((tsc, ns)) = tight_pair(t) else {
         // Preempted at every try, or the clock is slow to read: the clock alone for a while.
@@ -95,22 +105,42 @@ fn reanchor(t: u64, a: Anchor) -> u64 {
         ANCHOR.set(Anchor { retry_at: ns + REANCHOR_NS, ..a });
         return ns;
     };
-    let extrapolated = a.ns + ((u128::from(tsc.wrapping_sub(a.tsc)) * u128::from(a.scale)) >> 32) as u64;
-    let restart = a.tsc == 0 || tsc <= a.tsc || ns <= a.ns || (a.scale != 0 && extrapolated.abs_diff(ns) > RESTART_NS);
-    if restart {
-        // First anchor of this thread, or the counter and the clock parted: start over.
-        ANCHOR.set(Anchor { tsc, ns, scale: 0, max_ticks: 0, first: (tsc, ns), retry_at: 0 });
-    } else if ns - a.first.1 >= RATE_INTERVAL_NS {
-        let interval = ns - a.first.1;
-        let scale = ((u128::from(interval) << 32) / u128::from(tsc - a.first.0)) as u64;
+    ANCHOR.set(advance(a, tsc, ns));
+    ns
+}
+
+/// The anchor that follows `a` given a tight pair of readings (counter `tsc`, clock `ns`).
+fn advance(a: Anchor, tsc: u64, ns: u64) -> Anchor {
+    // Only a counter and a clock that both moved forward since the anchor can be compared.
+    let parted = a.tsc == 0 || tsc <= a.tsc || ns <= a.ns || {
+        let extrapolated = a.ns.saturating_add(ticks_to_ns(tsc - a.tsc, a.scale));
+        a.scale != 0 && extrapolated.abs_diff(ns) > RESTART_NS
+    };
+    let interval = ns.saturating_sub(a.first.1);
+    let scale = if parted || interval < RATE_INTERVAL_NS {
+        0
+    } else {
+        ((u128::from(interval) << 32) / u128::from(tsc - a.first.0)) as u64
+    };
+    if parted || (interval >= RATE_INTERVAL_NS && !(MIN_SCALE..=MAX_SCALE).contains(&scale)) {
+        // First anchor of this thread, the counter and the clock parted, or the rate measured
+        // against the first anchor is not a counter's (the two moved apart in between, before
+        // any rate could notice): start over.
+        Anchor { tsc, ns, scale: 0, max_ticks: 0, first: (tsc, ns), retry_at: 0 }
+    } else if interval >= RATE_INTERVAL_NS {
         let window = REANCHOR_NS.min(interval / 16);
-        let max_ticks = if scale == 0 { 0 } else { ((u128::from(window) << 32) / u128::from(scale)) as u64 };
-        ANCHOR.set(Anchor { tsc, ns, scale, max_ticks, first: a.first, retry_at: 0 });
+        let max_ticks = ((u128::from(window) << 32) / u128::from(scale)) as u64;
+        Anchor { tsc, ns, scale, max_ticks, first: a.first, retry_at: 0 }
     } else {
         // Keep the older anchor until the rate can be measured over a long enough interval.
-        ANCHOR.set(Anchor { retry_at: 0, ..a });
+        Anchor { retry_at: 0, ..a }
     }
-    ns
+}
+
+/// Nanoseconds for `ticks` at `scale` (nanoseconds per tick, 32.32 fixed point).
+#[inline]
+fn ticks_to_ns(ticks: u64, scale: u64) -> u64 {
+    ((u128::from(ticks) * u128::from(scale)) >> 32) as u64
 }
 
 /// A clock reading and the counter at that moment: the middle of two counter readings at most
@@ -154,6 +184,47 @@ fn counter() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Anchors from pairs of a 3 GHz counter (3 ticks per nanosecond) and the clock.
+    fn pair(ns: u64) -> (u64, u64) {
+        (1_000_000 + 3 * ns, ns)
+    }
+
+    #[test]
+    fn measures_the_rate_and_restarts_when_the_counter_and_the_clock_part() {
+        let none = Anchor { tsc: 0, ns: 0, scale: 0, max_ticks: 0, first: (0, 0), retry_at: 0 };
+        let (tsc, ns) = pair(1_000);
+        let first = advance(none, tsc, ns);
+        assert_eq!((first.tsc, first.ns, first.scale, first.first), (tsc, ns, 0, (tsc, ns)));
+        // Too short an interval to measure over: the first anchor stays.
+        let (tsc, ns) = pair(1_000 + RATE_INTERVAL_NS / 2);
+        assert_eq!(advance(first, tsc, ns).tsc, first.tsc);
+        // Long enough: the rate (1/3 ns per tick) and a window of a sixteenth of the interval.
+        let (tsc, ns) = pair(1_000 + 2 * RATE_INTERVAL_NS);
+        let measured = advance(first, tsc, ns);
+        assert_eq!((measured.tsc, measured.first), (tsc, first.first));
+        assert!(measured.scale.abs_diff((1 << 32) / 3) <= 1, "scale {}", measured.scale);
+        assert!(ticks_to_ns(measured.max_ticks, measured.scale).abs_diff(2 * RATE_INTERVAL_NS / 16) <= 1);
+        // The next anchor agrees with the extrapolation: the rate is measured over the longer
+        // interval from the first anchor.
+        let (tsc, ns) = pair(1_000 + 3 * RATE_INTERVAL_NS);
+        let next = advance(measured, tsc, ns);
+        assert_eq!((next.tsc, next.first), (tsc, first.first));
+        assert_ne!(next.scale, 0);
+        // The counter ran on while the clock stood still (a paused machine): start over.
+        let (tsc, _) = pair(1_000 + 4 * RATE_INTERVAL_NS);
+        let ns = next.ns + RATE_INTERVAL_NS / 10;
+        let parted = advance(next, tsc, ns);
+        assert_eq!((parted.scale, parted.first), (0, (tsc, ns)));
+        // A first rate no counter has (here 100 GHz: the counter jumped between the anchors,
+        // before any rate could see it): start over instead of extrapolating at it.
+        let (tsc, ns) = (first.tsc + 100 * 2 * RATE_INTERVAL_NS, first.ns + 2 * RATE_INTERVAL_NS);
+        let implausible = advance(first, tsc, ns);
+        assert_eq!((implausible.scale, implausible.first), (0, (tsc, ns)));
+        // The counter went back (another core's, unsynchronised): start over, without overflow.
+        let back = advance(measured, measured.tsc - 10, measured.ns + 10);
+        assert_eq!((back.scale, back.tsc), (0, measured.tsc - 10));
+    }
 
     #[test]
     fn follows_the_clock() {
