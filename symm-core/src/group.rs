@@ -4,7 +4,7 @@
 //! [`GroupId`] on every rank (computed from the list, so no communication is needed to agree on
 //! it) and, through [`GroupRegistry`], the same state object inside one process.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -46,9 +46,32 @@ struct GroupInner {
     usable: Result<(), GroupError>,
     /// State that layers above the backend keep per group (the collectives' workspace and
     /// sequence numbers), created on first use; read without a lock on every call.
-    extension: OnceLock<Box<dyn Any + Send + Sync>>,
+    extension: OnceLock<Extension>,
     /// Serialises first uses, so that concurrent ones create the extension once.
     extension_init: Mutex<()>,
+}
+
+/// A group's extension with its type recorded when it was created. `Any::downcast_ref` asks the
+/// value for its type through the vtable on every call, and the caller then reads the 16-byte
+/// answer the callee has just stored in two halves: the processor cannot forward those stores
+/// to the load and stalls for about 15 cycles, on every collective call. The recorded type is
+/// read like any other field.
+struct Extension {
+    type_id: TypeId,
+    value: Box<dyn Any + Send + Sync>,
+}
+
+impl Extension {
+    #[inline]
+    fn get<T: Any>(&self) -> Option<&T> {
+        (self.type_id == TypeId::of::<T>()).then(|| {
+            let value: *const (dyn Any + Send + Sync) = &*self.value;
+            // SAFETY: `value` was created as a `Box<T>` (`create_extension` records
+            // `TypeId::of::<T>()` with it), so its data pointer points to a live T for as long
+            // as `self` is borrowed.
+            unsafe { &*value.cast::<T>() }
+        })
+    }
 }
 
 impl Group {
@@ -158,7 +181,7 @@ impl Group {
     #[inline]
     pub fn extension<T: Any + Send + Sync, E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<Option<&T>, E> {
         match self.0.extension.get() {
-            Some(existing) => Ok(existing.downcast_ref::<T>()),
+            Some(existing) => Ok(existing.get::<T>()),
             None => self.create_extension(init),
         }
     }
@@ -169,10 +192,10 @@ impl Group {
         // A poisoned lock means a thread panicked in `init`; nothing was set.
         let _first = self.0.extension_init.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(existing) = self.0.extension.get() {
-            return Ok(existing.downcast_ref::<T>());
+            return Ok(existing.get::<T>());
         }
-        let created: Box<dyn Any + Send + Sync> = Box::new(init()?);
-        Ok(self.0.extension.get_or_init(|| created).downcast_ref::<T>())
+        let created = Extension { type_id: TypeId::of::<T>(), value: Box::new(init()?) };
+        Ok(self.0.extension.get_or_init(|| created).get::<T>())
     }
 
     /// Whether two handles are the same cached group object.
@@ -259,6 +282,20 @@ mod tests {
         let e = g.resolve("target_rank", 2).unwrap_err().to_string();
         assert!(e.contains("target_rank = 2") && e.contains("[3, 1]"), "{e}");
         assert!(g.resolve("target_rank", -1).is_err());
+    }
+
+    #[test]
+    fn extension_is_created_once_and_read_as_its_own_type_only() {
+        let g = Group::new(2, Rank(0), &ranks(&[0, 1]), Ok(())).unwrap();
+        // A failed creation leaves nothing behind.
+        assert_eq!(g.extension::<String, &str>(|| Err("no")), Err("no"));
+        let made = g.extension::<String, ()>(|| Ok("state".to_string())).unwrap();
+        assert_eq!(made.map(String::as_str), Some("state"));
+        // Later uses read it, without creating another.
+        let again = g.extension::<String, ()>(|| panic!("created twice")).unwrap();
+        assert!(std::ptr::eq(made.unwrap(), again.unwrap()));
+        // Another type does not get it.
+        assert_eq!(g.extension::<u64, ()>(|| Ok(7)).unwrap(), None);
     }
 
     #[test]
