@@ -192,3 +192,29 @@ def test_perf_options_are_checked_before_any_rank_starts():
     assert perf.shapes("all_gather", 4096, 4, 4) == (256, 256, 1024)
     assert perf.shapes("reduce_scatter", 4096, 4, 4) == (256, 1024, 256)
     assert perf.shapes("all_reduce", 4096, 4, 4) == (1024, 0, 1024)
+
+
+def test_perf_loops_call_the_function_itself_with_the_partials_arguments():
+    from functools import partial
+
+    from symm import perf
+
+    calls = []
+
+    def record(*args, **kwargs):
+        calls.append((args, kwargs))
+
+    # Every arity the loop spells out, then what it runs as given: more arguments, keywords,
+    # a plain callable.
+    for args in [(), (1,), (1, 2), (1, 2, 3), (1, 2, 3, 4), (1, 2, 3, 4, 5), (1, 2, 3, 4, 5, 6)]:
+        calls.clear()
+        assert perf.call_loop(partial(record, *args), 3) >= 0
+        assert calls == [(args, {})] * 3, args
+    for step, want in [
+        (partial(record, *range(7)), (tuple(range(7)), {})),
+        (partial(record, 1, root=0), ((1,), {"root": 0})),
+        (lambda: record(9), ((9,), {})),
+    ]:
+        calls.clear()
+        perf.call_loop(step, 2)
+        assert calls == [want] * 2
