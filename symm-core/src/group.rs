@@ -62,13 +62,19 @@ struct Extension {
 }
 
 impl Extension {
+    /// The only way to make one: the recorded type is the boxed value's.
+    fn new<T: Any + Send + Sync>(value: T) -> Extension {
+        Extension { type_id: TypeId::of::<T>(), value: Box::new(value) }
+    }
+
     #[inline]
     fn get<T: Any>(&self) -> Option<&T> {
         (self.type_id == TypeId::of::<T>()).then(|| {
+            debug_assert!(self.value.is::<T>());
             let value: *const (dyn Any + Send + Sync) = &*self.value;
-            // SAFETY: `value` was created as a `Box<T>` (`create_extension` records
-            // `TypeId::of::<T>()` with it), so its data pointer points to a live T for as long
-            // as `self` is borrowed.
+            // SAFETY: `Extension::new` boxed a T and recorded `TypeId::of::<T>()` with it (the
+            // fields are private to this module and set nowhere else), so the data pointer
+            // points to a live T for as long as `self` is borrowed.
             unsafe { &*value.cast::<T>() }
         })
     }
@@ -194,7 +200,7 @@ impl Group {
         if let Some(existing) = self.0.extension.get() {
             return Ok(existing.get::<T>());
         }
-        let created = Extension { type_id: TypeId::of::<T>(), value: Box::new(init()?) };
+        let created = Extension::new(init()?);
         Ok(self.0.extension.get_or_init(|| created).get::<T>())
     }
 

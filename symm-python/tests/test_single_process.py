@@ -210,10 +210,15 @@ def test_perf_loops_call_the_function_itself_with_the_partials_arguments():
         calls.clear()
         assert perf.call_loop(partial(record, *args), 3) >= 0
         assert calls == [(args, {})] * 3, args
+    class Wrapped(partial):
+        def __call__(self, *args, **kwargs):
+            return record("wrapped", *self.args)
+
     for step, want in [
         (partial(record, *range(7)), (tuple(range(7)), {})),
         (partial(record, 1, root=0), ((1,), {"root": 0})),
         (lambda: record(9), ((9,), {})),
+        (Wrapped(record, 2), (("wrapped", 2), {})),
     ]:
         calls.clear()
         perf.call_loop(step, 2)

@@ -759,7 +759,7 @@ impl Region {
 
 /// A dtype's values for checks.
 trait Val: Element {
-    /// Integers below this are exact in the type.
+    /// Every integer up to this one is exact in the type.
     const EXACT: u32;
     /// The element for `x` (a small integer, or an average already in the accumulator type).
     fn of(x: f64) -> Self;
@@ -1043,8 +1043,9 @@ impl<'c> Bench<'c> {
         let sums = self.o.op.reduces() && matches!(self.o.redop, ReduceOp::Sum | ReduceOp::Avg);
         let exact = self.exact::<T>();
         let m = if self.low_precision_average() {
-            // A mean and offsets that cancel, every partial sum within (n + 1) (m - 1).
-            exact / (self.n as u32 + 1)
+            // A mean and offsets that cancel: every input, at most 2 (m - 1), is exact. Only
+            // inputs and the mean travel encoded; sums stay in the accumulator.
+            exact / 2
         } else if sums {
             exact / self.n as u32
         } else {
@@ -1069,16 +1070,13 @@ impl<'c> Bench<'c> {
     /// Input element `i` of rank `r` (modulus `m`, `salt`): the pattern, except under low
     /// precision, where every result must be one the format carries exactly:
     /// - an average: a mean `x` plus `d` on even ranks and minus `d` on odd ones (the pairs'
-    ///   offsets differ; an odd last rank takes `x`), so the average is `x`; `d` is 0 where the
-    ///   ranks are too many for partial sums to stay exact with it;
+    ///   offsets differ; an odd last rank takes `x`), so the average is `x`;
     /// - a sum with more ranks than the largest exact integer: values (0 or 1) from the first
     ///   `exact` ranks only.
     fn value<T: Val>(&self, m: u32, salt: u32, r: usize, i: usize) -> f64 {
-        let exact = self.exact::<T>() as usize;
         if self.low_precision_average() {
             let mean = f64::from(pattern(m, salt, 0, i));
-            let room = exact / (self.n + 1) >= 2;
-            let d = if room { f64::from(pattern(m, salt, r / 2 + 1, i)) } else { 0.0 };
+            let d = f64::from(pattern(m, salt, r / 2 + 1, i));
             let sign = if r % 2 == 1 {
                 -1.0
             } else if r + 1 == self.n {
@@ -1089,6 +1087,7 @@ impl<'c> Bench<'c> {
             return mean + sign * d;
         }
         let sums = self.o.op.reduces() && self.o.redop == ReduceOp::Sum;
+        let exact = self.exact::<T>() as usize;
         if self.lp.is_some() && sums && self.n > exact && r >= exact {
             return 0.0;
         }

@@ -77,9 +77,9 @@ pub fn format_from_env() -> Result<Option<DType>, ArgError> {
     }
 }
 
-/// Integers below this are exact in transport format `lp` (2 to the power of its significand
-/// bits, the implicit one included), at any block scale: a benchmark's exact checks keep their
-/// values and sums below it.
+/// Every integer up to this one is exact in transport format `lp` (2 to the power of its
+/// significand bits, the implicit one included), at any block scale: a benchmark's exact
+/// checks keep their values and sums within it.
 pub fn exact_integers(lp: DType) -> u32 {
     match lp {
         DType::F16 => 1 << 11,
@@ -1025,7 +1025,7 @@ mod tests {
             let (first, last) = if name == "bf16" { (0x0080u16, 0x7f7e) } else { (0x0400, 0x7bfe) };
             let random = (0..20_000).map(|_| {
                 s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                first + ((s >> 20) % u64::from(last - first)) as u16
+                first + ((s >> 20) % u64::from(last - first + 1)) as u16
             });
             let pairs = (0..first).chain(random).map(|below| (below, value(below), value(below + 1)));
             // The largest finite code: above it lies infinity, where the next code would be.

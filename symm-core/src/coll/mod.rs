@@ -560,7 +560,7 @@ fn with_state<C: Communicator + ?Sized, T>(
     let mut ctx = Ctx::new(c, group, st, opts.timeout.unwrap_or(c.default_timeout()), plan.op.name());
     (ctx.call, ctx.p2p, ev.seq) = (call, p2p, call);
     let started = dfx::start(c, &ev);
-    ctx.record = started.record();
+    ctx.record = started;
     let validate = st.tun.validate && !p2p;
     let checked = if validate { validate::round(&ctx, &mut progress, &plan) } else { Ok(()) };
     let mut r = match checked {
@@ -586,14 +586,7 @@ fn with_state<C: Communicator + ?Sized, T>(
         ));
     }
     dfx::finish(c, &ev, started, &mut r);
-    // Rebuilt, not moved: a move copies the whole result (the size of an error) with 16-byte
-    // loads, which the algorithm's narrower stores of `Ok` cannot forward to; the copy then
-    // stalls until they reach the cache, several nanoseconds of a small call. Matching reads
-    // the discriminant alone, and `Ok` is written afresh.
-    match r {
-        Ok(v) => Ok(v),
-        Err(e) => Err(e),
-    }
+    r
 }
 
 /// Fails a call with a local argument error, first telling the peers (so they fail fast with

@@ -40,7 +40,7 @@ use std::time::Duration;
 use crate::backend::{Backend, SignalWidth, WaitSite};
 use crate::buffer::SymmBuffer;
 use crate::comm::SymmetricHeap;
-use crate::dfx::OpenRecord;
+use crate::dfx::Started;
 use crate::dtype::DType;
 use crate::env::parse_size;
 use crate::error::{ArgError, AtRank, Error, Result};
@@ -401,23 +401,21 @@ pub struct Ctx<'a, B: Backend + ?Sized> {
     /// Whether the call is point-to-point (its waits concern one peer only).
     pub p2p: bool,
     /// The call's flight record, told when a wait blocks ([`Ctx::blocking`]).
-    pub record: Option<OpenRecord<'a>>,
+    pub record: Started,
 }
 
 impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
     /// A context for `op` in `group` (whose collective state is `st`).
     pub fn new(b: &'a B, group: &'a Group, st: &'a CollState, timeout: Duration, op: &'static str) -> Self {
         let (me, mapped, base) = (st.me, st.mapped.as_deref(), st.base.0);
-        Ctx { b, group, st, me, n: group.size(), timeout, op, mapped, base, call: 0, p2p: false, record: None }
+        Ctx { b, group, st, me, n: group.size(), timeout, op, mapped, base, call: 0, p2p: false, record: Started::NONE }
     }
 
     /// Called by a wait of the call that stops spinning: runs the caller's hook (see
     /// [`hook`](super::hook)) and stamps an untimed flight record with the moment.
     pub fn blocking(&self) {
         super::hook::before_blocking();
-        if let Some(r) = &self.record {
-            r.blocked();
-        }
+        self.record.blocked(self.b);
     }
 
     /// Heap offset of word `word` of member `writer`'s record (the same in every copy).

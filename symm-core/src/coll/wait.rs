@@ -74,9 +74,7 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
             return Ok(());
         }
         // The record waits for the poll: a call that waits a little reads no clock for it.
-        if let Some(r) = &self.record {
-            r.blocked();
-        }
+        self.record.blocked(self.b);
         // The backend's wait on every flag at once, when it has one; else one flag at a time.
         let words: Vec<(usize, i64)> = flags.iter().map(|f| (f.offset, f.value as i64)).collect();
         let site = || WaitSite {

@@ -37,11 +37,13 @@ const RATE_INTERVAL_NS: u64 = 100_000;
 const PAIR_TICKS: u64 = 2_000;
 /// Largest disagreement between a new anchor and the extrapolation that keeps the rate.
 const RESTART_NS: u64 = 10_000;
-/// The slowest and fastest rates a measured rate may show, in nanoseconds per tick (32.32
-/// fixed point): 10 GHz and 0.2 GHz. Invariant counters run at the processor's base frequency,
-/// well inside; a rate outside is a measurement across a moment when the counter and the clock
-/// parted (the first measurement has no earlier rate to disagree with).
+/// The fewest nanoseconds per tick (32.32 fixed point) a measured rate may show: a 10 GHz
+/// counter. Invariant counters run at the processor's base frequency, well inside the range;
+/// a rate outside is a measurement across a moment when the counter and the clock parted (the
+/// first measurement has no earlier rate to disagree with).
 const MIN_SCALE: u64 = (1 << 32) / 10;
+/// The most nanoseconds per tick a measured rate may show: a 0.2 GHz counter (see
+/// [`MIN_SCALE`]).
 const MAX_SCALE: u64 = 5 << 32;
 
 /// A counter reading and the clock at that moment, with the rate to extrapolate at.
@@ -117,17 +119,20 @@ fn advance(a: Anchor, tsc: u64, ns: u64) -> Anchor {
         a.scale != 0 && extrapolated.abs_diff(ns) > RESTART_NS
     };
     let interval = ns.saturating_sub(a.first.1);
+    // Checked before it is narrowed: a quotient beyond 64 bits must not wrap into the range.
     let scale = if parted || interval < RATE_INTERVAL_NS {
-        0
+        None
     } else {
-        ((u128::from(interval) << 32) / u128::from(tsc - a.first.0)) as u64
+        u64::try_from((u128::from(interval) << 32) / u128::from(tsc - a.first.0))
+            .ok()
+            .filter(|s| (MIN_SCALE..=MAX_SCALE).contains(s))
     };
-    if parted || (interval >= RATE_INTERVAL_NS && !(MIN_SCALE..=MAX_SCALE).contains(&scale)) {
+    if parted || (interval >= RATE_INTERVAL_NS && scale.is_none()) {
         // First anchor of this thread, the counter and the clock parted, or the rate measured
         // against the first anchor is not a counter's (the two moved apart in between, before
         // any rate could notice): start over.
         Anchor { tsc, ns, scale: 0, max_ticks: 0, first: (tsc, ns), retry_at: 0 }
-    } else if interval >= RATE_INTERVAL_NS {
+    } else if let Some(scale) = scale {
         let window = REANCHOR_NS.min(interval / 16);
         let max_ticks = ((u128::from(window) << 32) / u128::from(scale)) as u64;
         Anchor { tsc, ns, scale, max_ticks, first: a.first, retry_at: 0 }
@@ -221,6 +226,10 @@ mod tests {
         let (tsc, ns) = (first.tsc + 100 * 2 * RATE_INTERVAL_NS, first.ns + 2 * RATE_INTERVAL_NS);
         let implausible = advance(first, tsc, ns);
         assert_eq!((implausible.scale, implausible.first), (0, (tsc, ns)));
+        // Nor one too slow (0.1 GHz: the clock jumped ahead between the anchors).
+        let (tsc, ns) = (first.tsc + 2 * RATE_INTERVAL_NS / 10, first.ns + 2 * RATE_INTERVAL_NS);
+        let slow = advance(first, tsc, ns);
+        assert_eq!((slow.scale, slow.first), (0, (tsc, ns)));
         // The counter went back (another core's, unsynchronised): start over, without overflow.
         let back = advance(measured, measured.tsc - 10, measured.ns + 10);
         assert_eq!((back.scale, back.tsc), (0, measured.tsc - 10));

@@ -19,7 +19,7 @@
 //! Off, such a call reads no clock unless it blocks: the two readings were a third of the
 //! software of a small call (a 1-rank broadcast of 8 B), and small broadcasts and sendrecv
 //! were at parity with MPI because of them. A call that stops spinning to wait stamps its
-//! record with that moment ([`OpenRecord::blocked`]), so a dump still shows how long every
+//! record with that moment ([`Started::blocked`]), so a dump still shows how long every
 //! stuck operation has been waiting. The primitives (barrier, `wait_until`, alloc, free, and
 //! the communicator's life) are always timed. PyTorch's NCCL flight recorder makes the same
 //! choice: durations only with `TORCH_NCCL_ENABLE_TIMING`.
@@ -162,40 +162,39 @@ pub struct OpEvent<'a> {
     pub bytes: u64,
 }
 
-/// A started operation (returned by [`start`], consumed by [`finish`]).
-#[derive(Debug)]
-#[must_use]
-pub struct Started<'a> {
-    start_ns: u64,
-    /// Whether the operation is timed (see [`start`]).
-    timed: bool,
-    /// The operation's record in the caller's ring (looked up once per operation).
-    record: Option<OpenRecord<'a>>,
-}
-
-impl<'a> Started<'a> {
-    /// The operation's flight record, for [`OpenRecord::blocked`].
-    pub fn record(&self) -> Option<OpenRecord<'a>> {
-        self.record
-    }
-}
-
-/// The flight record of a running operation.
+/// A started operation (returned by [`start`], consumed by [`finish`]; a copy goes to the
+/// call's waits, for [`Started::blocked`]).
+///
+/// Two words, so that it comes back from [`start`] in registers: returned through memory, a
+/// record the caller copies at once is read with loads wider than the stores that wrote it,
+/// which the processor cannot forward (the copy waits until the stores reach the cache: the
+/// largest stall of a small call). The ring is looked up again where the record is used.
 #[derive(Clone, Copy, Debug)]
-pub struct OpenRecord<'a> {
-    ring: FlightRing<'a>,
+#[must_use]
+pub struct Started {
+    /// The operation's record in its rank's ring; [`Started::NO_RECORD`] without a recorder.
     index: u64,
-    timed: bool,
+    /// When the operation started; 0 when it is untimed (see [`start`]). The clock counts
+    /// from boot: 0 is no time it reads.
+    start_ns: u64,
 }
 
-impl OpenRecord<'_> {
-    /// Called by a wait of the operation that stops spinning to block: an untimed record
-    /// learns the moment (the first time only: later waits of the call read no clock; a timed
-    /// record has its start already).
+impl Started {
+    /// The index of an operation without a flight record.
+    const NO_RECORD: u64 = u64::MAX;
+
+    /// No operation: nothing to record (a context outside a call).
+    pub const NONE: Started = Started { index: Started::NO_RECORD, start_ns: 0 };
+
+    /// Called by a wait of the operation (on `b`) that stops spinning to block: an untimed
+    /// record learns the moment (the first time only: later waits of the call read no clock;
+    /// a timed record has its start already).
     #[inline]
-    pub fn blocked(&self) {
-        if !self.timed {
-            self.ring.blocked(self.index, clock::now_ns);
+    pub fn blocked<B: Backend + ?Sized>(&self, b: &B) {
+        if self.start_ns == 0 && self.index != Started::NO_RECORD {
+            if let Some(ring) = b.flight_ring(b.rank()) {
+                ring.blocked(self.index, clock::now_ns);
+            }
         }
     }
 }
@@ -212,38 +211,47 @@ fn timed<B: Backend + ?Sized>(b: &B, op: Op, recording: bool) -> bool {
 
 /// Records the start of `ev` on `b`'s rank.
 #[inline]
-pub fn start<'a, B: Backend + ?Sized>(b: &'a B, ev: &OpEvent<'_>) -> Started<'a> {
+pub fn start<B: Backend + ?Sized>(b: &B, ev: &OpEvent<'_>) -> Started {
     let ring = b.flight_ring(b.rank());
     let timed = timed(b, ev.op, ring.is_some());
-    let start_ns = if timed { clock::now_ns() } else { 0 };
-    let record = ring.map(|ring| {
-        let start =
-            RecordStart { op: ev.op, group: ev.group, seq: ev.seq, count: ev.count, dtype: ev.dtype, timed, start_ns };
-        OpenRecord { ring, index: ring.begin(&start), timed }
+    let start_ns = if timed { clock::now_ns().max(1) } else { 0 };
+    let index = ring.map_or(Started::NO_RECORD, |ring| {
+        ring.begin(&RecordStart {
+            op: ev.op,
+            group: ev.group,
+            seq: ev.seq,
+            count: ev.count,
+            dtype: ev.dtype,
+            timed,
+            start_ns,
+        })
     });
     symm_log!(Level::Trace, b.rank(), "{} started", describe(ev));
-    Started { start_ns, timed, record }
+    Started { index, start_ns }
 }
 
 /// Records the end of `ev` with outcome `r`: ring, statistics, log; a timeout gets the
 /// node's flight-recorder picture attached (and logged).
 #[inline]
-pub fn finish<B: Backend + ?Sized, T>(b: &B, ev: &OpEvent<'_>, s: Started<'_>, r: &mut Result<T>) {
-    let end_ns = if s.timed { clock::now_ns() } else { 0 };
+pub fn finish<B: Backend + ?Sized, T>(b: &B, ev: &OpEvent<'_>, s: Started, r: &mut Result<T>) {
+    let timed = s.start_ns != 0;
+    let end_ns = if timed { clock::now_ns() } else { 0 };
     if let Err(Error::Timeout(t)) = r {
         // Before this rank's own record is marked failed: the picture shows it still waiting.
         attach_flight(b, t);
     }
     let state = if r.is_ok() { RecordState::Completed } else { RecordState::Failed };
-    if let Some(rec) = s.record {
-        rec.ring.finish(rec.index, state, s.start_ns, end_ns);
+    if s.index != Started::NO_RECORD {
+        if let Some(ring) = b.flight_ring(b.rank()) {
+            ring.finish(s.index, state, s.start_ns, end_ns);
+        }
     }
     let took = end_ns.saturating_sub(s.start_ns);
     if let Some(t) = b.op_stats() {
         t.add(ev.op, ev.bytes, took, r.is_err());
     }
     match r {
-        Ok(_) if s.timed => {
+        Ok(_) if timed => {
             symm_log!(Level::Debug, b.rank(), "{} completed in {:.3} us", describe(ev), took as f64 / 1e3)
         }
         Ok(_) => symm_log!(Level::Debug, b.rank(), "{} completed (untimed)", describe(ev)),
