@@ -35,7 +35,6 @@ pub enum Kind {
 /// What a member was asked to do, as members compare it.
 #[derive(Clone, Copy, Debug)]
 pub struct Call {
-    pub kind: Kind,
     pub dtype: DType,
     pub op: Option<ReduceOp>,
     pub lp: Option<DType>,
@@ -45,6 +44,11 @@ pub struct Call {
     /// algorithms): part of the signature, so that members which disagree on them (a small
     /// broadcast's root does not wait for its members, see [`eager`](super::eager)) fail.
     pub bcasts: u64,
+    /// The signature but for `bcasts` (the kind, dtype, op, format and root), computed by
+    /// [`Call::new`] from its arguments: computed from the fields, the one-byte ones just
+    /// stored are read back with wider loads, which wait until those stores reach the cache
+    /// (no store-to-load forwarding).
+    what: i64,
 }
 
 /// Bits of the signature that carry [`Call::bcasts`] (modulo 2^15, keeping the signature
@@ -53,13 +57,19 @@ const BCASTS_SHIFT: u32 = 48;
 const BCASTS_MASK: i64 = 0x7fff;
 
 impl Call {
+    /// A call of `kind` on `count` elements of `dtype` (reduced by `op`, carried in `lp`) with
+    /// root `root`, before the algorithm marks it with the group's progress.
+    pub fn new(kind: Kind, dtype: DType, op: Option<ReduceOp>, lp: Option<DType>, root: usize, count: usize) -> Call {
+        let what = (kind as i64)
+            | (i64::from(dtype.code()) << 8)
+            | (op.map_or(0xff, |o| i64::from(o.code())) << 16)
+            | (lp.map_or(0xff, |d| i64::from(d.code())) << 24)
+            | ((root as i64 & 0xffff) << 32);
+        Call { dtype, op, lp, root, count, bcasts: 0, what }
+    }
+
     pub(super) fn sig(&self) -> i64 {
-        (self.kind as i64)
-            | (i64::from(self.dtype.code()) << 8)
-            | (self.op.map_or(0xff, |o| i64::from(o.code())) << 16)
-            | (self.lp.map_or(0xff, |d| i64::from(d.code())) << 24)
-            | ((self.root as i64 & 0xffff) << 32)
-            | ((self.bcasts as i64 & BCASTS_MASK) << BCASTS_SHIFT)
+        self.what | ((self.bcasts as i64 & BCASTS_MASK) << BCASTS_SHIFT)
     }
 
     /// Marks this call as made after the group's `p.bcasts` small broadcasts. In place, on the

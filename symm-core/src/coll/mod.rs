@@ -206,15 +206,7 @@ pub trait Collectives: Communicator {
         if let Some(e) = check_parts(whole, part, n, me) {
             return reject(self, group, Op::ReduceScatter, e);
         }
-        let call = Call {
-            kind: K::ReduceScatter,
-            dtype: input.dtype(),
-            op: Some(op),
-            lp,
-            root: 0,
-            count: output.len(),
-            bcasts: 0,
-        };
+        let call = Call::new(K::ReduceScatter, input.dtype(), Some(op), lp, 0, output.len());
         with_state(self, group, st, opts, Plan::new(Op::ReduceScatter, input.len(), input.dtype()), |ctx, p| {
             // SAFETY: sizes and overlap validated above; contracts of LocalRef/LocalMut.
             unsafe { algo::reduce_scatter(ctx, p, call, input.as_ptr(), output.as_mut_ptr()) }
@@ -236,15 +228,7 @@ pub trait Collectives: Communicator {
         if let Some(e) = check_parts(whole, part, n, me) {
             return reject(self, group, Op::AllGather, e);
         }
-        let call = Call {
-            kind: K::AllGather,
-            dtype: input.dtype(),
-            op: None,
-            lp: None,
-            root: 0,
-            count: input.len(),
-            bcasts: 0,
-        };
+        let call = Call::new(K::AllGather, input.dtype(), None, None, 0, input.len());
         with_ctx(self, group, opts, Plan::new(Op::AllGather, input.len(), input.dtype()), |ctx, p| {
             // SAFETY: validated sizes; LocalRef/LocalMut contracts.
             unsafe { algo::allgather(ctx, p, call, input.as_ptr(), output.as_mut_ptr()) }
@@ -347,8 +331,7 @@ pub trait Collectives: Communicator {
                 ArgError::invalid("root", root, format!("must be a rank of the group (0..{n})")),
             );
         }
-        let call =
-            Call { kind: K::Broadcast, dtype: buf.dtype(), op: None, lp: None, root, count: buf.len(), bcasts: 0 };
+        let call = Call::new(K::Broadcast, buf.dtype(), None, None, root, buf.len());
         with_ctx(self, group, opts, Plan::new(Op::Broadcast, buf.len(), buf.dtype()), |ctx, p| {
             // SAFETY: LocalMut contract.
             unsafe { algo::broadcast(ctx, p, call, buf.as_mut_ptr()) }
@@ -624,7 +607,7 @@ unsafe fn run_allreduce<C: Communicator + ?Sized>(
         Ok(lp) => lp,
         Err(e) => return reject(c, group, Op::AllReduce, e),
     };
-    let call = Call { kind: K::AllReduce, dtype, op: Some(op), lp, root: 0, count: len, bcasts: 0 };
+    let call = Call::new(K::AllReduce, dtype, Some(op), lp, 0, len);
     // SAFETY: forwarded.
     with_state(c, group, st, opts, Plan::new(Op::AllReduce, len, dtype), |ctx, p| unsafe {
         algo::allreduce(ctx, p, call, inp, out)
@@ -677,7 +660,7 @@ fn run_alltoall<C: Communicator + ?Sized>(
     }
     let count = send_counts.iter().sum::<usize>();
     let plan = Plan { pairs: Some((send_counts, recv_counts)), ..Plan::new(Op::AllToAll, count, dtype) };
-    let call = Call { kind: K::AllToAll, dtype, op: None, lp: None, root: 0, count: 0, bcasts: 0 };
+    let call = Call::new(K::AllToAll, dtype, None, None, 0, 0);
     with_ctx(c, group, opts, plan, |ctx, p| {
         // SAFETY: validated counts; the pieces come from LocalRef/LocalMut arguments.
         unsafe { algo::alltoall(ctx, p, call, sends, recv.as_mut_ptr(), recv_counts) }
