@@ -186,7 +186,9 @@ pub trait Backend: Send + Sync {
 
     /// Diagnostics, optional: the flight-recorder ring of `rank`: the caller's own (which it
     /// writes) or a peer's on its node (read only). `None` when the backend keeps none (the
-    /// recorder is then off) or `rank` is not on the caller's node. See [`crate::dfx`].
+    /// recorder is then off) or `rank` is not on the caller's node. The same ring for a rank
+    /// for the communicator's whole life: an operation's record is found again by its index
+    /// (see [`crate::dfx::Started`]). See [`crate::dfx`].
     fn flight_ring(&self, _rank: Rank) -> Option<FlightRing<'_>> {
         None
     }

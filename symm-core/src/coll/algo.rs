@@ -60,15 +60,22 @@ impl Call {
     /// A call of `kind` on `count` elements of `dtype` (reduced by `op`, carried in `lp`) with
     /// root `root`, before the algorithm marks it with the group's progress.
     pub fn new(kind: Kind, dtype: DType, op: Option<ReduceOp>, lp: Option<DType>, root: usize, count: usize) -> Call {
-        let what = (kind as i64)
-            | (i64::from(dtype.code()) << 8)
+        Call { dtype, op, lp, root, count, bcasts: 0, what: Call::what(kind as i64, dtype, op, lp, root) }
+    }
+
+    /// The signature's fixed part: `kind` (bits 0-7), dtype, op, format (0xff: none) and the
+    /// root modulo 2^16.
+    #[inline]
+    fn what(kind: i64, dtype: DType, op: Option<ReduceOp>, lp: Option<DType>, root: usize) -> i64 {
+        kind | (i64::from(dtype.code()) << 8)
             | (op.map_or(0xff, |o| i64::from(o.code())) << 16)
             | (lp.map_or(0xff, |d| i64::from(d.code())) << 24)
-            | ((root as i64 & 0xffff) << 32);
-        Call { dtype, op, lp, root, count, bcasts: 0, what }
+            | ((root as i64 & 0xffff) << 32)
     }
 
     pub(super) fn sig(&self) -> i64 {
+        // The fields are public: a change after `new` would leave the signature stale.
+        debug_assert_eq!(self.what >> 8, Call::what(0, self.dtype, self.op, self.lp, self.root) >> 8);
         self.what | ((self.bcasts as i64 & BCASTS_MASK) << BCASTS_SHIFT)
     }
 

@@ -174,8 +174,8 @@ pub struct OpEvent<'a> {
 pub struct Started {
     /// The operation's record in its rank's ring; [`Started::NO_RECORD`] without a recorder.
     index: u64,
-    /// When the operation started; 0 when it is untimed (see [`start`]). The clock counts
-    /// from boot: 0 is no time it reads.
+    /// When the operation started; 0 when it is untimed (see [`start`], which keeps a timed
+    /// start at 1 or more whatever the clock reads).
     start_ns: u64,
 }
 
@@ -186,8 +186,8 @@ impl Started {
     /// No operation: nothing to record (a context outside a call).
     pub const NONE: Started = Started { index: Started::NO_RECORD, start_ns: 0 };
 
-    /// Called by a wait of the operation (on `b`) that stops spinning to block: an untimed
-    /// record learns the moment (the first time only: later waits of the call read no clock;
+    /// Called by a wait of the operation that stops spinning to block (`b`: the backend given
+    /// to [`start`]; another's ring would take the stamp): an untimed record learns the moment (the first time only: later waits of the call read no clock;
     /// a timed record has its start already).
     #[inline]
     pub fn blocked<B: Backend + ?Sized>(&self, b: &B) {
@@ -230,8 +230,9 @@ pub fn start<B: Backend + ?Sized>(b: &B, ev: &OpEvent<'_>) -> Started {
     Started { index, start_ns }
 }
 
-/// Records the end of `ev` with outcome `r`: ring, statistics, log; a timeout gets the
-/// node's flight-recorder picture attached (and logged).
+/// Records the end of `ev` (started by [`start`] on `b`, the same backend) with outcome `r`:
+/// ring, statistics, log; a timeout gets the node's flight-recorder picture attached (and
+/// logged).
 #[inline]
 pub fn finish<B: Backend + ?Sized, T>(b: &B, ev: &OpEvent<'_>, s: Started, r: &mut Result<T>) {
     let timed = s.start_ns != 0;
