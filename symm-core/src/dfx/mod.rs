@@ -187,8 +187,9 @@ impl Started {
     pub const NONE: Started = Started { index: Started::NO_RECORD, start_ns: 0 };
 
     /// Called by a wait of the operation that stops spinning to block (`b`: the backend given
-    /// to [`start`]; another's ring would take the stamp): an untimed record learns the moment (the first time only: later waits of the call read no clock;
-    /// a timed record has its start already).
+    /// to [`start`]; another's ring would take the stamp): an untimed record learns the
+    /// moment (the first time only: later waits of the call read no clock; a timed record has
+    /// its start already).
     #[inline]
     pub fn blocked<B: Backend + ?Sized>(&self, b: &B) {
         if self.start_ns == 0 && self.index != Started::NO_RECORD {
