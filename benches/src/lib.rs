@@ -115,4 +115,12 @@ mod tests {
         assert_eq!(run_exit_code([None, None]), 1);
         assert_eq!(run_exit_code([Some(3), None]), 1);
     }
+
+    #[test]
+    fn every_exit_code_of_a_rank_is_named() {
+        assert_eq!(rank_exit_meaning(3), Some("wrong results"));
+        assert_eq!(rank_exit_meaning(2), Some("could not start"));
+        assert_eq!(rank_exit_meaning(1), Some("a call failed"));
+        assert_eq!(rank_exit_meaning(101), None);
+    }
 }

@@ -39,8 +39,8 @@
 //! divides in the accumulator type); the comparison is exact. With
 //! `SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE` set, reductions of float data travel in that format,
 //! and the values stay exact in it too: smaller integers, sums of at most its exact integers
-//! (with more ranks than that, the later ranks contribute zeros), and the same inputs on every
-//! rank for `avg` (whose reduced parts travel encoded). `#wrong` is the number of
+//! (with more ranks than that, the later ranks contribute zeros), and for `avg` (whose mean
+//! travels encoded) a common mean with rank offsets that cancel. `#wrong` is the number of
 //! mismatching elements summed over the ranks; any mismatch makes the program exit with status 3
 //! (1: a call failed; 2: the ranks could not start).
 //!
