@@ -520,7 +520,9 @@ const GIL_HOLD_MAX_BYTES: usize = 64 << 10;
 
 /// Runs the core call `f` of a collective moving `bytes` with the GIL released for other
 /// Python threads: only once it is about to block for a small call, for the whole call for a
-/// large one (see [`GIL_HOLD_MAX_BYTES`]).
+/// large one (see [`GIL_HOLD_MAX_BYTES`]). Inlined, as the function below: a call would move
+/// the core's `Result` (88 bytes) through memory twice more, in every small collective.
+#[inline(always)]
 fn gil_released<R, F>(py: Python<'_>, bytes: usize, f: F) -> R
 where
     F: pyo3::marker::Ungil + FnOnce() -> R,
@@ -551,6 +553,7 @@ pub(crate) fn gil_released_by_hook() -> bool {
 /// already there never blocks, and releasing and re-taking the GIL would cost it ~40 ns; one
 /// that waits for a late peer lets every other Python thread run meanwhile, as `py.detach`
 /// would. The GIL is held again when this returns or unwinds.
+#[inline(always)]
 fn gil_released_when_blocking<R>(_py: Python<'_>, f: impl FnOnce() -> R) -> R {
     /// The thread state saved when the hook released the GIL; restoring it re-takes the GIL.
     struct Released(std::cell::Cell<*mut pyo3::ffi::PyThreadState>);

@@ -26,7 +26,11 @@
 //!   shadowing one of those methods is not consulted);
 //! - the op is matched by identity with the interned names and cached small-int codes, then by
 //!   name or code; the group by identity in the API's own cache of native groups (`None`: the
-//!   world, whose membership is checked once); the profiler flag is one borrowed dict read.
+//!   world, whose membership is checked once); the profiler flag is one borrowed dict read, or
+//!   none while the dict holding it has not changed since the flag was last read `False` (its
+//!   version, which CPython keeps up to 3.13, is compared instead);
+//! - the tensor reads are inlined into the call (a tenth of its own cost was calling them and
+//!   passing their results through memory).
 //!
 //! **The common case**: the fast path enabled (by `symm.init`), no profiler recording, every
 //! argument given as a value it recognises (`group` None or a group the API already resolved, that
@@ -54,6 +58,7 @@
 //! point) below, and the registration of its full path.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -313,7 +318,9 @@ impl Shim {
     }
 
     /// As [`FastSpec::tensor`], through the shim (the tensor's type is already checked: one of
-    /// the types [`Shim::find_handle`] looked at).
+    /// the types [`Shim::find_handle`] looked at). Inlined into the call, as [`Shim::read`]
+    /// and [`FastSpec::tensor`] (see the module documentation).
+    #[inline(always)]
     fn tensor(&self, tensor: &Bound<'_, PyAny>) -> Option<Local> {
         match self.handle_at {
             Some(at) => {
@@ -353,6 +360,7 @@ impl Shim {
     ///
     /// `handle` points to a live, defined `at::Tensor` (non-null `TensorImpl`) that stays
     /// alive and unchanged for the call.
+    #[inline(always)]
     unsafe fn read(&self, handle: *mut c_void) -> Option<Local> {
         let (mut code, mut contiguous, mut numel, mut ptr) = (0i32, false, 0i64, std::ptr::null_mut());
         // SAFETY: `handle` is an `AtenTensorHandle` (the caller's contract). Each read writes
@@ -452,6 +460,10 @@ pub(crate) struct FastSpec {
     dtypes: Vec<(Py<PyAny>, DType)>,
     /// The profiler's flag, `(mapping, key)`: true while the framework's profiler records.
     profiler: Option<(Py<PyDict>, Py<PyString>)>,
+    /// The mapping's version ([`dict_version`]) when the flag was last read as `False`; 0:
+    /// none. While the version is the same, the flag is still `False`, and a call reads one
+    /// word instead of looking the key up (a tenth of the Python call's own cost).
+    profiler_off_at: AtomicU64,
     /// The API's native groups by framework group object, when the platform keys groups by the
     /// object itself (`None` in a call is the world, always known).
     groups: Option<Py<PyDict>>,
@@ -495,6 +507,7 @@ impl FastSpec {
             shim: None,
             dtypes: table,
             profiler: profiler.map(|(o, k)| (o.unbind(), k.unbind())),
+            profiler_off_at: AtomicU64::new(0),
             groups: groups.map(Bound::unbind),
             world: world.member().is_ok().then_some(world),
         };
@@ -530,11 +543,20 @@ impl FastSpec {
 
     /// Whether the framework's profiler records now (calls then take the full path, which
     /// opens the profiler range). A flag that cannot be read counts as recording.
+    ///
+    /// Every access to `profiler_off_at` happens with the GIL held, which orders them: the
+    /// atomic only makes the spec `Sync`, hence `Relaxed`.
     fn profiling(&self, py: Python<'_>) -> bool {
         let Some((map, key)) = &self.profiler else { return false };
+        let version = dict_version(map);
+        if version.is_some_and(|v| self.profiler_off_at.load(Ordering::Relaxed) == v) {
+            return false;
+        }
         // SAFETY: `map` is a dict and `key` a str, both held by `self`, the GIL held. The
         // result is borrowed (no reference counting for the common answer), or NULL: missing
-        // (no exception) or failed (an exception, taken below).
+        // (no exception) or failed (an exception, taken below). The look-up runs no Python code
+        // (an exact str key, dict's own look-up even for a subclass), so the dict is the one of
+        // `version`.
         let value = unsafe { ffi::PyDict_GetItemWithError(map.as_ptr(), key.as_ptr()) };
         if value.is_null() {
             drop(PyErr::take(py));
@@ -542,6 +564,9 @@ impl FastSpec {
         }
         // SAFETY: `Py_False` is the address of the `False` singleton.
         if value == unsafe { ffi::Py_False() } {
+            if let Some(v) = version {
+                self.profiler_off_at.store(v, Ordering::Relaxed);
+            }
             return false;
         }
         // SAFETY: `value` is a live object borrowed from `map`; a reference is taken before its
@@ -569,6 +594,7 @@ impl FastSpec {
     /// dtype (what `Platform.describe` and the communicator check on the full path); `None`
     /// for anything else, including a tensor whose attributes raise (the exception is dropped:
     /// the full path reads the tensor again and reports it).
+    #[inline(always)]
     fn tensor(&self, tensor: &Bound<'_, PyAny>) -> Option<Local> {
         let ty = tensor.get_type_ptr();
         if !self.types.iter().any(|t| t.as_ptr().cast() == ty) {
@@ -576,7 +602,13 @@ impl FastSpec {
         }
         match &self.shim {
             Some(shim) => shim.tensor(tensor),
-            None => self.by_descriptors(tensor),
+            // Rebuilt field by field: taken as the call returns it (through memory), the two
+            // arms would meet in memory, where the shim's answer is written with a byte store
+            // and copied with a word load (a store-forwarding stall in every call).
+            None => {
+                let l = self.by_descriptors(tensor)?;
+                Some(Local { ptr: l.ptr, len: l.len, dtype: l.dtype })
+            }
         }
     }
 
@@ -593,6 +625,26 @@ impl FastSpec {
         len.checked_mul(dtype.size())?;
         let ptr = usize::try_from(a.data_ptr.read(tensor).ok()?.extract::<i64>().ok()?).ok()?;
         Some(Local { ptr, len, dtype })
+    }
+}
+
+/// The version CPython keeps for `dict` (`ma_version_tag`, up to Python 3.13: a new, globally
+/// unique value at every change of the dict, its values included), or `None` where there is
+/// none (0, or Python 3.14 on, which dropped the field).
+fn dict_version(dict: &Py<PyDict>) -> Option<u64> {
+    #[cfg(not(any(Py_3_14, PyPy, GraalPy)))]
+    {
+        // Deprecated for 3.12-3.13 (removed in 3.14), still maintained there.
+        #[allow(deprecated)]
+        // SAFETY: `dict` is a live dict (or an instance of a subclass), an object that starts
+        // with CPython's `PyDictObject`; the field is a plain word, read with the GIL held.
+        let v = unsafe { (*dict.as_ptr().cast::<ffi::PyDictObject>()).ma_version_tag };
+        (v != 0).then_some(v)
+    }
+    #[cfg(any(Py_3_14, PyPy, GraalPy))]
+    {
+        let _ = dict;
+        None
     }
 }
 
@@ -762,10 +814,10 @@ impl Kind {
         &BINDING[self as usize]
     }
 
-    /// The arguments of a vectorcall, bound to the parameters by position and by name
-    /// (borrowed); `None` when they do not bind plainly (too many, a name that is not a
-    /// parameter or names one already given, a required one missing), for which the binding
-    /// raises the TypeError.
+    /// Binds the arguments of a vectorcall to the parameters by position and by name
+    /// (borrowed) into `a` (all `None` on entry); `None` when they do not bind plainly (too
+    /// many, a name that is not a parameter or names one already given, a required one
+    /// missing), for which the binding raises the TypeError.
     ///
     /// # Safety
     ///
@@ -778,8 +830,8 @@ impl Kind {
         args: *const *mut ffi::PyObject,
         nargsf: ffi::Py_ssize_t,
         kwnames: *mut ffi::PyObject,
-    ) -> Option<Args<'a, 'py>> {
-        let mut a: Args<'a, 'py> = [None; MAX_PARAMS];
+        a: &mut Args<'a, 'py>,
+    ) -> Option<()> {
         let n = self.params().len();
         // SAFETY: `nargsf` is the vectorcall's count (with the offset flag, which NARGS masks).
         let nargs = usize::try_from(unsafe { ffi::PyVectorcall_NARGS(nargsf as usize) }).ok().filter(|&k| k <= n)?;
@@ -799,7 +851,7 @@ impl Kind {
                 a[i] = Some(unsafe { Borrowed::from_ptr(py, *args.add(nargs + j)) });
             }
         }
-        a[..self.required()].iter().all(Option::is_some).then_some(a)
+        a[..self.required()].iter().all(Option::is_some).then_some(())
     }
 
     /// The public function's entry point (`METH_FASTCALL | METH_KEYWORDS`): runs the common
@@ -822,37 +874,50 @@ impl Kind {
     ) -> *mut ffi::PyObject {
         // SAFETY: CPython calls a function with the GIL held.
         let py = unsafe { Python::assume_attached() };
-        let fast = std::panic::AssertUnwindSafe(|| -> PyResult<bool> {
-            let Some(fast) = FAST.get(py) else { return Ok(false) };
+        // Whether the call ran, and its error apart: a `PyResult<bool>` passed through memory
+        // is written a byte at a time and moved a word at a time (a store-forwarding stall).
+        let mut failed: Option<PyErr> = None;
+        let fast = std::panic::AssertUnwindSafe(|| -> bool {
+            let Some(fast) = FAST.get(py) else { return false };
+            // Bound in place: an `Args` returned through memory is moved with wider loads than
+            // the stores that wrote it (another stall).
+            let mut a: Args<'_, '_> = [None; MAX_PARAMS];
             // SAFETY: the vectorcall's arguments (this function's contract).
-            match unsafe { self.bind(py, args, nargsf, kwnames) } {
-                Some(a) => self.try_fast(py, fast, &a),
-                None => Ok(false),
+            if unsafe { self.bind(py, args, nargsf, kwnames, &mut a) }.is_none() {
+                return false;
+            }
+            match self.try_fast(py, fast, &a) {
+                Ok(ran) => ran,
+                Err(e) => {
+                    failed = Some(e);
+                    true
+                }
             }
         });
-        let done = std::panic::catch_unwind(fast).unwrap_or_else(|payload| {
+        let ran = std::panic::catch_unwind(fast).unwrap_or_else(|payload| {
             let msg = match (payload.downcast_ref::<String>(), payload.downcast_ref::<&str>()) {
                 (Some(s), _) => s.clone(),
                 (None, Some(s)) => (*s).to_owned(),
                 (None, None) => "panic from Rust code".to_owned(),
             };
-            Err(PanicException::new_err((msg,)))
+            failed = Some(PanicException::new_err((msg,)));
+            true
         });
-        match done {
+        if let Some(e) = failed {
+            e.restore(py);
+            return std::ptr::null_mut();
+        }
+        if ran {
             // SAFETY: a new reference to None, returned to the caller.
-            Ok(true) => unsafe { ffi::Py_NewRef(ffi::Py_None()) },
-            Ok(false) => match self.binding().get(py) {
-                // SAFETY: the call's own arguments, passed on unchanged (the offset flag
-                // included: the caller allowed its use for this call); the result is the
-                // binding's, a new reference or NULL with an exception set.
-                Some(binding) => unsafe { ffi::PyObject_Vectorcall(binding.as_ptr(), args, nargsf as usize, kwnames) },
-                None => {
-                    PyRuntimeError::new_err(format!("symm: {} is not registered", self.name())).restore(py);
-                    std::ptr::null_mut()
-                }
-            },
-            Err(e) => {
-                e.restore(py);
+            return unsafe { ffi::Py_NewRef(ffi::Py_None()) };
+        }
+        match self.binding().get(py) {
+            // SAFETY: the call's own arguments, passed on unchanged (the offset flag included:
+            // the caller allowed its use for this call); the result is the binding's, a new
+            // reference or NULL with an exception set.
+            Some(binding) => unsafe { ffi::PyObject_Vectorcall(binding.as_ptr(), args, nargsf as usize, kwnames) },
+            None => {
+                PyRuntimeError::new_err(format!("symm: {} is not registered", self.name())).restore(py);
                 std::ptr::null_mut()
             }
         }

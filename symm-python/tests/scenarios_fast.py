@@ -280,6 +280,19 @@ def fast_path(rank, world):
     assert f"symm::allreduce(5 x float32, group={list(reversed(range(world)))})" in keys, keys
     takes("fast", lambda: symm.shmem_allreduce(t))  # profiler off again
     assert t.tolist() == [float(world * world)] * 5, t
+    # The flag is followed call by call (the fast path keeps its last `False` reading only while
+    # the module's dict is unchanged): set and cleared as torch's profilers do, with fast calls
+    # in between.
+    for _ in range(2):
+        takes("fast", lambda: symm.shmem_allreduce(t))
+        takes("fast", lambda: symm.shmem_allreduce(t))
+        torch.autograd.profiler._set_is_profiler_enabled(True)
+        try:
+            takes("full", lambda: symm.shmem_allreduce(t))
+        finally:
+            torch.autograd.profiler._set_is_profiler_enabled(False)
+    takes("fast", lambda: symm.shmem_allreduce(t))
+    assert t.tolist() == [float(world**9)] * 5, t
 
     if reader == "handle":
         readers_found()

@@ -46,11 +46,12 @@ def test_perf_native_column_times_the_rust_api_in_the_same_run(tmp_path):
     env.pop("SYMMETRIC_MEMORY_HEAP_SIZE")  # symm.perf sizes the heap itself
     env = {**os.environ, **env}
     cmd = [sys.executable, "-m", "symm.perf", "-b", "8", "-e", "512", "-f", "8", "-n", "200", "-w", "20", "-g", "2"]
-    cmd += ["-o", "all_reduce,broadcast", "--backends", "symm", "--native", "1"]
+    cmd += ["-o", "all_reduce,broadcast", "--backends", "symm", "--native", "1", "-r", "3"]
     out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     text = out.stdout
-    assert "symm(us)" in text and "rust(us)" in text and "py/rust" in text and "gloo" not in text, text
+    assert "symm(us)" in text and "rust(us)" in text and "py/rust med" in text and "gloo" not in text, text
+    assert "3 runs (backends taking turns)" in text and "best run" in text, text
     rows = {}
     for line in text.splitlines():
         if line.startswith("# all_reduce") or line.startswith("# broadcast"):
@@ -59,10 +60,10 @@ def test_perf_native_column_times_the_rust_api_in_the_same_run(tmp_path):
             rows.setdefault(op, []).append(line.split())
     assert len(rows["all_reduce"]) == 3 and len(rows["broadcast"]) == 3, text
     for row in rows["all_reduce"]:
-        # size, count, symm, rust, 2 busbw, bound, 2 %bound, py/rust, #wrong
-        assert len(row) == 11 and row[-1] == "0", row
-        symm_us, rust_us, ratio = float(row[2]), float(row[3]), float(row[9])
-        assert 0 < rust_us and 0 < symm_us, row
+        # size, count, symm, rust, 2 busbw, bound, 2 %bound, py/rust, py/rust med, #wrong
+        assert len(row) == 12 and row[-1] == "0", row
+        symm_us, rust_us, ratio, median = float(row[2]), float(row[3]), float(row[9]), float(row[10])
+        assert 0 < rust_us and 0 < symm_us and 0 < median, row
         # The ratio is computed before the times are printed to two decimals: it lies between
         # the ratios of the printed times moved by half a unit in the last place (and itself
         # rounded to two decimals).
@@ -70,7 +71,8 @@ def test_perf_native_column_times_the_rust_api_in_the_same_run(tmp_path):
         low, high = (symm_us - half) / (rust_us + half), (symm_us + half) / max(rust_us - half, 1e-9)
         assert low - half <= ratio <= high + half, row
     for row in rows["broadcast"]:
-        assert row[3] == "N/A" and row[5] == "N/A" and row[8] == "N/A" and row[9] == "N/A" and row[-1] == "0", row
+        assert row[3] == "N/A" and row[5] == "N/A" and row[8] == "N/A" and row[9:11] == ["N/A"] * 2, row
+        assert row[-1] == "0", row
 
 
 def test_perf_backend_and_native_options_are_checked():

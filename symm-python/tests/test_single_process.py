@@ -2,6 +2,7 @@
 
 import ast
 import datetime
+import math
 import pathlib
 import subprocess
 import sys
@@ -181,6 +182,7 @@ def test_perf_options_are_checked_before_any_rank_starts():
         (["-f", "1"], "step factor"),
         (["-g", "1"], "at least 2 ranks"),
         (["-b", "1M", "-e", "1K"], "larger than"),
+        (["-r", "0"], "at least 1 run"),
     ]:
         with pytest.raises(SystemExit, match=needle):
             perf.main(argv)
@@ -223,3 +225,18 @@ def test_perf_loops_call_the_function_itself_with_the_partials_arguments():
         calls.clear()
         perf.call_loop(step, 2)
         assert calls == [want] * 2
+
+
+def test_perf_runs_keep_each_backends_best_time_and_the_median_of_the_paired_ratios():
+    from symm import perf
+
+    nan = math.nan
+    # runs[r][b]: backend 1 hit by noise in run 0, backend 2 runs nothing.
+    runs = [[2.0, 9.0, nan], [3.0, 2.0, nan], [1.0, 1.5, nan]]
+    best = perf.best_times(runs)
+    assert best[:2] == [1.0, 1.5] and math.isnan(best[2])
+    # ratios of backend 0 to 1 within each run: 2/9, 1.5, 2/3 -> median 2/3
+    assert perf.paired_median(runs, 0, 1) == 2.0 / 3.0
+    assert perf.paired_median(runs[:2], 0, 1) == (2.0 / 9.0 + 1.5) / 2  # even count: the mean of the middle two
+    assert math.isnan(perf.paired_median(runs, 0, 2))
+    assert perf.parser().parse_args([]).runs == 1

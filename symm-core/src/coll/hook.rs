@@ -16,11 +16,12 @@ thread_local! {
 /// Runs `f` with `hook` armed in this thread: the first wait inside `f` that is about to block
 /// (after its fast spins) calls `hook` once. Whether it ran is the second value returned.
 pub fn with_hook<R>(hook: &mut dyn FnMut(), f: impl FnOnce() -> R) -> (R, bool) {
+    type Slot = Cell<Option<*mut (dyn FnMut() + 'static)>>;
     // Disarms the hook when `f` returns or unwinds, so it never outlives its borrow.
-    struct Disarm(Option<*mut (dyn FnMut() + 'static)>);
-    impl Drop for Disarm {
+    struct Disarm<'a>(&'a Slot, Option<*mut (dyn FnMut() + 'static)>);
+    impl Drop for Disarm<'_> {
         fn drop(&mut self) {
-            HOOK.with(|h| h.set(self.0));
+            self.0.set(self.1);
         }
     }
     // SAFETY: only the lifetime is erased. The pointer is used solely by `before_blocking` in
@@ -28,11 +29,15 @@ pub fn with_hook<R>(hook: &mut dyn FnMut(), f: impl FnOnce() -> R) -> (R, bool) 
     // returns or unwinds), during which `hook` is borrowed mutably by this frame and not
     // otherwise used.
     let erased: *mut (dyn FnMut() + 'static) = unsafe { std::mem::transmute(hook as *mut dyn FnMut()) };
-    let previous = HOOK.with(|h| h.replace(Some(erased)));
-    let _disarm = Disarm(previous);
+    // One look-up of the thread-local for the whole call (in a shared library each one is a
+    // call into the dynamic loader, a few ns of a small collective's software).
+    let slot: *const Slot = HOOK.with(|h| h as *const Slot);
+    // SAFETY: this thread's slot lives until the thread exits, after this frame.
+    let slot = unsafe { &*slot };
+    let _disarm = Disarm(slot, slot.replace(Some(erased)));
     let r = f();
     // Still armed: the hook did not run.
-    let ran = HOOK.with(|h| h.get()).map_or(true, |p| !std::ptr::eq(p as *const u8, erased as *const u8));
+    let ran = slot.get().map_or(true, |p| !std::ptr::eq(p as *const u8, erased as *const u8));
     (r, ran)
 }
 

@@ -7,6 +7,12 @@ average, microseconds) and the bus bandwidth of each backend, the ratio of symm'
 to gloo's (above 1: symm is faster), and ``#wrong``, the elements that differ from the expected
 result in a checked run after the timing (all backends together).
 
+``-r R`` measures each size R times, the backends taking turns (symm, gloo, symm, gloo, ...), so
+that a burst of noise on a shared machine hits one run of one backend, not a whole column: the
+time columns then show each backend's best run, the ratio columns the ratio of those best times,
+and for each ratio a column ``<ratio> med``, the median over the R runs of the ratio within each
+run (both backends measured back to back). ``#wrong`` adds up the checks of every run.
+
 Sizes are bytes, as in nccl-tests: the buffer of all_reduce, broadcast and sendrecv, and the
 *total* array of reduce_scatter, all_gather and alltoall (count per rank x ranks x dtype size).
 ``algbw = size / time``; ``busbw = algbw x factor``, with factor ``2(n-1)/n`` for all_reduce,
@@ -99,6 +105,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-d", "--dtype", default="float32", choices=DTYPES, help="element type (default float32)")
     p.add_argument("-c", "--check", type=int, default=1, help="check the results (1, default) or not (0)")
     p.add_argument(
+        "-r",
+        "--runs",
+        type=int,
+        default=1,
+        help="measure each size this many times, the backends taking turns; show the best time and "
+        "the median of the paired ratios (default 1)",
+    )
+    p.add_argument(
         "--backends",
         default=",".join(BACKENDS),
         help=f"comma-separated subset of {','.join(BACKENDS)} (default: all; mpi only under an MPI launcher)",
@@ -134,6 +148,8 @@ def validate(args: argparse.Namespace) -> None:
         raise SystemExit(f"symm.perf: -f {args.stepfactor}: the step factor must be >= 2")
     if args.iters < 1 or args.warmup_iters < 0:
         raise SystemExit("symm.perf: -n must be >= 1 and -w >= 0")
+    if args.runs < 1:
+        raise SystemExit(f"symm.perf: -r {args.runs}: needs at least 1 run")
     if args.ranks < 2:
         raise SystemExit(f"symm.perf: -g {args.ranks}: needs at least 2 ranks")
     if args.minbytes > args.maxbytes:
@@ -161,6 +177,22 @@ def sizes(args: argparse.Namespace) -> List[int]:
         out.append(s)
         s *= args.stepfactor
     return out
+
+
+def best_times(runs: Sequence[Sequence[float]]) -> List[float]:
+    """Each backend's best (smallest) time over the runs (``runs[r][b]``: run r, backend b);
+    NaN for a backend that does not run the operation (NaN in every run)."""
+    return [min((t for t in col if not math.isnan(t)), default=math.nan) for col in zip(*runs)]
+
+
+def paired_median(runs: Sequence[Sequence[float]], a: int, b: int) -> float:
+    """The median over the runs of ``time a / time b`` within each run (NaN when either backend
+    does not run the operation)."""
+    ratios = sorted(r[a] / r[b] for r in runs)
+    if any(math.isnan(x) for x in ratios):
+        return math.nan
+    mid = len(ratios) // 2
+    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -542,9 +574,13 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
     if rank == 0:
         out.write(
             f"# symm.perf: {n} ranks, dtype {args.dtype}, {args.iters} iterations after {args.warmup_iters} "
-            f"warm-up, backends {', '.join(names)}, OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS', 'unset')}\n"
-            "# time: microseconds per iteration (slowest rank); busbw: GB/s (nccl-tests factors)"
+            f"warm-up, backends {', '.join(names)}, OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS', 'unset')}"
+            + (f", {args.runs} runs (backends taking turns)" if args.runs > 1 else "")
+            + "\n# time: microseconds per iteration (slowest rank"
+            + ("; best run" if args.runs > 1 else "")
+            + "); busbw: GB/s (nccl-tests factors)"
             + "".join(f"; {r}: {RATIOS[r][2]}" for r in ratios)
+            + ("; <ratio> med: median over the runs of the ratio within each run" if args.runs > 1 and ratios else "")
             + "\n"
         )
         if bw is not None:
@@ -562,19 +598,25 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
             if bw is not None:
                 head += f" {'bound(us)':>10}" + "".join(f" {nm + ' %bnd':>10}" for nm in names)
             head += "".join(f" {r:>9}" for r in ratios)
+            if args.runs > 1:
+                head += "".join(f" {r + ' med':>13}" for r in ratios)
             head += f" {'#wrong':>7}"
             out.write(f"\n# {op}  (busbw factor {bus_factor(op, n):.3g})\n#{head[1:]}\n")
             out.flush()
         for size in sizes(args):
             c, _, _ = shapes(op, size, n, DT.itemsize)
-            times, wrong = [], 0
-            for be in backends:
-                t, w = measure(be, op, size, rank, n, args)
-                stat = torch.tensor([t, float(w)], dtype=torch.float64)
-                dist.all_reduce(stat[:1], op=dist.ReduceOp.MAX)
-                dist.all_reduce(stat[1:], op=dist.ReduceOp.SUM)
-                times.append(stat[0].item())
-                wrong += int(stat[1].item())
+            runs, wrong = [], 0
+            for _ in range(args.runs):
+                times = []
+                for be in backends:
+                    t, w = measure(be, op, size, rank, n, args)
+                    stat = torch.tensor([t, float(w)], dtype=torch.float64)
+                    dist.all_reduce(stat[:1], op=dist.ReduceOp.MAX)
+                    dist.all_reduce(stat[1:], op=dist.ReduceOp.SUM)
+                    times.append(stat[0].item())
+                    wrong += int(stat[1].item())
+                runs.append(times)
+            times = best_times(runs)
             total_wrong += wrong
             if rank == 0:
                 moved = c * DT.itemsize * (n if op in ("reduce_scatter", "all_gather", "alltoall") else 1)
@@ -587,6 +629,10 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
                     bound = bound_seconds(op, moved, n, bw)
                     line += f" {bound * 1e6:>10.2f}" + "".join(f" {_num(100 * bound / t, '.1f'):>10}" for t in times)
                 line += "".join(f" {_num(by[RATIOS[r][0]] / by[RATIOS[r][1]], '.2f'):>9}" for r in ratios)
+                if args.runs > 1:
+                    col = {nm: i for i, nm in enumerate(names)}
+                    medians = [paired_median(runs, col[RATIOS[r][0]], col[RATIOS[r][1]]) for r in ratios]
+                    line += "".join(f" {_num(m, '.2f'):>13}" for m in medians)
                 line += f" {wrong:>7}"
                 out.write(line + "\n")
                 out.flush()
