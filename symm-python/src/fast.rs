@@ -49,7 +49,7 @@
 //! holding the GIL then would stall every other Python thread for as long as the slowest peer
 //! takes). Releasing and retaking the GIL (about 40 ns) was most of what a call cost beyond the
 //! core's own work (on one rank about 60 ns, of which the GIL ~40, the shim's six reads ~15, the
-//! profiler flag ~4; the call itself and its loop in the caller's Python code, ~30-45 ns more, are
+//! profiler flag ~4 before its dict's version spared the look-up; the call itself and its loop in the caller's Python code, ~30-45 ns more, are
 //! the interpreter's); a call whose peers are already there no longer pays it.
 //!
 //! The table of operations is [`Kind`]: its parameters, the Python function of its full path
@@ -545,7 +545,8 @@ impl FastSpec {
     /// opens the profiler range). A flag that cannot be read counts as recording.
     ///
     /// Every access to `profiler_off_at` happens with the GIL held, which orders them: the
-    /// atomic only makes the spec `Sync`, hence `Relaxed`.
+    /// atomic only makes the spec `Sync`, hence `Relaxed` (free-threaded builds keep no
+    /// version, see [`dict_version`], and never store one).
     fn profiling(&self, py: Python<'_>) -> bool {
         let Some((map, key)) = &self.profiler else { return false };
         let version = dict_version(map);
@@ -554,9 +555,9 @@ impl FastSpec {
         }
         // SAFETY: `map` is a dict and `key` a str, both held by `self`, the GIL held. The
         // result is borrowed (no reference counting for the common answer), or NULL: missing
-        // (no exception) or failed (an exception, taken below). The look-up runs no Python code
-        // (an exact str key, dict's own look-up even for a subclass), so the dict is the one of
-        // `version`.
+        // (no exception) or failed (an exception, taken below). `version` was read before the
+        // look-up: should the look-up run code that changes the dict (a stored key's `__eq__`),
+        // the version kept below is an old one, which only costs a look-up more next time.
         let value = unsafe { ffi::PyDict_GetItemWithError(map.as_ptr(), key.as_ptr()) };
         if value.is_null() {
             drop(PyErr::take(py));
@@ -628,11 +629,14 @@ impl FastSpec {
     }
 }
 
-/// The version CPython keeps for `dict` (`ma_version_tag`, up to Python 3.13: a new, globally
-/// unique value at every change of the dict, its values included), or `None` where there is
-/// none (0, or Python 3.14 on, which dropped the field).
+/// The version CPython keeps for `dict` (`ma_version_tag`, up to Python 3.13: a new value,
+/// unique in the interpreter, at every insertion, deletion and change of a value of a dict with
+/// its own table, such as a module's `vars()`, the mapping the platforms hand over), or `None`
+/// where there is none: 0, Python 3.14 on (which dropped the field), a free-threaded build
+/// (where another thread may be writing the field, and a reader on a weakly ordered CPU could
+/// see the new version with the old value).
 fn dict_version(dict: &Py<PyDict>) -> Option<u64> {
-    #[cfg(not(any(Py_3_14, PyPy, GraalPy)))]
+    #[cfg(not(any(Py_3_14, PyPy, GraalPy, Py_GIL_DISABLED)))]
     {
         // Deprecated for 3.12-3.13 (removed in 3.14), still maintained there.
         #[allow(deprecated)]
@@ -641,7 +645,7 @@ fn dict_version(dict: &Py<PyDict>) -> Option<u64> {
         let v = unsafe { (*dict.as_ptr().cast::<ffi::PyDictObject>()).ma_version_tag };
         (v != 0).then_some(v)
     }
-    #[cfg(any(Py_3_14, PyPy, GraalPy))]
+    #[cfg(any(Py_3_14, PyPy, GraalPy, Py_GIL_DISABLED))]
     {
         let _ = dict;
         None

@@ -32,7 +32,9 @@ pub fn with_hook<R>(hook: &mut dyn FnMut(), f: impl FnOnce() -> R) -> (R, bool) 
     // One look-up of the thread-local for the whole call (in a shared library each one is a
     // call into the dynamic loader, a few ns of a small collective's software).
     let slot: *const Slot = HOOK.with(|h| h as *const Slot);
-    // SAFETY: this thread's slot lives until the thread exits, after this frame.
+    // SAFETY: `HOOK` is const-initialised and its type needs no drop, so no destructor is
+    // registered for it: this thread's slot lives as long as the thread, after this frame, and
+    // is only ever shared (`&Cell`).
     let slot = unsafe { &*slot };
     let _disarm = Disarm(slot, slot.replace(Some(erased)));
     let r = f();

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Compares builds of the Python extension on a small allreduce, interleaved call for call.
+
+Usage: scripts/py-ab.py [--ranks 1|2] [--rounds R] [--calls N] DIR [DIR ...]
+
+Each DIR holds one build, installed with `pip install --no-deps --target DIR ./symm-python`.
+Every build gets its own long-lived workers (one per rank, each a `torch.distributed` gloo world
+of `--ranks` ranks with `symm.init`, rank r pinned to CPU r); the coordinator then asks the
+builds in turn, for R rounds (the order reversed every other round), to time N calls of
+`symm.shmem_allreduce(t, "sum")` on a 1-element float32 tensor (a symmetric tensor on 2 ranks),
+and on 2 ranks also N iterations of the same allreduce in a Rust loop
+(`Communicator.bench_allreduce`). A round's time is the slowest rank's.
+
+Printed per build: quantiles of the per-call time (ns), and the median over the rounds of the
+ratio to the first build in the same round. The placement of a VM's vCPUs moves every few
+minutes and changes every figure by up to 3x; builds measured in the same round see the same
+placement, so the paired median resolves a few percent (two copies of one build: 0.996-0.997),
+where separately started runs do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def worker() -> None:
+    """One rank of one build: reads `fast N` / `rust N` lines, prints ns per call."""
+    import torch
+    import torch.distributed as dist
+
+    import symm
+    from symm import _api
+
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo")
+    symm.init()
+    os.sched_setaffinity(0, {rank % os.cpu_count()})
+    st = _api._current()
+    t = symm.empty(1, torch.float32) if dist.get_world_size() > 1 else torch.ones(1)
+    desc = st.platform.describe(t)
+    allreduce, bench = symm.shmem_allreduce, st.comm.bench_allreduce
+    for _ in range(20000):
+        allreduce(t, "sum")
+    print("ready", symm.__file__, flush=True)
+    for line in sys.stdin:
+        what, n = line.split()
+        n = int(n)
+        symm.barrier()
+        t0 = time.perf_counter()
+        if what == "fast":
+            for _ in range(n):
+                allreduce(t, "sum")
+        else:
+            bench(st.world, desc, n)
+        print((time.perf_counter() - t0) / n * 1e9, flush=True)
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", type=int, default=1, choices=(1, 2))
+    p.add_argument("--rounds", type=int, default=120)
+    p.add_argument("--calls", type=int, default=100000)
+    p.add_argument("builds", nargs="+")
+    args = p.parse_args()
+    whats = ("fast",) if args.ranks == 1 else ("fast", "rust")
+    workers = {}
+    for i, build in enumerate(args.builds):
+        build = os.path.abspath(build)
+        procs = []
+        for r in range(args.ranks):
+            env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=build, MASTER_ADDR="127.0.0.1")
+            env.update(MASTER_PORT=str(29850 + i), RANK=str(r), WORLD_SIZE=str(args.ranks))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, "--worker"],
+                    env=env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                )
+            )
+        for proc in procs:
+            line = proc.stdout.readline()
+            if not line.startswith("ready") or not line.split()[1].startswith(build + os.sep):
+                raise SystemExit(f"{build}: the worker did not start on this build: {line!r}")
+        workers[build] = procs
+    times = {(b, w): [] for b in workers for w in whats}
+    order = list(workers)
+    for r in range(args.rounds):
+        for build in order if r % 2 == 0 else order[::-1]:
+            for what in whats:
+                for proc in workers[build]:
+                    proc.stdin.write(f"{what} {args.calls}\n")
+                    proc.stdin.flush()
+                times[(build, what)].append(max(float(proc.stdout.readline()) for proc in workers[build]))
+    for procs in workers.values():
+        for proc in procs:
+            proc.stdin.close()
+        for proc in procs:
+            proc.wait()
+    first = order[0]
+    print(f"# {args.ranks} rank(s), {args.rounds} rounds of {args.calls} calls; ns per call (slowest rank)")
+    for build in order:
+        for what in whats:
+            x = times[(build, what)]
+            q = statistics.quantiles(x, n=10)
+            paired = statistics.median(a / b for a, b in zip(x, times[(first, what)]))
+            print(
+                f"{build} {what}: best {min(x):.1f} p10 {q[0]:.1f} p50 {statistics.median(x):.1f} "
+                f"p90 {q[8]:.1f}; paired median / {os.path.basename(first)}: {paired:.3f}"
+            )
+        if args.ranks == 2:
+            ratios = [a / b for a, b in zip(times[(build, "fast")], times[(build, "rust")])]
+            print(f"{build} py/rust in each round: median {statistics.median(ratios):.2f}, highest {max(ratios):.2f}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--worker"]:
+        worker()
+    else:
+        main()
