@@ -55,6 +55,7 @@ import datetime
 import math
 import os
 import socket
+import statistics
 import sys
 import time
 from functools import partial
@@ -188,11 +189,8 @@ def best_times(runs: Sequence[Sequence[float]]) -> List[float]:
 def paired_median(runs: Sequence[Sequence[float]], a: int, b: int) -> float:
     """The median over the runs of ``time a / time b`` within each run (NaN when either backend
     does not run the operation)."""
-    ratios = sorted(r[a] / r[b] for r in runs)
-    if any(math.isnan(x) for x in ratios):
-        return math.nan
-    mid = len(ratios) // 2
-    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    ratios = [r[a] / r[b] for r in runs]
+    return math.nan if any(math.isnan(x) for x in ratios) else statistics.median(ratios)
 
 
 def bus_factor(op: str, n: int) -> float:
