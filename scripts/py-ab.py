@@ -25,7 +25,7 @@ import os
 import statistics
 import subprocess
 import sys
-import time
+from functools import partial
 
 
 def worker() -> None:
@@ -34,30 +34,24 @@ def worker() -> None:
     import torch.distributed as dist
 
     import symm
-    from symm import _api
+    from symm.perf import NativeAllreduce, call_loop
 
     rank = int(os.environ["RANK"])
     dist.init_process_group("gloo")
     symm.init()
     os.sched_setaffinity(0, {rank % os.cpu_count()})
-    st = _api._current()
     t = symm.empty(1, torch.float32) if dist.get_world_size() > 1 else torch.ones(1)
-    desc = st.platform.describe(t)
-    allreduce, bench = symm.shmem_allreduce, st.comm.bench_allreduce
-    for _ in range(20000):
-        allreduce(t, "sum")
+    # The timing loops of `python -m symm.perf`: the API function called as user code calls it,
+    # and the same allreduce in a Rust loop.
+    fast, rust = partial(symm.shmem_allreduce, t, "sum"), NativeAllreduce(t)
+    call_loop(fast, 20000)
     print("ready", symm.__file__, flush=True)
     for line in sys.stdin:
         what, n = line.split()
         n = int(n)
         symm.barrier()
-        t0 = time.perf_counter()
-        if what == "fast":
-            for _ in range(n):
-                allreduce(t, "sum")
-        else:
-            bench(st.world, desc, n)
-        print((time.perf_counter() - t0) / n * 1e9, flush=True)
+        seconds = call_loop(fast, n) if what == "fast" else rust.loop(n)
+        print(seconds / n * 1e9, flush=True)
     dist.destroy_process_group()
 
 

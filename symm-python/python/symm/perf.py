@@ -628,8 +628,7 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
                     line += f" {bound * 1e6:>10.2f}" + "".join(f" {_num(100 * bound / t, '.1f'):>10}" for t in times)
                 line += "".join(f" {_num(by[RATIOS[r][0]] / by[RATIOS[r][1]], '.2f'):>9}" for r in ratios)
                 if args.runs > 1:
-                    col = {nm: i for i, nm in enumerate(names)}
-                    medians = [paired_median(runs, col[RATIOS[r][0]], col[RATIOS[r][1]]) for r in ratios]
+                    medians = [paired_median(runs, names.index(RATIOS[r][0]), names.index(RATIOS[r][1])) for r in ratios]
                     line += "".join(f" {_num(m, '.2f'):>13}" for m in medians)
                 line += f" {wrong:>7}"
                 out.write(line + "\n")
