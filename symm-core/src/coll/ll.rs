@@ -1,25 +1,31 @@
-//! Small messages: every byte travels on a cache line together with a flag (after NCCL's "LL"
-//! protocols), so a reader that sees a line's flag has the line's data in the same transfer.
-//! A small round then costs one line transfer per 56 bytes on its critical path, where the
-//! round protocol of [`state`](super::state) costs a flag, a staging copy, the read of the
-//! staged data, and a DONE flag.
+//! Small messages: each writer stores its message straight into the reader's heap, with one
+//! flag per message set last (the idea of NCCL's "LL" protocols, with the CPU's ordering doing
+//! what LL's per-line flags do on a GPU). A small round then costs the message's line transfers
+//! and one flag on its critical path, where the round protocol of [`state`](super::state) costs
+//! a flag, a staging copy, the read of the staged data, and a DONE flag.
 //!
 //! # Slots
 //! The `ll` buffer holds, in every member's heap, two slots per writer (even and odd rounds)
 //! of [`SLOT_BYTES`], written only by that writer, with direct stores into the mapped heap (this
-//! path needs the backend's mapping of peers' heaps). A slot is a run of 64-byte lines; word 0
-//! of every line is its flag: the round number of the message the line carries. Line 0 also
-//! carries what the round protocol's facts carry (the writer's call signature and a count),
-//! then [`HEAD_DATA`] bytes of the message; every further line [`BODY_DATA`] bytes. The writer
-//! stores a line's data, then its flag (release), line by line; the last flag of a message goes
-//! through the backend's `signal_at`, which also wakes a reader asleep in a blocking wait. A
-//! reader waits for line 0 (the header: the size it announces decides which line is last),
-//! then for the last line, which orders every line before it.
+//! path needs the backend's mapping of peers' heaps). Line 0 of a slot is the header: its flag
+//! (word 0, the round number of the message), the writer's call signature and a count (what the
+//! round protocol's facts carry), then the first [`HEAD_DATA`] bytes of the message; the rest of
+//! the message follows from line 1 on, contiguous. The writer stores the data past the header
+//! line, then the header line, then the flag through the backend's `signal_at` (release, and
+//! a wake for a reader asleep in a blocking wait). A reader waits for the flag (acquire), which
+//! makes every line of the message visible, and copies the message out.
+//!
+//! NCCL's LL protocols put a flag beside every 8 bytes (LL) or 120 bytes (LL128) because a GPU
+//! reader checks each piece as it lands and a GPU's stores to different lines may land out of
+//! order. A reader here waits for one flag, whose release/acquire pair orders every line before
+//! it; an earlier version kept a flag on every line all the same, and they cost more than their
+//! bytes: 2-rank alltoall and all_gather of 2 KiB went from 0.65-0.75 us to 0.40-0.44 us (median
+//! times) when they went (docs/performance-log.md).
 //!
 //! # A round
 //! Every member sends one message to every other member (its data, or the header line alone
 //! when it has nothing for that member), then waits for every peer's header, compares
-//! signatures and counts, then reads the data lines. Each member hears from every peer in
+//! signatures and counts, then copies the messages out. Each member hears from every peer in
 //! every round, which keeps the invariant the round protocol relies on ("Rounds follow each
 //! other" in [`state`](super::state)): a writer reuses a slot two rounds later, when its reader
 //! has finished the round that used it, so no DONE flag is needed.
@@ -35,8 +41,6 @@
 //! all switch; the round protocol then completes the call, or reports the disagreement on
 //! every member.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use super::state::{fast_spins, ready, Ctx, Flag, Progress, SendPtr};
 use crate::backend::{Backend, SignalWidth};
 use crate::error::{Error, Result};
@@ -47,32 +51,23 @@ const LINE: usize = 64;
 /// Message bytes on line 0, after its flag, signature and count words.
 const HEAD_DATA: usize = 40;
 const HEAD_DATA_AT: usize = 24;
-/// Message bytes on every further line, after its flag.
-const BODY_DATA: usize = 56;
-const BODY_DATA_AT: usize = 8;
-// Every dtype's elements (1 to 8 bytes) stay whole on a line.
-const _: () = assert!(HEAD_DATA % 8 == 0 && BODY_DATA % 8 == 0 && HEAD_DATA_AT + HEAD_DATA == LINE);
+// Every dtype's elements (1 to 8 bytes) stay whole in the header line, and the data past it
+// starts on a line of its own.
+const _: () = assert!(HEAD_DATA % 8 == 0 && HEAD_DATA_AT + HEAD_DATA == LINE);
 const _: () = assert!(DEFAULT_MAX_BYTES <= MAX_BYTES);
-/// Largest message of one writer to one reader (bytes): the slot size.
+/// Largest message of one writer to one reader (bytes): what a slot holds.
 pub const MAX_BYTES: usize = 4096;
 /// Default of `SYMM_LL_MAX`. Up to about 2 KiB a message's few lines arrive faster this way;
 /// beyond, the writer's stores into lines the reader holds (each an ownership transfer) cost
-/// more than the reader's streaming read of a staged copy (measured on 2 ranks: 4 KiB takes
-/// 1.2-1.3 us here against 1.0-1.1 us through the round protocol).
+/// more than the reader's read of a copy staged or read in place (2 ranks, alltoall of 4 KiB
+/// per pair: 0.93 us here against 0.66 us through the round protocol; 1.9 us where glibc's
+/// `memcpy` switches to `rep movsb` for the copy into the reader's lines, above 2112 bytes on
+/// the AMD EPYC measured).
 pub const DEFAULT_MAX_BYTES: usize = 2048;
-/// Bytes of one slot.
-const SLOT_BYTES: usize = lines(MAX_BYTES) * LINE;
+/// Bytes of one slot: the header line, then room for the rest of the largest message.
+const SLOT_BYTES: usize = LINE + (MAX_BYTES - HEAD_DATA).next_multiple_of(LINE);
 /// Reads of a header flag between two looks at the writer's round-protocol flag.
 const LOOK_EVERY: u32 = 16;
-
-/// Lines of a message of `bytes`.
-const fn lines(bytes: usize) -> usize {
-    if bytes <= HEAD_DATA {
-        1
-    } else {
-        1 + (bytes - HEAD_DATA).div_ceil(BODY_DATA)
-    }
-}
 
 /// Bytes of the `ll` buffer of a group of `n` members.
 pub const fn buffer_bytes(n: usize) -> usize {
@@ -169,22 +164,14 @@ pub unsafe fn round<B: Backend + ?Sized>(
     for j in peers() {
         if let Some((dst, bytes)) = into(j) {
             // SAFETY: forwarded; the writer sent `bytes` (checked above).
-            unsafe { body(ctx, j, seq, dst, bytes)? };
+            unsafe { body(ctx, j, seq, dst, bytes) };
         }
     }
     Ok(true)
 }
 
-/// The flag word of a line.
-///
-/// # Safety
-/// `line` is the start of a line of a slot, 8-aligned, in a live heap mapping.
-unsafe fn flag<'a>(line: *mut u8) -> &'a AtomicU64 {
-    // SAFETY: caller's contract; flags are only accessed atomically.
-    unsafe { &*line.cast::<AtomicU64>() }
-}
-
-/// Writes `m` into member `j`'s copy of the caller's slot for round `seq`.
+/// Writes `m` into member `j`'s copy of the caller's slot for round `seq`: the data past the
+/// header line first, then the header line, whose flag goes last.
 ///
 /// # Safety
 /// `m.data` is valid for `m.bytes <= MAX_BYTES` reads; `bases` are the members' mapped heaps.
@@ -199,12 +186,14 @@ unsafe fn send<B: Backend + ?Sized>(
     debug_assert!(m.bytes <= MAX_BYTES);
     let off = slot_offset(ctx, ctx.me, seq);
     let slot = bases[j].0.wrapping_add(off);
-    let n = lines(m.bytes);
     // SAFETY: the slot lies inside member j's `ll` buffer, in its mapped heap, 64-aligned
-    // (buffers are granule-aligned); j reads it only after the line flags written below
-    // (release), and reads the previous message in this slot no more (module documentation).
-    // `m.data` holds `m.bytes` (contract).
+    // (buffers are granule-aligned) and SLOT_BYTES long (room for MAX_BYTES); j reads it only
+    // after the header's flag written below (release), and reads the previous message in this
+    // slot no more (module documentation). `m.data` holds `m.bytes` (contract).
     unsafe {
+        if m.bytes > HEAD_DATA {
+            std::ptr::copy_nonoverlapping(m.data.add(HEAD_DATA), slot.add(LINE), m.bytes - HEAD_DATA);
+        }
         let words = slot.cast::<u64>();
         words.add(1).write(sig as u64);
         words.add(2).write(m.count as u64);
@@ -212,41 +201,9 @@ unsafe fn send<B: Backend + ?Sized>(
             std::ptr::copy_nonoverlapping(m.data, slot.add(HEAD_DATA_AT), m.bytes.min(HEAD_DATA));
         }
     }
-    for i in 0..n {
-        let line = slot.wrapping_add(i * LINE);
-        if i > 0 {
-            let at = HEAD_DATA + (i - 1) * BODY_DATA;
-            // SAFETY: as above; `at < m.bytes` since the message has line i.
-            unsafe { copy_part(m.data.add(at), line.add(BODY_DATA_AT), m.bytes - at) };
-        }
-        if i + 1 < n {
-            // Release: the line's data (and the header words) are visible before its flag.
-            // SAFETY: `line` starts a line of the slot.
-            unsafe { flag(line) }.store(seq, Ordering::Release);
-        } else {
-            // The last flag wakes a reader that sleeps (the backend orders the stores above
-            // before it).
-            ctx.b.signal_at(ctx.group.ranks()[j], off + i * LINE, SignalWidth::W64, SignalOp::Set, seq as i64)?;
-        }
-    }
-    Ok(())
-}
-
-/// Copies the data of one body line: [`BODY_DATA`] bytes, or `left` when fewer are left.
-///
-/// # Safety
-/// `src` and `dst` are valid for `min(left, BODY_DATA)` bytes and do not overlap.
-#[inline(always)]
-unsafe fn copy_part(src: *const u8, dst: *mut u8, left: usize) {
-    // SAFETY: caller's contract. A full line is a copy of constant size, which the compiler
-    // inlines as a few vector moves (a call to memcpy per line would cost more than the line).
-    unsafe {
-        if left >= BODY_DATA {
-            std::ptr::copy_nonoverlapping(src, dst, BODY_DATA);
-        } else {
-            std::ptr::copy_nonoverlapping(src, dst, left);
-        }
-    }
+    // The flag, last: the backend orders every store above before it (release), and wakes a
+    // reader asleep in a blocking wait.
+    ctx.b.signal_at(ctx.group.ranks()[j], off, SignalWidth::W64, SignalOp::Set, seq as i64)
 }
 
 /// Waits for member `j`'s header of round `seq`, or its round-protocol `READY` for the round.
@@ -279,35 +236,21 @@ fn head<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, j: usize, seq: u64) -> Result<Hea
     Ok(Head::Small { sig, count })
 }
 
-/// Copies member `j`'s message of round `seq` (`bytes`, as its header said) to `dst`.
-///
-/// Waits for the flag of the message's last line only: the writer sets it last, with release
-/// semantics, so seeing it (acquire) makes every earlier line visible too. Polling each line
-/// instead would pull lines the writer is still writing back and forth between the two cores.
+/// Copies member `j`'s message of round `seq` (`bytes`, as its header said) to `dst`. Every
+/// line of it was written before the header's flag, which [`head`] saw (acquire).
 ///
 /// # Safety
 /// `dst` is valid for `bytes` writes; j's header for the round announced `bytes`.
-unsafe fn body<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, j: usize, seq: u64, dst: *mut u8, bytes: usize) -> Result<()> {
-    let off = slot_offset(ctx, j, seq);
-    let slot = ctx.base.wrapping_add(off);
-    let n = lines(bytes);
-    if n > 1 {
-        let last = (n - 1) * LINE;
-        let f = Flag { writer: j, offset: off + last, value: seq, what: "small-message" };
-        if !f.reached(ctx) {
-            ctx.wait_flag(f, &|k| slot_offset(ctx, k, seq) + last)?;
-        }
-    }
-    // SAFETY: j's slot in the caller's heap, every line written before the flags seen (acquire)
-    // by `head` and above; `dst` holds `bytes`.
+unsafe fn body<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, j: usize, seq: u64, dst: *mut u8, bytes: usize) {
+    let slot = ctx.base.wrapping_add(slot_offset(ctx, j, seq));
+    // SAFETY: j's slot in the caller's heap, written before the flag seen; j writes it again
+    // only two rounds later (module documentation); `dst` holds `bytes`.
     unsafe {
         std::ptr::copy_nonoverlapping(slot.add(HEAD_DATA_AT), dst, bytes.min(HEAD_DATA));
-        for i in 1..n {
-            let at = HEAD_DATA + (i - 1) * BODY_DATA;
-            copy_part(slot.add(i * LINE + BODY_DATA_AT), dst.add(at), bytes - at);
+        if bytes > HEAD_DATA {
+            std::ptr::copy_nonoverlapping(slot.add(LINE), dst.add(HEAD_DATA), bytes - HEAD_DATA);
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -315,14 +258,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lines_hold_the_message() {
-        assert_eq!(lines(0), 1);
-        assert_eq!(lines(HEAD_DATA), 1);
-        assert_eq!(lines(HEAD_DATA + 1), 2);
-        assert_eq!(lines(HEAD_DATA + BODY_DATA), 2);
-        assert_eq!(lines(HEAD_DATA + BODY_DATA + 1), 3);
-        // Every byte of the largest message has a place in a slot.
-        let n = lines(MAX_BYTES);
-        assert!(HEAD_DATA + (n - 1) * BODY_DATA >= MAX_BYTES && n * LINE == SLOT_BYTES);
+    fn slot_holds_the_largest_message() {
+        // The header line's data, then whole lines for the rest.
+        assert!(HEAD_DATA + (SLOT_BYTES - LINE) >= MAX_BYTES);
+        assert_eq!(SLOT_BYTES % LINE, 0);
     }
 }
