@@ -1,5 +1,6 @@
 """Collectives, autograd, interop with torch.distributed and the perf entry point, on real ranks."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -56,6 +57,36 @@ def test_perf_entry_point_runs_every_op_through_symm_and_gloo_and_checks_results
         assert bound_us > 0 and lowest <= symm_pct <= highest, (row, lowest, highest)
     assert "symm(us)" in text and "gloo(us)" in text and "wrong elements in total: 0" in text, text
     assert "# copy: 1 rank" in text and "bound(us)" in text and "symm %bnd" in text, text
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None or importlib.util.find_spec("ninja") is None,
+    reason="the deepspeed column needs deepspeed and ninja installed (pip install deepspeed ninja)",
+)
+def test_perf_deepspeed_column_times_its_allreduce_and_checks_it(tmp_path):
+    env = dict(DEFAULT_ENV)
+    env.pop("SYMMETRIC_MEMORY_HEAP_SIZE")
+    env = {**os.environ, **env}
+    cmd = [sys.executable, "-m", "symm.perf", "-b", "1K", "-e", "64K", "-f", "64", "-n", "3", "-w", "1", "-g", "2"]
+    cmd += ["-o", "all_reduce,broadcast", "--backends", "symm,deepspeed", "--bound", "0", "-r", "2"]
+    # The first run builds DeepSpeed's kernel (a C++ compile, cached afterwards).
+    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    text = out.stdout
+    assert "# deepspeed: DeepSpeed's shared-memory allreduce kernel" in text, text
+    assert "deepspeed(us)" in text and "symm/deepspeed" in text and "wrong elements in total: 0" in text, text
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("# all_reduce") or line.startswith("# broadcast"):
+            op = line.split()[1]
+        elif line and not line.startswith("#"):
+            rows.setdefault(op, []).append(line.split())
+    # size, count, 2 times, 2 busbw, ratio, ratio med, #wrong
+    assert [len(r) for r in rows["all_reduce"] + rows["broadcast"]] == [9] * 4, text
+    for row in rows["all_reduce"]:
+        assert float(row[3]) > 0 and float(row[6]) > 0 and row[-1] == "0", row
+    for row in rows["broadcast"]:
+        assert row[3] == "N/A" and row[6] == "N/A" and row[-1] == "0", row
 
 
 def test_perf_bound_follows_the_traffic_model_and_can_be_left_out(tmp_path):

@@ -1,6 +1,7 @@
 """The fast paths of ``symm.shmem_allreduce`` and the other collectives with one (src/fast.rs), and
 ``python -m symm.perf --native``."""
 
+import importlib.util
 import inspect
 import os
 import subprocess
@@ -75,7 +76,7 @@ def test_perf_native_column_times_the_rust_api_in_the_same_run(tmp_path):
         assert row[-1] == "0", row
 
 
-def test_perf_backend_and_native_options_are_checked():
+def test_perf_backend_and_native_options_are_checked(monkeypatch):
     from symm import perf
 
     for argv, needle in [
@@ -86,3 +87,9 @@ def test_perf_backend_and_native_options_are_checked():
     ]:
         with pytest.raises(SystemExit, match=needle):
             perf.main(argv)
+    # deepspeed is asked for by name, and refused before any rank starts when it is missing.
+    assert "deepspeed" not in perf.parser().parse_args([]).backends
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real_find_spec(name, *a))
+    with pytest.raises(SystemExit, match="deepspeed package is not installed"):
+        perf.main(["--backends", "symm,deepspeed"])

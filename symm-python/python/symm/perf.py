@@ -1,10 +1,10 @@
-"""``python -m symm.perf``: the collectives through symm, torch.distributed (gloo) and MPI, side by
-side, in the style of nccl-tests.
+"""``python -m symm.perf``: the collectives through symm, torch.distributed (gloo), MPI and
+DeepSpeed's CPU allreduce, side by side, in the style of nccl-tests.
 
 For each operation and size the same exchange runs through each backend, ``-w`` warm-up
 iterations, then ``-n`` timed ones; a line gives the time per iteration (the slowest rank's
 average, microseconds) and the bus bandwidth of each backend, the ratio of symm's bus bandwidth
-to gloo's (above 1: symm is faster), and ``#wrong``, the elements that differ from the expected
+to each peer's (above 1: symm is faster), and ``#wrong``, the elements that differ from the expected
 result in a checked run after the timing (all backends together).
 
 ``-r R`` measures each size R times, the backends taking turns (symm, gloo, symm, gloo, ...), so
@@ -28,7 +28,12 @@ port of 127.0.0.1). Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) it uses tho
 MPI columns appear when the ranks were started by an MPI launcher and ``mpi4py`` imports
 (``mpirun -n 2 python -m symm.perf``); otherwise they are left out silently.
 
-``--backends`` picks the backends (e.g. ``--backends symm`` for symm alone). ``--native 1`` adds
+``--backends`` picks the backends (e.g. ``--backends symm`` for symm alone; default
+symm,gloo,mpi). ``deepspeed``, asked for by name, adds DeepSpeed's shared-memory allreduce for
+CPUs (the kernel of ``deepspeed.comm.inference_all_reduce``, called directly: in place, sum,
+all_reduce only; float32 needs AVX2, bfloat16 and float16 AVX-512, as DeepSpeed itself decides)
+and the ratio ``symm/deepspeed``; it needs ``pip install deepspeed ninja`` and builds its kernel
+on first use. Each ratio ``symm/<peer>`` is the peer's time over symm's. ``--native 1`` adds
 the column ``rust``: the same all_reduce (in place, on the same symmetric tensor, in the same
 processes, right after the Python timing) timed by a loop in Rust
 (``Communicator.bench_allreduce``: each iteration is the core call that ``symm-bench all_reduce``
@@ -52,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import math
 import os
 import socket
@@ -62,11 +68,16 @@ from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "alltoall", "sendrecv", "broadcast")
-BACKENDS = ("symm", "gloo", "mpi")
+BACKENDS = ("symm", "gloo", "mpi", "deepspeed")
+#: The backends run when ``--backends`` is not given (deepspeed is asked for by name: loading it
+#: builds its kernel the first time).
+DEFAULT_BACKENDS = ("symm", "gloo", "mpi")
 #: Ratio columns: name -> (time a, time b, meaning); the column is time a / time b, shown when
 #: both backends run.
 RATIOS = {
     "symm/gloo": ("gloo", "symm", "busbw ratio (> 1: symm faster)"),
+    "symm/mpi": ("mpi", "symm", "busbw ratio (> 1: symm faster)"),
+    "symm/deepspeed": ("deepspeed", "symm", "busbw ratio (> 1: symm faster)"),
     "py/rust": ("symm", "rust", "symm's time through the Python API / through the Rust API (rust column)"),
 }
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
@@ -115,8 +126,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--backends",
-        default=",".join(BACKENDS),
-        help=f"comma-separated subset of {','.join(BACKENDS)} (default: all; mpi only under an MPI launcher)",
+        default=",".join(DEFAULT_BACKENDS),
+        help=f"comma-separated subset of {','.join(BACKENDS)} (default: {','.join(DEFAULT_BACKENDS)}; mpi only "
+        "under an MPI launcher; deepspeed, its shared-memory allreduce, needs deepspeed and ninja installed)",
     )
     p.add_argument(
         "--pin",
@@ -162,6 +174,10 @@ def validate(args: argparse.Namespace) -> None:
             f"symm.perf: --backends {args.backends!r}: unknown backends {unknown}; accepted: {', '.join(BACKENDS)}"
         )
     args.backends = backends
+    if "deepspeed" in backends and importlib.util.find_spec("deepspeed") is None:
+        raise SystemExit(
+            "symm.perf: --backends deepspeed: the deepspeed package is not installed (pip install deepspeed ninja)"
+        )
     if args.pin not in (0, 1):
         raise SystemExit(f"symm.perf: --pin {args.pin}: expected 0 or 1")
     if args.native not in (0, 1):
@@ -415,6 +431,60 @@ class MpiBackend(Backend):
         return partial(comm.Sendrecv, send, nxt, 0, recv, prv, 0)
 
 
+class DeepSpeedBackend(Backend):
+    """DeepSpeed's shared-memory allreduce for CPUs: the kernel behind
+    ``deepspeed.comm.inference_all_reduce`` (``torch.ops.deepspeed.inference_all_reduce_``),
+    called directly. It sums one ordinary tensor in place, so it runs all_reduce only (the
+    other operations show N/A), and only the dtypes its kernels run on this CPU: float32 with
+    AVX2, bfloat16 and float16 with AVX-512 (``vector_kernel_level``, as DeepSpeed decides)."""
+
+    name = "deepspeed"
+    #: The kernel level each dtype needs (DeepSpeed's ``TorchBackend.inference_all_reduce``).
+    LEVELS = {"float32": 1, "bfloat16": 2, "float16": 2}
+
+    def __init__(self, rank: int, n: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        # The kernel works over shared memory only when LOCAL_SIZE is the world size (all ranks
+        # on this host, as symm's are), and names the memory after MASTER_ADDR and MASTER_PORT:
+        # a key of this run where the launcher did not set them.
+        os.environ["LOCAL_SIZE"] = str(n)
+        if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+            key = torch.tensor([int.from_bytes(os.urandom(4), "little")], dtype=torch.int64)
+            dist.broadcast(key, 0)
+            os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "symm.perf", str(key.item())
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        from deepspeed.accelerator import get_accelerator  # type: ignore[import-not-found, unused-ignore]
+
+        accel = get_accelerator()
+        builder = accel.create_op_builder("ShareMemCommBuilder")
+        if builder is None:
+            raise SystemExit(
+                f"symm.perf: --backends deepspeed: DeepSpeed's accelerator {accel.device_name()!r} has no "
+                "shared-memory allreduce (DS_ACCELERATOR=cpu selects the CPU one)"
+            )
+        self.kernels = builder.load()  # built on first use (needs ninja and a C++ compiler)
+        self.kernels.initialize(n, rank)
+        self.level = int(self.kernels.vector_kernel_level())
+
+    def runs(self, dtype: str) -> bool:
+        """Whether the kernel reduces ``dtype`` on this CPU."""
+        return self.level >= self.LEVELS.get(dtype, 1 << 30)
+
+    def alloc(self, numel: int) -> Any:
+        import torch
+
+        return torch.empty(numel, dtype=DT)
+
+    def run(self, op: str, bufs: Dict[str, Any], rank: int, n: int) -> Optional[Callable[[], Any]]:
+        import torch
+
+        if op != "all_reduce" or not self.runs(str(DT).removeprefix("torch.")):
+            return None
+        return partial(torch.ops.deepspeed.inference_all_reduce_, bufs["recv"])
+
+
 DT: Any = None  # the torch dtype of the run (set in each rank)
 
 
@@ -565,6 +635,9 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
         backends.append(GlooBackend())
     if "mpi" in args.backends and mpi_comm is not None and args.dtype not in ("bfloat16", "float16"):
         backends.append(MpiBackend(mpi_comm))
+    deepspeed = DeepSpeedBackend(rank, n) if "deepspeed" in args.backends else None
+    if deepspeed is not None:
+        backends.append(deepspeed)
     names = [b.name for b in backends]
     ratios = [r for r, (a, b, _) in RATIOS.items() if a in names and b in names]
     bw = copy_bandwidth(rank, n) if args.bound else None
@@ -581,6 +654,13 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
             + ("; <ratio> med: median over the runs of the ratio within each run" if args.runs > 1 and ratios else "")
             + "\n"
         )
+        if deepspeed is not None:
+            out.write(
+                "# deepspeed: DeepSpeed's shared-memory allreduce kernel (torch.ops.deepspeed.inference_all_reduce_, "
+                f"in place, sum; kernel level {deepspeed.level}"
+                + ("" if deepspeed.runs(args.dtype) else f": it does not reduce {args.dtype} on this CPU")
+                + "); all_reduce only\n"
+            )
         if bw is not None:
             out.write(
                 f"# copy: 1 rank {bw[0] / 1e9:.2f} GB/s, {bw[2]} ranks at once {bw[1] / 1e9:.2f} GB/s "
