@@ -66,6 +66,8 @@ pub const MAX_BYTES: usize = 4096;
 pub const DEFAULT_MAX_BYTES: usize = 2048;
 /// Bytes of one slot: the header line, then room for the rest of the largest message.
 const SLOT_BYTES: usize = LINE + (MAX_BYTES - HEAD_DATA).next_multiple_of(LINE);
+// Every byte of the largest message has a place in a slot, and slots stay line-aligned.
+const _: () = assert!(HEAD_DATA + (SLOT_BYTES - LINE) >= MAX_BYTES && SLOT_BYTES % LINE == 0);
 /// Reads of a header flag between two looks at the writer's round-protocol flag.
 const LOOK_EVERY: u32 = 16;
 
@@ -250,17 +252,5 @@ unsafe fn body<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, j: usize, seq: u64, dst: *
         if bytes > HEAD_DATA {
             std::ptr::copy_nonoverlapping(slot.add(LINE), dst.add(HEAD_DATA), bytes - HEAD_DATA);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slot_holds_the_largest_message() {
-        // The header line's data, then whole lines for the rest.
-        assert!(HEAD_DATA + (SLOT_BYTES - LINE) >= MAX_BYTES);
-        assert_eq!(SLOT_BYTES % LINE, 0);
     }
 }
