@@ -16,6 +16,9 @@
 //! # Ordering
 //! - `put_signal_bytes`: the data is visible to the target before the signal update is (release
 //!   on the signal; the waiter's successful check is an acquire).
+//! - `signal_at`: a release too: the caller's earlier stores, including direct stores into a
+//!   peer's heap through a backend's mapping of it (the collectives' small-message path), are
+//!   visible to a waiter whose check (acquire) sees the update.
 //! - `fence`: puts and signals to the same peer issued before it are delivered before those
 //!   issued after it. `quiet`: everything issued before it is complete and visible.
 //! - `barrier_group`: everything every member issued before the barrier is complete and visible

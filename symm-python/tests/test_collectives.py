@@ -75,12 +75,13 @@ def test_perf_deepspeed_column_times_its_allreduce_and_checks_it(tmp_path):
     text = out.stdout
     assert "# deepspeed: DeepSpeed's shared-memory allreduce kernel" in text, text
     assert "deepspeed(us)" in text and "symm/deepspeed" in text and "wrong elements in total: 0" in text, text
-    rows = {}
+    rows: dict = {"all_reduce": [], "broadcast": []}
+    op = None
     for line in text.splitlines():
         if line.startswith("# all_reduce") or line.startswith("# broadcast"):
             op = line.split()[1]
-        elif line and not line.startswith("#"):
-            rows.setdefault(op, []).append(line.split())
+        elif op and line and not line.startswith("#"):
+            rows[op].append(line.split())
     # size, count, 2 times, 2 busbw, ratio, ratio med, #wrong
     assert [len(r) for r in rows["all_reduce"] + rows["broadcast"]] == [9] * 4, text
     for row in rows["all_reduce"]:

@@ -90,6 +90,16 @@ def test_perf_backend_and_native_options_are_checked(monkeypatch):
     # deepspeed is asked for by name, and refused before any rank starts when it is missing.
     assert "deepspeed" not in perf.parser().parse_args([]).backends
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real_find_spec(name, *a))
-    with pytest.raises(SystemExit, match="deepspeed package is not installed"):
-        perf.main(["--backends", "symm,deepspeed"])
+    for absent in ("deepspeed", "ninja"):
+
+        def find_spec(name, package=None, absent=absent):
+            return None if name == absent else real_find_spec(name, package)
+
+        monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+        with pytest.raises(SystemExit, match=f"--backends deepspeed: {absent} not installed"):
+            perf.main(["--backends", "symm,deepspeed"])
+    # Its kernels: float32 from AVX2 (level 1), bfloat16 and float16 from AVX-512 (level 2).
+    runs = perf.DeepSpeedBackend.kernel_runs
+    assert runs(1, "float32") and runs(2, "bfloat16") and runs(2, "float16")
+    assert not runs(0, "float32") and not runs(1, "bfloat16") and not runs(1, "float16")
+    assert not any(runs(2, d) for d in ("float64", "int32", "int64"))

@@ -174,9 +174,11 @@ def validate(args: argparse.Namespace) -> None:
             f"symm.perf: --backends {args.backends!r}: unknown backends {unknown}; accepted: {', '.join(BACKENDS)}"
         )
     args.backends = backends
-    if "deepspeed" in backends and importlib.util.find_spec("deepspeed") is None:
+    missing = [m for m in ("deepspeed", "ninja") if "deepspeed" in backends and importlib.util.find_spec(m) is None]
+    if missing:
         raise SystemExit(
-            "symm.perf: --backends deepspeed: the deepspeed package is not installed (pip install deepspeed ninja)"
+            f"symm.perf: --backends deepspeed: {' and '.join(missing)} not installed (pip install deepspeed ninja: "
+            "DeepSpeed builds its allreduce kernel with ninja on first use)"
         )
     if args.pin not in (0, 1):
         raise SystemExit(f"symm.perf: --pin {args.pin}: expected 0 or 1")
@@ -464,13 +466,26 @@ class DeepSpeedBackend(Backend):
                 f"symm.perf: --backends deepspeed: DeepSpeed's accelerator {accel.device_name()!r} has no "
                 "shared-memory allreduce (DS_ACCELERATOR=cpu selects the CPU one)"
             )
-        self.kernels = builder.load()  # built on first use (needs ninja and a C++ compiler)
-        self.kernels.initialize(n, rank)
+        self.kernels = builder.load(verbose=False)  # built on first use (needs ninja and a C++ compiler)
+        self.kernels.initialize(n, rank)  # returns once this rank has mapped every rank's segment
         self.level = int(self.kernels.vector_kernel_level())
+        # DeepSpeed never unlinks its segments (about 66 MiB per rank in /dev/shm): once every
+        # rank has mapped every segment, each rank removes its own name; the mappings stay.
+        dist.barrier()
+        addr, port = os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+        try:
+            os.unlink(f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{addr}_{port}_{rank}")
+        except FileNotFoundError:
+            pass  # another naming (a DeepSpeed version that cleans up after itself)
+
+    @classmethod
+    def kernel_runs(cls, level: int, dtype: str) -> bool:
+        """Whether DeepSpeed's kernel at ``level`` (``vector_kernel_level``) reduces ``dtype``."""
+        return level >= cls.LEVELS.get(dtype, 1 << 30)
 
     def runs(self, dtype: str) -> bool:
         """Whether the kernel reduces ``dtype`` on this CPU."""
-        return self.level >= self.LEVELS.get(dtype, 1 << 30)
+        return self.kernel_runs(self.level, dtype)
 
     def alloc(self, numel: int) -> Any:
         import torch
