@@ -51,6 +51,16 @@ class RankResult:
     output: str
 
 
+def run_perf(args: List[str], tmp_path: Path, *, timeout: float = 120.0) -> str:
+    """Runs ``python -m symm.perf`` with ``args`` (which size the heap themselves) and returns
+    its standard output; fails the test on a non-zero exit, with both outputs' tails."""
+    env = {**os.environ, **{k: v for k, v in DEFAULT_ENV.items() if k != "SYMMETRIC_MEMORY_HEAP_SIZE"}}
+    cmd = [sys.executable, "-m", "symm.perf", *args]
+    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    return out.stdout
+
+
 def _report(results: List[RankResult], tail: int = 4000) -> str:
     parts = []
     for r in results:

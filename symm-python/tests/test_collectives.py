@@ -1,14 +1,11 @@
 """Collectives, autograd, interop with torch.distributed and the perf entry point, on real ranks."""
 
 import importlib.util
-import os
-import subprocess
-import sys
 import time
 
 import pytest
 
-from harness import DEFAULT_ENV, check_all_passed, run_ranks
+from harness import check_all_passed, run_perf, run_ranks
 
 
 def test_collectives_on_the_world_and_on_groups_in_any_order_4_ranks(tmp_path):
@@ -35,13 +32,10 @@ def test_training_on_a_2x2_mesh_symm_in_dp_gloo_in_tp_matches_all_gloo(tmp_path)
 
 def test_perf_entry_point_runs_every_op_through_symm_and_gloo_and_checks_results(tmp_path):
     # a small run: every operation, three sizes, 2 spawned ranks; the default run is larger
-    env = dict(DEFAULT_ENV)
-    env.pop("SYMMETRIC_MEMORY_HEAP_SIZE")  # symm.perf sizes the heap itself
-    env = {**os.environ, **env}
-    cmd = [sys.executable, "-m", "symm.perf", "-b", "1K", "-e", "256K", "-f", "16", "-n", "3", "-w", "1", "-g", "2"]
-    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    text = out.stdout
+    text = run_perf(
+        ["-b", "1K", "-e", "256K", "-f", "16", "-n", "3", "-w", "1", "-g", "2"],
+        tmp_path,
+    )
     for op in ("all_reduce", "reduce_scatter", "all_gather", "alltoall", "sendrecv", "broadcast"):
         assert f"# {op}" in text, text
     rows = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
@@ -64,15 +58,11 @@ def test_perf_entry_point_runs_every_op_through_symm_and_gloo_and_checks_results
     reason="the deepspeed column needs deepspeed and ninja installed (pip install deepspeed ninja)",
 )
 def test_perf_deepspeed_column_times_its_allreduce_and_checks_it(tmp_path):
-    env = dict(DEFAULT_ENV)
-    env.pop("SYMMETRIC_MEMORY_HEAP_SIZE")
-    env = {**os.environ, **env}
-    cmd = [sys.executable, "-m", "symm.perf", "-b", "1K", "-e", "64K", "-f", "64", "-n", "3", "-w", "1", "-g", "2"]
-    cmd += ["-o", "all_reduce,broadcast", "--backends", "symm,deepspeed", "--bound", "0", "-r", "2"]
     # The first run builds DeepSpeed's kernel (a C++ compile, cached afterwards).
-    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    text = out.stdout
+    text = run_perf(
+        ["-b", "1K", "-e", "64K", "-f", "64", "-n", "3", "-w", "1", "-g", "2", "-o", "all_reduce,broadcast", "--backends", "symm,deepspeed", "--bound", "0", "-r", "2"],
+        tmp_path, timeout=600,
+    )
     assert "# deepspeed: DeepSpeed's shared-memory allreduce kernel" in text, text
     assert "deepspeed(us)" in text and "symm/deepspeed" in text and "wrong elements in total: 0" in text, text
     rows: dict = {"all_reduce": [], "broadcast": []}
@@ -103,13 +93,10 @@ def test_perf_bound_follows_the_traffic_model_and_can_be_left_out(tmp_path):
     assert perf.bound_seconds("all_reduce", mib, 2, (5e9, 15e9, 2)) == pytest.approx(2 * mib / 10e9)
     assert perf.traffic("broadcast", mib, 4) == (6 * mib, 2 * mib)
     assert perf.traffic("reduce_scatter", mib, 4) == (4 * (mib + mib / 4), mib + mib / 4)
-    env = dict(DEFAULT_ENV)
-    env.pop("SYMMETRIC_MEMORY_HEAP_SIZE")
-    env = {**os.environ, **env}
-    cmd = [sys.executable, "-m", "symm.perf", "-b", "1K", "-e", "1K", "-n", "2", "-w", "1", "-g", "2"]
-    cmd += ["-o", "all_reduce", "--backends", "symm", "--bound", "0"]
-    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    assert "bound" not in out.stdout and "# copy" not in out.stdout, out.stdout
-    rows = [line.split() for line in out.stdout.splitlines() if line and not line.startswith("#")]
-    assert [len(r) for r in rows] == [5], out.stdout  # size, count, time, busbw, #wrong
+    text = run_perf(
+        ["-b", "1K", "-e", "1K", "-n", "2", "-w", "1", "-g", "2", "-o", "all_reduce", "--backends", "symm", "--bound", "0"],
+        tmp_path,
+    )
+    assert "bound" not in text and "# copy" not in text, text
+    rows = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
+    assert [len(r) for r in rows] == [5], text  # size, count, time, busbw, #wrong

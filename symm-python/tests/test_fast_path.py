@@ -3,14 +3,11 @@
 
 import importlib.util
 import inspect
-import os
-import subprocess
-import sys
 
 import pytest
 
 import symm
-from harness import DEFAULT_ENV, check_all_passed, run_ranks
+from harness import check_all_passed, run_perf, run_ranks
 from symm import _symm
 
 
@@ -43,14 +40,10 @@ def test_public_allreduce_is_native_with_the_documented_signature():
 
 
 def test_perf_native_column_times_the_rust_api_in_the_same_run(tmp_path):
-    env = dict(DEFAULT_ENV)
-    env.pop("SYMMETRIC_MEMORY_HEAP_SIZE")  # symm.perf sizes the heap itself
-    env = {**os.environ, **env}
-    cmd = [sys.executable, "-m", "symm.perf", "-b", "8", "-e", "512", "-f", "8", "-n", "200", "-w", "20", "-g", "2"]
-    cmd += ["-o", "all_reduce,broadcast", "--backends", "symm", "--native", "1", "-r", "3"]
-    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    text = out.stdout
+    text = run_perf(
+        ["-b", "8", "-e", "512", "-f", "8", "-n", "200", "-w", "20", "-g", "2", "-o", "all_reduce,broadcast", "--backends", "symm", "--native", "1", "-r", "3"],
+        tmp_path,
+    )
     assert "symm(us)" in text and "rust(us)" in text and "py/rust med" in text and "gloo" not in text, text
     assert "3 runs (backends taking turns)" in text and "best run" in text, text
     rows = {}
