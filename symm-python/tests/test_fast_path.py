@@ -1,6 +1,7 @@
 """The fast paths of ``symm.shmem_allreduce`` and the other collectives with one (src/fast.rs), and
 ``python -m symm.perf --native``."""
 
+import importlib.machinery
 import importlib.util
 import inspect
 
@@ -82,14 +83,22 @@ def test_perf_backend_and_native_options_are_checked(monkeypatch):
             perf.main(argv)
     # deepspeed is asked for by name, and refused before any rank starts when it is missing.
     assert "deepspeed" not in perf.parser().parse_args([]).backends
+    # Which of the two is installed here must not matter: the check is asked about a machine
+    # where exactly the named ones are absent and the others present.
     real_find_spec = importlib.util.find_spec
-    for absent in ("deepspeed", "ninja"):
+    for absent, message in [
+        ({"deepspeed"}, "deepspeed not installed"),
+        ({"ninja"}, "ninja not installed"),
+        ({"deepspeed", "ninja"}, "deepspeed and ninja not installed"),
+    ]:
 
         def find_spec(name, package=None, absent=absent):
-            return None if name == absent else real_find_spec(name, package)
+            if name in ("deepspeed", "ninja"):
+                return None if name in absent else importlib.machinery.ModuleSpec(name, None)
+            return real_find_spec(name, package)
 
         monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-        with pytest.raises(SystemExit, match=f"--backends deepspeed: {absent} not installed"):
+        with pytest.raises(SystemExit, match=f"--backends deepspeed: {message}"):
             perf.main(["--backends", "symm,deepspeed"])
     # Its kernels: float32 from AVX2 (level 1), bfloat16 and float16 from AVX-512 (level 2).
     runs = perf.DeepSpeedBackend.kernel_runs
