@@ -443,9 +443,10 @@ def shmem_wait_for_signal(
     ``depend_tensor`` (a tensor the wait is ordered after, or None) needs no action.
 
     Args:
-        compare_op: ``0``/``"eq"``, ``1``/``"ne"``, ``2``/``"gt"``, ``3``/``"ge"``, ``4``/``"lt"``,
-            ``5``/``"le"`` (Ascend SHMEM's codes; HyperParallel's older 0/1/2 = eq/gt/lt table is
-            superseded).
+        compare_op: HyperParallel's codes ``0``/``"eq"`` (``==``), ``1``/``"gt"`` (``>``),
+            ``2``/``"lt"`` (``<``), then ``3``/``"ne"``, ``4``/``"ge"``, ``5``/``"le"``; names
+            in any case. A backend whose library numbers comparisons differently (Ascend SHMEM:
+            1 = ne, 2 = gt) translates inside the backend.
         timeout: seconds or a ``datetime.timedelta``; None: ``SYMMETRIC_MEMORY_TIMEOUT``.
 
     Returns:
