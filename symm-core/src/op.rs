@@ -174,12 +174,10 @@ mod tests {
         for (text, op) in [("eq", CmpOp::Eq), ("gt", CmpOp::Gt), ("lt", CmpOp::Lt), ("ne", CmpOp::Ne)] {
             assert_eq!(text.parse::<CmpOp>().unwrap(), op);
         }
-        assert_eq!(["ge", "LE", "1", " 2 "].map(|t| t.parse::<CmpOp>().unwrap()), [
-            CmpOp::Ge,
-            CmpOp::Le,
-            CmpOp::Gt,
-            CmpOp::Lt
-        ]);
+        assert_eq!(
+            ["ge", "LE", "1", " 2 "].map(|t| t.parse::<CmpOp>().unwrap()),
+            [CmpOp::Ge, CmpOp::Le, CmpOp::Gt, CmpOp::Lt]
+        );
         let e = CmpOp::from_code(6).unwrap_err().to_string();
         assert!(e.contains("0=eq, 1=gt, 2=lt, 3=ne, 4=ge, 5=le"), "{e}");
     }
@@ -187,14 +185,7 @@ mod tests {
     #[test]
     fn ascend_shmem_numbering_is_a_translation() {
         // aclshmem_cmp_op_type_t: CMP_EQ 0, CMP_NE 1, CMP_GT 2, CMP_GE 3, CMP_LT 4, CMP_LE 5.
-        let ascend = [
-            (CmpOp::Eq, 0),
-            (CmpOp::Ne, 1),
-            (CmpOp::Gt, 2),
-            (CmpOp::Ge, 3),
-            (CmpOp::Lt, 4),
-            (CmpOp::Le, 5),
-        ];
+        let ascend = [(CmpOp::Eq, 0), (CmpOp::Ne, 1), (CmpOp::Gt, 2), (CmpOp::Ge, 3), (CmpOp::Lt, 4), (CmpOp::Le, 5)];
         for (op, code) in ascend {
             assert_eq!(op.ascend_shmem_code(), code, "{op}");
         }
