@@ -29,9 +29,14 @@ def test_names_hyperparallel_calls_exist_with_its_signatures():
 
 
 def test_is_shmem_available_needs_no_process_group_and_sees_a_missing_backend(monkeypatch):
-    # Here the backend can run, before torch.distributed is initialised.
+    # Here the backend can run, before torch.distributed is initialised, and asking starts nothing.
+    code = (
+        "import symm, torch.distributed as dist\n"
+        "print(symm.is_shmem_available(), dist.is_initialized(), symm.is_initialized())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "True False False", out.stdout + out.stderr
     assert symm.is_shmem_available() is True
-    assert not symm.is_initialized()
 
     def no_memfd(*args):
         raise OSError(38, "Function not implemented")
@@ -58,5 +63,7 @@ def test_signal_pad_size_is_validated_and_kept():
                 symm.set_signal_pad_size(bad)
             assert "size = " + needle in str(e.value) and "multiple of 4" in str(e.value), e.value
             assert symm.get_signal_pad_size() == 256
+        with pytest.raises(symm.InvalidArgument, match="at most"):
+            symm.set_signal_pad_size(1 << 70)
     finally:
         symm.set_signal_pad_size(symm.DEFAULT_SIGNAL_PAD_SIZE)

@@ -723,6 +723,7 @@ def split_group(parent: Any, ranks: Sequence[int]) -> Any:
 #: says otherwise: one page of int32 signal words.
 DEFAULT_SIGNAL_PAD_SIZE = 4096
 _signal_pad_size = DEFAULT_SIGNAL_PAD_SIZE
+_MAX_SIGNAL_PAD_SIZE = 1 << 48
 
 
 def is_shmem_available() -> bool:
@@ -754,7 +755,7 @@ def set_signal_pad_size(size: int) -> None:
     symmetric int32/int64 tensor of ``symm.empty``.
 
     Raises:
-        InvalidArgument: ``size`` is not a positive multiple of 4.
+        InvalidArgument: ``size`` is not a positive multiple of 4 (at most 2**48).
     """
     global _signal_pad_size
     if isinstance(size, bool) or not hasattr(size, "__index__"):
@@ -762,6 +763,9 @@ def set_signal_pad_size(size: int) -> None:
     n = size.__index__()
     if n <= 0 or n % 4 != 0:
         raise _invalid_argument("size", n, "must be a positive multiple of 4 (the signal pad is int32 words)")
+    if n > _MAX_SIGNAL_PAD_SIZE:
+        # Larger than any heap; also keeps the size a 64-bit integer for the native check.
+        raise _invalid_argument("size", n, f"must be at most {_MAX_SIGNAL_PAD_SIZE} bytes")
     _signal_pad_size = n
 
 
@@ -795,7 +799,8 @@ class SymmetricMemory:
         barrier(self.group)
 
     def __repr__(self) -> str:
-        return f"SymmetricMemory(rank={self.rank}, world_size={self.world_size}, signal_pad={self.signal_pad.numel()} words)"
+        words = self.signal_pad.numel()
+        return f"SymmetricMemory(rank={self.rank}, world_size={self.world_size}, signal_pad={words} words)"
 
 
 @_profiled("rendezvous", _on("tensor"))
