@@ -1,7 +1,8 @@
 //! Operation codes: reductions, signal updates and signal comparisons.
 //!
-//! The numeric codes are part of the public contract (see `docs/design.md`, "Codes"): bindings
-//! and device backends pass them through unchanged, so they never change.
+//! The numeric codes are part of the public contract (the README's "Op codes"): bindings pass them
+//! through unchanged, so they never change. A backend whose library numbers an operation
+//! differently translates the enum inside the backend (see [`CmpOp::ascend_shmem_code`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -83,13 +84,18 @@ code_enum! {
 }
 
 code_enum! {
-    /// How a wait compares the signal with the value: `signal <cmp> value` (Ascend SHMEM's values).
+    /// How a wait compares the signal with the value: `signal <cmp> value`.
+    ///
+    /// The codes are HyperParallel's (`compare_op` 0 = eq, 1 = gt, 2 = lt, as in its docstrings,
+    /// manual, tests and `signal_wait_until` kernel), with `ne`, `ge` and `le` after them. A
+    /// backend whose library numbers comparisons differently translates inside the backend
+    /// ([`CmpOp::ascend_shmem_code`] for Ascend SHMEM).
     CmpOp, "compare op" {
         Eq = 0, "eq";
-        Ne = 1, "ne";
-        Gt = 2, "gt";
-        Ge = 3, "ge";
-        Lt = 4, "lt";
+        Gt = 1, "gt";
+        Lt = 2, "lt";
+        Ne = 3, "ne";
+        Ge = 4, "ge";
         Le = 5, "le";
     }
 }
@@ -104,6 +110,21 @@ impl CmpOp {
             CmpOp::Ge => signal >= value,
             CmpOp::Lt => signal < value,
             CmpOp::Le => signal <= value,
+        }
+    }
+
+    /// Ascend SHMEM's value for this comparison (`aclshmem_cmp_op_type_t`: `CMP_EQ 0, CMP_NE 1,
+    /// CMP_GT 2, CMP_GE 3, CMP_LT 4, CMP_LE 5`), what an Ascend backend passes as `cmp` to
+    /// `aclshmem_signal_wait_until` and `aclshmemx_signal_wait_until_on_stream`. It differs from
+    /// [`CmpOp::code`]: Ascend SHMEM's `1` is `Ne` and its `2` is `Gt`.
+    pub const fn ascend_shmem_code(self) -> i32 {
+        match self {
+            CmpOp::Eq => 0,
+            CmpOp::Ne => 1,
+            CmpOp::Gt => 2,
+            CmpOp::Ge => 3,
+            CmpOp::Lt => 4,
+            CmpOp::Le => 5,
         }
     }
 
@@ -129,8 +150,51 @@ mod tests {
         assert_eq!((SignalOp::Set.code(), SignalOp::Add.code()), (0, 1));
         let cmp: Vec<u8> = CmpOp::ALL.iter().map(|c| c.code()).collect();
         assert_eq!(cmp, [0, 1, 2, 3, 4, 5]);
-        assert_eq!(CmpOp::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(), ["eq", "ne", "gt", "ge", "lt", "le"]);
+        // HyperParallel's 0 = eq, 1 = gt, 2 = lt, then ne, ge, le.
+        assert_eq!(CmpOp::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(), ["eq", "gt", "lt", "ne", "ge", "le"]);
         assert_eq!(ReduceOp::ALL.iter().map(|c| c.code()).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn hyperparallel_compare_codes_mean_what_its_callers_wait_for() {
+        // HyperParallel's wait_for_signal: the signal is 0 until a peer has written its data
+        // and set the signal to 2; `compare_op = 1` ("greater than 1") must not hold before
+        // that (read as Ascend SHMEM's `ne`, 0 != 1 held at once, before the data arrived).
+        let greater = CmpOp::from_code(1).unwrap();
+        assert_eq!(greater, CmpOp::Gt);
+        assert!(!greater.holds(0, 1), "a wait for signal > 1 returned while the signal was still 0");
+        assert!(greater.holds(2, 1));
+        // `compare_op = 2` ("less than 5"): the signal drops from 5 to 3 (read as `gt`, the
+        // wait never ended).
+        let less = CmpOp::from_code(2).unwrap();
+        assert_eq!(less, CmpOp::Lt);
+        assert!(!less.holds(5, 5) && less.holds(3, 5));
+        assert_eq!(CmpOp::from_code(0).unwrap(), CmpOp::Eq);
+        assert_eq!([3, 4, 5].map(|c| CmpOp::from_code(c).unwrap()), [CmpOp::Ne, CmpOp::Ge, CmpOp::Le]);
+        for (text, op) in [("eq", CmpOp::Eq), ("gt", CmpOp::Gt), ("lt", CmpOp::Lt), ("ne", CmpOp::Ne)] {
+            assert_eq!(text.parse::<CmpOp>().unwrap(), op);
+        }
+        assert_eq!(
+            ["ge", "LE", "1", " 2 "].map(|t| t.parse::<CmpOp>().unwrap()),
+            [CmpOp::Ge, CmpOp::Le, CmpOp::Gt, CmpOp::Lt]
+        );
+        let e = CmpOp::from_code(6).unwrap_err().to_string();
+        assert!(e.contains("0=eq, 1=gt, 2=lt, 3=ne, 4=ge, 5=le"), "{e}");
+    }
+
+    #[test]
+    fn ascend_shmem_numbering_is_a_translation() {
+        // aclshmem_cmp_op_type_t: CMP_EQ 0, CMP_NE 1, CMP_GT 2, CMP_GE 3, CMP_LT 4, CMP_LE 5.
+        let ascend = [(CmpOp::Eq, 0), (CmpOp::Ne, 1), (CmpOp::Gt, 2), (CmpOp::Ge, 3), (CmpOp::Lt, 4), (CmpOp::Le, 5)];
+        for (op, code) in ascend {
+            assert_eq!(op.ascend_shmem_code(), code, "{op}");
+        }
+        // One Ascend value per comparison, and the ones HyperParallel's codes differ on.
+        let mut seen: Vec<i32> = CmpOp::ALL.iter().map(|c| c.ascend_shmem_code()).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, [0, 1, 2, 3, 4, 5]);
+        assert_ne!(i32::from(CmpOp::Gt.code()), CmpOp::Gt.ascend_shmem_code());
+        assert_ne!(i32::from(CmpOp::Lt.code()), CmpOp::Lt.ascend_shmem_code());
     }
 
     #[test]

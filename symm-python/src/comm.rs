@@ -209,7 +209,7 @@ impl PyCommunicator {
 
     /// Checks a tensor that must be symmetric memory and returns the buffer it covers (a view
     /// of one live allocation, with the tensor's own dtype, offset and length).
-    fn symmetric(&self, py: Python<'_>, d: &Desc, arg: &'static str) -> PyResult<SymmBuffer> {
+    pub(crate) fn symmetric(&self, py: Python<'_>, d: &Desc, arg: &'static str) -> PyResult<SymmBuffer> {
         let rank = self.rank_id();
         let l = self.local(py, d, arg)?;
         let bytes = l.len * l.dtype.size();
@@ -783,6 +783,20 @@ impl PyCommunicator {
         self.member_of(py, g)?;
         let t = self.checked(py, g, || self.local(py, &tensor, "tensor"))?;
         self.time_allreduce(py, g, t, iters)
+    }
+
+    /// Collective over `group`: checks that every member passes the same view of one symmetric
+    /// allocation that every member of `group` took part in, and the same `pad_bytes`
+    /// (Mismatch on every member otherwise); returns the view's `(heap_offset, bytes)`. See
+    /// `rendezvous.rs`.
+    fn rendezvous(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        tensor: Desc,
+        pad_bytes: usize,
+    ) -> PyResult<(usize, usize)> {
+        self.coll_rendezvous(py, &group.get().g, &tensor, pad_bytes)
     }
 
     /// Takes part in `group`'s next collective round only to reject it, so that members

@@ -20,6 +20,7 @@
 //! - [`errors`]: one exception class per error code, all under `symm.SymmError`.
 //! - [`dfx`]: diagnostics: logging into `logging`, statistics, flight-recorder dumps.
 //! - [`registry`]: live allocations by heap offset (recognising symmetric tensors).
+//! - [`rendezvous`]: `rendezvous`'s check that every member passes the same symmetric tensor.
 
 mod coll;
 mod comm;
@@ -27,6 +28,7 @@ mod dfx;
 mod errors;
 mod fast;
 mod registry;
+mod rendezvous;
 mod store;
 
 use pyo3::prelude::*;

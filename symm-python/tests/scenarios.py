@@ -177,10 +177,11 @@ def primitives(rank, world):
     symm.shmem_signal_op(sig, rank, 5, "set", peer)
     symm.shmem_signal_op(sig, rank, 3, 1, peer)
     symm.shmem_signal_op(sig, world + rank, 4, signal_op=0, target_rank=peer)
-    for op, value in [("eq", 8), (0, 8), ("ge", 8), (3, 7), ("gt", 7), (2, 7), ("le", 8), (5, 9), ("lt", 9), (4, 9)]:
+    # HyperParallel's codes: 0 eq, 1 gt, 2 lt, then 3 ne, 4 ge, 5 le.
+    for op, value in [("eq", 8), (0, 8), ("ge", 8), (4, 7), ("gt", 7), (1, 7), ("le", 8), (5, 9), ("lt", 9), (2, 9)]:
         assert symm.shmem_wait_for_signal(None, sig, prev, value, op) == 8, (op, value)
     assert symm.shmem_wait_for_signal(z, sig, prev, 0, "ne") == 8
-    assert symm.shmem_wait_for_signal(z, sig, prev, 0, 1) == 8
+    assert symm.shmem_wait_for_signal(z, sig, prev, 0, 3) == 8
     assert symm.shmem_wait_for_signal(None, sig, world + prev, 4, "EQ", timeout=5) == 4
     assert symm.shmem_wait_for_signal(None, sig, world + prev, 4, "eq", timeout=datetime.timedelta(seconds=5)) == 4
     assert sig[prev].item() == 8, "waits do not reset the signal"

@@ -33,7 +33,8 @@ GroupLike = Optional[torch.distributed.ProcessGroup]
 #: An element offset, count, rank or value: an int or a one-element integer tensor.
 IntLike = Union[int, torch.Tensor]
 SignalOp = Union[Literal[0, 1, "set", "add"], int, str]
-CompareOp = Union[Literal[0, 1, 2, 3, 4, 5, "eq", "ne", "gt", "ge", "lt", "le"], int, str]
+#: HyperParallel's compare codes: 0 eq, 1 gt, 2 lt, then 3 ne, 4 ge, 5 le (or the names).
+CompareOp = Union[Literal[0, 1, 2, 3, 4, 5, "eq", "gt", "lt", "ne", "ge", "le"], int, str]
 ReduceOp = Union[Literal[0, 1, 2, 3, "sum", "avg", "max", "min"], int, str]
 #: A transport format: torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2
 #: or their names; "none": full precision; None: SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE.
@@ -119,6 +120,22 @@ def shmem_sendrecv(
     send_tensor: torch.Tensor, dst_rank: IntLike, recv_tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None
 ) -> None: ...
 def create_group(ranks: Sequence[int]) -> torch.distributed.ProcessGroup: ...
+
+# Names HyperParallel's (and torch's symmetric-memory) code calls
+DEFAULT_SIGNAL_PAD_SIZE: int
+
+class SymmetricMemory:
+    buffer: torch.Tensor
+    signal_pad: torch.Tensor
+    group: GroupLike
+    rank: int
+    world_size: int
+    def barrier(self) -> None: ...
+
+def is_shmem_available() -> bool: ...
+def rendezvous(tensor: torch.Tensor, group: GroupLike = None) -> SymmetricMemory: ...
+def set_signal_pad_size(size: int) -> None: ...
+def get_signal_pad_size() -> int: ...
 def split_group(parent: GroupLike, ranks: Sequence[int]) -> Union[torch.distributed.ProcessGroup, int]: ...
 
 __all__: list[str]

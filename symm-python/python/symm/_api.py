@@ -443,9 +443,10 @@ def shmem_wait_for_signal(
     ``depend_tensor`` (a tensor the wait is ordered after, or None) needs no action.
 
     Args:
-        compare_op: ``0``/``"eq"``, ``1``/``"ne"``, ``2``/``"gt"``, ``3``/``"ge"``, ``4``/``"lt"``,
-            ``5``/``"le"`` (Ascend SHMEM's codes; HyperParallel's older 0/1/2 = eq/gt/lt table is
-            superseded).
+        compare_op: HyperParallel's codes ``0``/``"eq"`` (``==``), ``1``/``"gt"`` (``>``),
+            ``2``/``"lt"`` (``<``), then ``3``/``"ne"``, ``4``/``"ge"``, ``5``/``"le"``; names
+            in any case. A backend whose library numbers comparisons differently (Ascend SHMEM:
+            1 = ne, 2 = gt) translates inside the backend.
         timeout: seconds or a ``datetime.timedelta``; None: ``SYMMETRIC_MEMORY_TIMEOUT``.
 
     Returns:
@@ -712,6 +713,133 @@ def split_group(parent: Any, ranks: Sequence[int]) -> Any:
             _symm.GroupError, rank, f"ranks = {ranks}: ranks {outside} are outside the parent group of {size} ranks"
         )
     return platform.split_group(parent, ranks)
+
+
+# --------------------------------------------------------------------------------------------
+# Names HyperParallel's (and torch's symmetric-memory) code calls
+# --------------------------------------------------------------------------------------------
+
+#: Bytes of the signal pad ``rendezvous`` attaches to its handle, unless ``set_signal_pad_size``
+#: says otherwise: one page of int32 signal words.
+DEFAULT_SIGNAL_PAD_SIZE = 4096
+_signal_pad_size = DEFAULT_SIGNAL_PAD_SIZE
+_MAX_SIGNAL_PAD_SIZE = 1 << 48
+
+
+def is_shmem_available() -> bool:
+    """Whether symm can run in this process: the native module is loaded, the framework adapter
+    (``SYMM_PLATFORM``, default torch) is available, and the operating system offers what the
+    shared-memory backend needs (anonymous shared memory through ``memfd_create``, on Linux).
+
+    HyperParallel's guard before it uses symmetric memory. Starts nothing and does not need
+    ``torch.distributed`` to be initialised yet (``init`` and the first call do)."""
+    try:
+        get_platform()
+    except (_symm.SymmError, ImportError):
+        return False
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is None:
+        return False
+    try:
+        os.close(memfd_create("symm-probe", getattr(os, "MFD_CLOEXEC", 0)))
+    except OSError:
+        return False
+    return True
+
+
+def set_signal_pad_size(size: int) -> None:
+    """Sets the size in bytes of the signal pad that later ``rendezvous`` calls allocate
+    (``DEFAULT_SIGNAL_PAD_SIZE`` = 4096 until then). The pad is int32 signal words, so ``size``
+    is a positive multiple of 4. Per process; ranks that rendezvous together must agree
+    (``rendezvous`` raises Mismatch on every member otherwise). Signals can also be any
+    symmetric int32/int64 tensor of ``symm.empty``.
+
+    Raises:
+        InvalidArgument: ``size`` is not a positive multiple of 4 (at most 2**48).
+    """
+    global _signal_pad_size
+    if isinstance(size, bool) or not hasattr(size, "__index__"):
+        raise _invalid_argument("size", repr(size), "expected an int (bytes, a positive multiple of 4)")
+    n = size.__index__()
+    if n <= 0 or n % 4 != 0:
+        raise _invalid_argument("size", n, "must be a positive multiple of 4 (the signal pad is int32 words)")
+    if n > _MAX_SIGNAL_PAD_SIZE:
+        # Larger than any heap; also keeps the size a 64-bit integer for the native check.
+        raise _invalid_argument("size", n, f"must be at most {_MAX_SIGNAL_PAD_SIZE} bytes")
+    _signal_pad_size = n
+
+
+def get_signal_pad_size() -> int:
+    """The size in bytes of the signal pad ``rendezvous`` allocates: what
+    ``set_signal_pad_size`` set, else ``DEFAULT_SIGNAL_PAD_SIZE``."""
+    return _signal_pad_size
+
+
+class SymmetricMemory:
+    """What ``rendezvous`` returns: the symmetric tensor among its group, and a signal pad.
+
+    Attributes:
+        buffer: the tensor given to ``rendezvous``.
+        signal_pad: a zeroed symmetric int32 tensor of ``get_signal_pad_size() // 4`` words in
+            the same group, for ``shmem_signal_op``, ``shmem_put_with_signal`` and
+            ``shmem_wait_for_signal``; release it with ``symm.free(handle.signal_pad)``.
+        group: the group (``None``: every rank symm was initialised for).
+        rank: this rank in the group. world_size: the group's size.
+    """
+
+    def __init__(self, buffer: Any, signal_pad: Any, group: Any, rank: int, world_size: int) -> None:
+        self.buffer = buffer
+        self.signal_pad = signal_pad
+        self.group = group
+        self.rank = rank
+        self.world_size = world_size
+
+    def barrier(self) -> None:
+        """``symm.barrier`` over the handle's group."""
+        barrier(self.group)
+
+    def __repr__(self) -> str:
+        words = self.signal_pad.numel()
+        return f"SymmetricMemory(rank={self.rank}, world_size={self.world_size}, signal_pad={words} words)"
+
+
+@_profiled("rendezvous", _on("tensor"))
+def rendezvous(tensor: Any, group: Any = None) -> SymmetricMemory:
+    """Establishes the symmetric tensor ``tensor`` among ``group``. Collective and blocking:
+    every member calls it with its copy of the same tensor (the same view of one ``symm.empty``
+    allocation that every member of ``group`` took part in).
+
+    symm needs no exchange of addresses (an allocation lies at the same heap offset on every
+    member), so this checks that the members agree, then allocates the handle's signal pad
+    (``get_signal_pad_size()`` bytes, zeroed on every member before any member returns).
+
+    Args:
+        tensor: a symmetric tensor (``symm.empty``, or a view of one).
+        group: a process group, or ``None`` for every rank symm was initialised for.
+
+    Returns:
+        SymmetricMemory: ``buffer``, ``signal_pad``, ``rank``, ``world_size``, ``barrier()``.
+
+    Raises:
+        InvalidArgument: ``tensor`` is not a symmetric tensor (its peers get PeerRejected).
+        GroupError: a member of ``group`` did not take part in the tensor's allocation.
+        Mismatch: members passed different tensors or signal pad sizes (on every member).
+    """
+    st = _current()
+    g = _native_group(st, group)
+    d = st.platform.describe(tensor)
+    if d is None:
+        st.comm.reject(g)  # its peers are already waiting in the check
+        raise _invalid(st.comm.rank, "tensor", f"<{type(tensor).__name__}>", f"expected a {st.platform.name} tensor")
+    pad_bytes = _signal_pad_size
+    st.comm.rendezvous(g, d, pad_bytes)
+    pad = empty(pad_bytes // 4, "int32", group)
+    pad.zero_()
+    # No member signals a peer's pad before that peer has zeroed it.
+    st.comm.barrier(g)
+    rank = g.rank
+    assert rank is not None  # a non-member failed in the check
+    return SymmetricMemory(tensor, pad, group, rank, g.size)
 
 
 # --------------------------------------------------------------------------------------------
