@@ -91,6 +91,14 @@ pub trait Backend: Send + Sync {
     fn group_of(&self, ranks: &[Rank]) -> Result<Group>;
     /// Size of each rank's heap in bytes.
     fn heap_size(&self) -> usize;
+    /// `Ok` when the calling process may use this communicator: the one that created it.
+    /// A child of `fork()` inherits the parent's mappings, and a call there would act as the
+    /// parent's rank (pair with its peers, mark it exited); every public call checks this
+    /// first and fails with `Error::Unsupported` in such a child. Cheap (no system call): it
+    /// runs on every call. Default: always `Ok` (a backend whose state cannot be inherited).
+    fn check_process(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Collective over `group`: reserves `bytes` at one offset free on every member and
     /// returns it (0 bytes reserve nothing but still take part in the size agreement). Members asking for different sizes all get `HeapError::SizeMismatch`.

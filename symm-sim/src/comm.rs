@@ -142,6 +142,9 @@ pub struct SimComm {
     _registration: Option<Registration>,
     /// Per-operation statistics.
     stats: StatsTable,
+    /// The process's fork generation when this communicator was created: a call from a child
+    /// of `fork()` (another generation) is refused (see [`Backend::check_process`]).
+    generation: u64,
 }
 
 fn random_u64() -> u64 {
@@ -289,6 +292,7 @@ impl SimComm {
             node: node(placeholder),
             _registration: None,
             stats: StatsTable::default(),
+            generation: dfx::process_generation(),
         };
         let all: Vec<Rank> = (0..n as u32).map(Rank).collect();
         comm.world = comm.group_of(&all)?;
@@ -344,7 +348,14 @@ impl SimComm {
         &self.config
     }
 
+    /// Whether this process is the one that created the communicator (not a child of fork()).
+    #[inline]
+    fn in_creator(&self) -> bool {
+        self.generation == dfx::process_generation()
+    }
+
     fn state(&self, group: &Group) -> Result<Arc<GroupState>> {
+        self.check_process()?;
         group.member().at(self.rank)?;
         let found = self.groups.read().unwrap_or_else(|e| e.into_inner()).get(&group.id()).cloned();
         found.ok_or_else(|| Error::Group {
@@ -686,11 +697,30 @@ impl Backend for SimComm {
     }
 
     fn group_of(&self, ranks: &[Rank]) -> Result<Group> {
+        // Creating a group writes this rank's group table, which a forked child shares.
+        self.check_process()?;
         self.registry.get_or_create(ranks, |r| self.locality(r), |g| self.register(g)).at(self.rank)
     }
 
     fn heap_size(&self) -> usize {
         self.layout.heap_size
+    }
+
+    #[inline]
+    fn check_process(&self) -> Result<()> {
+        if self.in_creator() {
+            return Ok(());
+        }
+        Err(Error::Unsupported {
+            rank: self.rank,
+            backend: self.backend_name(),
+            what: format!(
+                "using the communicator of process {} in process {}, a child of fork() (symm's state cannot be \
+                 shared with a forked child: fork before symm starts, or start a new job in the child)",
+                self.pids[self.rank.index()],
+                std::process::id()
+            ),
+        })
     }
 
     fn heap_alloc(&self, group: &Group, bytes: usize, timeout: Duration) -> Result<usize> {
@@ -904,7 +934,13 @@ impl Drop for SimComm {
     /// Marks this rank closed in its header, so that peers still waiting on it fail with
     /// `PeerExited` at their next health check instead of waiting for the timeout. The
     /// mappings themselves go when the last of this communicator and its registered node does.
+    /// In a child of `fork()` it leaves the header alone (it is the parent's).
     fn drop(&mut self) {
+        if !self.in_creator() {
+            // A child of fork() dropping its copy: the parent still runs this rank, and the
+            // shared header is the parent's. Only the child's own mappings go.
+            return;
+        }
         self.node.mark(Op::Close);
         self.node.close(CLOSED);
         symm_core::symm_log!(dfx::Level::Info, self.rank, "communicator closed");
