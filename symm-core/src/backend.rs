@@ -101,11 +101,18 @@ pub trait Backend: Send + Sync {
     }
 
     /// Collective over `group`: reserves `bytes` at one offset free on every member and
-    /// returns it (0 bytes reserve nothing but still take part in the size agreement). Members asking for different sizes all get `HeapError::SizeMismatch`.
+    /// returns it (0 bytes reserve nothing but still take part in the size agreement). Members
+    /// asking for different sizes all get `HeapError::SizeMismatch`.
     fn heap_alloc(&self, group: &Group, bytes: usize, timeout: Duration) -> Result<usize>;
-    /// Collective over `group`: waits until every member has stopped using the range
-    /// (a barrier), then releases it.
+    /// Collective over `group`: checks that every member frees the same range (members that
+    /// disagree all get `HeapError::FreeMismatch` and nothing is freed), waits until every
+    /// member has stopped using it, then releases it.
     fn heap_free(&self, group: &Group, offset: usize, bytes: usize, timeout: Duration) -> Result<()>;
+    /// Local and non-blocking (a garbage collector calls it): this rank gives up the range of
+    /// `group` at `offset` without the collective free. A backend that reclaims releases the
+    /// range at a later collective allocation (or free) of `group` once every member has given
+    /// it up. Default: the range stays reserved until the communicator ends.
+    fn heap_abandon(&self, _group: &Group, _offset: usize, _bytes: usize) {}
     /// Address of the caller's own heap (in the backend's memory space).
     fn local_heap_base(&self) -> *mut u8;
     /// Whether ranks share CPU cores with the peers they wait for (the CPU backend with more

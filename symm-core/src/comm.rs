@@ -47,6 +47,9 @@ pub trait SymmetricHeap: Backend {
     }
 
     /// Collective over the buffer's group: releases it once every member has stopped using it.
+    /// Every member frees the same allocation, in the same order: members that name different
+    /// allocations (or free while others allocate) all get `HeapError::FreeMismatch`, and
+    /// nothing is freed.
     fn free(&self, buf: SymmBuffer) -> Result<()> {
         self.check_process()?;
         check_owner(self, &buf, "buf")?;
@@ -59,6 +62,17 @@ pub trait SymmetricHeap: Backend {
             bytes: buf.bytes() as u64,
         };
         dfx::traced(self, &ev, || self.heap_free(&buf.group, buf.offset, buf.bytes(), self.default_timeout()))
+    }
+
+    /// Local and non-blocking: gives `buf` up without the collective [`free`](Self::free), as
+    /// a garbage collector can (it cannot wait for the other members). The range stays reserved
+    /// until every member of the buffer's group has abandoned (or dropped) its copy; the group's
+    /// next collective allocation or free then releases it on every member at once. On a
+    /// backend that does not reclaim, the range stays reserved until the communicator ends.
+    fn abandon(&self, buf: SymmBuffer) -> Result<()> {
+        check_owner(self, &buf, "buf")?;
+        self.heap_abandon(&buf.group, buf.offset, buf.bytes());
+        Ok(())
     }
 
     /// Address of the caller's copy of `buf` (host memory for `symm-sim`).
