@@ -761,13 +761,17 @@ impl SimComm {
                 HeapRequest::Alloc { bytes } => {
                     let bitmaps: Vec<_> = controls.iter().map(|c| c.bitmap()).collect();
                     let freed = (!reclaim.is_empty()).then(|| {
-                        alloc::mask(self.layout.bitmap_words, reclaim.iter().map(|&(o, b)| (o / GRANULE, alloc::granules(b))))
+                        alloc::mask(
+                            self.layout.bitmap_words,
+                            reclaim.iter().map(|&(o, b)| (o / GRANULE, alloc::granules(b))),
+                        )
                     });
                     let need = alloc::granules(bytes);
                     alloc::find_common_free_with(&bitmaps, freed.as_deref(), total, need).map(|g| g * GRANULE).map_err(
                         |longest| {
                             let reclaimed: usize = reclaim.iter().map(|&(_, b)| alloc::granules(b)).sum();
-                            let dropped: usize = book.dropped.values().flat_map(|d| d.values()).map(|&b| alloc::granules(b)).sum();
+                            let dropped: usize =
+                                book.dropped.values().flat_map(|d| d.values()).map(|&b| alloc::granules(b)).sum();
                             heap_err(HeapError::Exhausted {
                                 requested: bytes,
                                 group: group.ranks().to_vec(),

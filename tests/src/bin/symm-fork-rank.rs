@@ -1,12 +1,13 @@
 //! One rank of the fork test (`tests/fork.rs`), started by `symm_sim::spawn_ranks`.
 //!
-//! Rank 0 forks after start-up. The child tries an allreduce, a barrier, an allocation and a
-//! local write with the communicator it inherited: each must fail at once with
-//! `Error::Unsupported` naming fork, none may reach the parent's peers. It then drops its copy
-//! and exits normally (`exit(3)`, so symm's `atexit` hook runs): neither may mark the parent's
-//! rank closed or exited. Meanwhile rank 1 is already in its first allreduce, which a child
-//! taking its parent's place would pair with. Then both ranks run two allreduces and a
-//! barrier, which must give the right sums with no error.
+//! Rank 0 forks twice after start-up. Each child tries an allreduce, a barrier, an allocation
+//! and a group creation with the communicator it inherited: each must fail at once with
+//! `Error::Unsupported` naming fork, none may reach the parent's peers. The first child then
+//! drops its copy, the second keeps it open; both exit normally (`exit(3)`, so symm's `atexit`
+//! hook runs): none of it may mark the parent's rank closed or exited. Meanwhile rank 1 is
+//! already in its first allreduce, which a child taking its parent's place would pair with.
+//! Then both ranks run two allreduces and a barrier, which must give the right sums with no
+//! error.
 //!
 //! Exit codes: 0 when everything held; see [`FAILED`] and the child codes otherwise.
 
@@ -25,7 +26,7 @@ fn say(line: String) {
     let _ = std::io::stdout().write_all(format!("{line}\n").as_bytes());
 }
 
-fn child(comm: SimComm) -> ! {
+fn child(comm: SimComm, drop_it: bool) -> ! {
     let world = comm.world();
     let sig = comm.alloc(&world, 0, DType::I64);
     let mut x = [1.0f64];
@@ -51,7 +52,12 @@ fn child(comm: SimComm) -> ! {
             }
         }
     }
-    drop(comm);
+    if drop_it {
+        drop(comm);
+    } else {
+        // Left open for the exit hook to find.
+        std::mem::forget(comm);
+    }
     // SAFETY: exit(3) runs the atexit handlers (symm's among them) and ends the process.
     unsafe { libc::exit(code) }
 }
@@ -64,22 +70,24 @@ fn main() {
     let me = comm.rank();
     let world = comm.world();
     if me.0 == 0 {
-        // SAFETY: the child only calls into symm (which refuses) and exits; the test's rank
-        // binary has no other threads holding locks the child needs.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            eprintln!("fork failed: {}", std::io::Error::last_os_error());
-            std::process::exit(FAILED);
-        }
-        if pid == 0 {
-            child(comm);
-        }
-        let mut status = 0;
-        // SAFETY: waits for the child just created; `status` is writable.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-            say(format!("[rank 0] the forked child ended with status {status:#x}"));
-            std::process::exit(libc::WEXITSTATUS(status).max(FAILED));
+        for drop_it in [true, false] {
+            // SAFETY: the child only calls into symm (which refuses) and exits; the test's rank
+            // binary has no other threads holding locks the child needs.
+            let pid = unsafe { libc::fork() };
+            if pid < 0 {
+                eprintln!("fork failed: {}", std::io::Error::last_os_error());
+                std::process::exit(FAILED);
+            }
+            if pid == 0 {
+                child(comm, drop_it);
+            }
+            let mut status = 0;
+            // SAFETY: waits for the child just created; `status` is writable.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+                say(format!("[rank 0] the forked child (drop: {drop_it}) ended with status {status:#x}"));
+                std::process::exit(libc::WEXITSTATUS(status).max(FAILED));
+            }
         }
     }
     for call in 1..=2 {
