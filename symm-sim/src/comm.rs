@@ -432,7 +432,7 @@ impl SimComm {
     /// Whether this process is the one that created the communicator (not a child of fork()).
     #[inline]
     fn in_creator(&self) -> bool {
-        self.generation == dfx::process_generation()
+        self.generation == dfx::current_generation()
     }
 
     fn state(&self, group: &Group) -> Result<Arc<GroupState>> {

@@ -55,6 +55,13 @@ pub fn process_generation() -> u64 {
             emit(Level::Warn, "[symm] warn: pthread_atfork failed; a child of fork() is not told from its parent");
         }
     });
+    current_generation()
+}
+
+/// The process's fork generation without installing the handler (for the per-call check of a
+/// communicator, which installed it when it was created).
+#[inline]
+pub fn current_generation() -> u64 {
     // Relaxed: changes only in a child, before any of its code runs (inside fork()).
     FORK_GENERATION.load(Ordering::Relaxed)
 }
@@ -111,7 +118,7 @@ extern "C" fn on_exit() {
             };
             // A child of fork() inherited the parent's list: its communicators belong to the
             // parent, which is still running, and must not be marked exited.
-            let now = process_generation();
+            let now = current_generation();
             for (_, _, s) in sources.iter().filter(|(_, g, _)| *g == now) {
                 s.process_exiting();
             }
