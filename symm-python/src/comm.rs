@@ -469,7 +469,8 @@ impl PyCommunicator {
     }
 
     /// Collective over the allocation's group: releases the allocation that `tensor` lies in.
-    /// Every member calls it for the same allocation, in the same order; the memory must not be
+    /// Every member calls it for the same allocation, in the same order (members that name
+    /// different allocations all get `HeapError`, and nothing is freed); the memory must not be
     /// used afterwards.
     fn free(&self, py: Python<'_>, tensor: Desc) -> PyResult<()> {
         let buf = self.symmetric(py, &tensor, "tensor")?;
