@@ -91,13 +91,28 @@ pub trait Backend: Send + Sync {
     fn group_of(&self, ranks: &[Rank]) -> Result<Group>;
     /// Size of each rank's heap in bytes.
     fn heap_size(&self) -> usize;
+    /// `Ok` when the calling process may use this communicator: the one that created it.
+    /// A child of `fork()` inherits the parent's mappings, and a call there would act as the
+    /// parent's rank (pair with its peers, mark it exited); every public call checks this
+    /// first and fails with `Error::Unsupported` in such a child. Cheap (no system call): it
+    /// runs on every call. Default: always `Ok` (a backend whose state cannot be inherited).
+    fn check_process(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Collective over `group`: reserves `bytes` at one offset free on every member and
-    /// returns it (0 bytes reserve nothing but still take part in the size agreement). Members asking for different sizes all get `HeapError::SizeMismatch`.
+    /// returns it (0 bytes reserve nothing but still take part in the size agreement). Members
+    /// asking for different sizes all get `HeapError::SizeMismatch`.
     fn heap_alloc(&self, group: &Group, bytes: usize, timeout: Duration) -> Result<usize>;
-    /// Collective over `group`: waits until every member has stopped using the range
-    /// (a barrier), then releases it.
+    /// Collective over `group`: checks that every member frees the same range (members that
+    /// disagree all get `HeapError::FreeMismatch` and nothing is freed), waits until every
+    /// member has stopped using it, then releases it.
     fn heap_free(&self, group: &Group, offset: usize, bytes: usize, timeout: Duration) -> Result<()>;
+    /// Local and non-blocking (a garbage collector calls it): this rank gives up the range of
+    /// `group` at `offset` without the collective free. A backend that reclaims releases the
+    /// range at a later collective allocation (or free) of `group` once every member has given
+    /// it up. Default: the range stays reserved until the communicator ends.
+    fn heap_abandon(&self, _group: &Group, _offset: usize, _bytes: usize) {}
     /// Address of the caller's own heap (in the backend's memory space).
     fn local_heap_base(&self) -> *mut u8;
     /// Whether ranks share CPU cores with the peers they wait for (the CPU backend with more

@@ -12,7 +12,9 @@ use crate::group::Group;
 ///
 /// Owning and not `Clone`: [`free`](crate::SymmetricHeap::free) consumes it, so a freed buffer
 /// cannot be used. Dropping it without `free` keeps the range reserved until the communicator
-/// ends (freeing is collective and cannot run from `Drop`).
+/// ends (freeing is collective and cannot run from `Drop`, and the buffer holds no reference
+/// to its communicator); [`abandon`](crate::SymmetricHeap::abandon) gives it up locally
+/// instead, and the range comes back once every member has given it up.
 pub struct SymmBuffer {
     pub(crate) owner: u64,
     pub(crate) group: Group,

@@ -22,6 +22,7 @@ pub trait SymmetricHeap: Backend {
     /// every member). Zero-length buffers are allowed and take no heap space (the call is still
     /// collective, so a member asking for 0 while others ask for more is a mismatch too).
     fn alloc(&self, group: &Group, len: usize, dtype: DType) -> Result<SymmBuffer> {
+        self.check_process()?;
         let rank = self.rank();
         group.member().at(rank)?;
         let bytes = len
@@ -46,7 +47,11 @@ pub trait SymmetricHeap: Backend {
     }
 
     /// Collective over the buffer's group: releases it once every member has stopped using it.
+    /// Every member frees the same allocation, in the same order: members that name different
+    /// allocations (or free while others allocate) all get `HeapError::FreeMismatch`, and
+    /// nothing is freed.
     fn free(&self, buf: SymmBuffer) -> Result<()> {
+        self.check_process()?;
         check_owner(self, &buf, "buf")?;
         let ev = OpEvent {
             op: Op::Free,
@@ -59,8 +64,20 @@ pub trait SymmetricHeap: Backend {
         dfx::traced(self, &ev, || self.heap_free(&buf.group, buf.offset, buf.bytes(), self.default_timeout()))
     }
 
+    /// Local and non-blocking: gives `buf` up without the collective [`free`](Self::free), as
+    /// a garbage collector can (it cannot wait for the other members). The range stays reserved
+    /// until every member of the buffer's group has abandoned (or dropped) its copy; the group's
+    /// next collective allocation or free then releases it on every member at once. On a
+    /// backend that does not reclaim, the range stays reserved until the communicator ends.
+    fn abandon(&self, buf: SymmBuffer) -> Result<()> {
+        check_owner(self, &buf, "buf")?;
+        self.heap_abandon(&buf.group, buf.offset, buf.bytes());
+        Ok(())
+    }
+
     /// Address of the caller's copy of `buf` (host memory for `symm-sim`).
     fn local_ptr(&self, buf: &SymmBuffer) -> Result<*mut u8> {
+        self.check_process()?;
         check_owner(self, buf, "buf")?;
         // SAFETY: the buffer lies inside the heap (allocated by this communicator), so the
         // offset stays within the heap mapping.
@@ -70,6 +87,7 @@ pub trait SymmetricHeap: Backend {
     /// Address of `rank`'s copy of `buf` in the caller's address space, when the backend maps
     /// peers' heaps (`None` otherwise). `rank` is group-local to `group`.
     fn peer_ptr(&self, group: &Group, buf: &SymmBuffer, rank: usize) -> Result<Option<*mut u8>> {
+        self.check_process()?;
         let me = self.rank();
         check_owner(self, buf, "buf")?;
         group.member().at(me)?;
@@ -121,6 +139,7 @@ pub trait Communicator: SymmetricHeap {
     /// order given. Cheap and local: no communication. Non-members get a handle too, which
     /// they cannot use for communication.
     fn new_group(&self, parent: &Group, ranks: &[usize]) -> Result<Group> {
+        self.check_process()?;
         let me = self.rank();
         let mut global = Vec::with_capacity(ranks.len());
         for &r in ranks {
@@ -165,6 +184,7 @@ pub trait Communicator: SymmetricHeap {
         count: usize,
         source_rank: usize,
     ) -> Result<()> {
+        self.check_process()?;
         let me = self.rank();
         group.member().at(me)?;
         check_owner(self, source, "source")?;
@@ -194,6 +214,7 @@ pub trait Communicator: SymmetricHeap {
         op: SignalOp,
         target_rank: usize,
     ) -> Result<()> {
+        self.check_process()?;
         let me = self.rank();
         group.member().at(me)?;
         let (_, peer) = group.resolve("target_rank", rank_arg(target_rank)).at(me)?;
@@ -237,6 +258,7 @@ pub trait Communicator: SymmetricHeap {
         value: i64,
         timeout: Option<Duration>,
     ) -> Result<i64> {
+        self.check_process()?;
         let me = self.rank();
         let (offset, width) = check_signal(self, signal, signal_offset, None, me)?;
         let site = || WaitSite {
@@ -254,6 +276,7 @@ pub trait Communicator: SymmetricHeap {
 
     /// Blocks until every member of `group` has called `barrier` (see the ordering rules).
     fn barrier(&self, group: &Group) -> Result<()> {
+        self.check_process()?;
         group.member().at(self.rank())?;
         let ev = OpEvent { op: Op::Barrier, group: Some(group), seq: 0, count: 0, dtype: None, bytes: 0 };
         dfx::traced(self, &ev, || self.barrier_group(group, self.default_timeout()))
@@ -297,6 +320,7 @@ fn check_transfer<B: Backend + ?Sized>(
     target_rank: usize,
     rank_name: &'static str,
 ) -> Result<(Rank, usize, *const u8, usize)> {
+    b.check_process()?;
     let me = b.rank();
     group.member().at(me)?;
     check_owner(b, target, "target")?;

@@ -65,14 +65,27 @@ pub enum GroupError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HeapError {
     /// Not enough contiguous space free on every member of the group.
-    #[error("symmetric heap exhausted: requested {requested} bytes in group {group:?}; the largest range free on every member is {largest_common_free} bytes, this rank has {free} of {heap_size} bytes free (raise SYMMETRIC_MEMORY_HEAP_SIZE)")]
-    Exhausted { requested: usize, group: Vec<Rank>, largest_common_free: usize, free: usize, heap_size: usize },
+    #[error("symmetric heap exhausted: requested {requested} bytes in group {group:?}; the largest range free on every member is {largest_common_free} bytes, this rank has {free} of {heap_size} bytes free{} (raise SYMMETRIC_MEMORY_HEAP_SIZE)", awaiting_text(*.awaiting_reclaim))]
+    Exhausted {
+        requested: usize,
+        group: Vec<Rank>,
+        largest_common_free: usize,
+        free: usize,
+        heap_size: usize,
+        /// Bytes of this rank's heap held by buffers it dropped (abandoned) that other members
+        /// of their group still hold: they come back once those members drop them too.
+        awaiting_reclaim: usize,
+    },
     /// A request larger than the whole heap.
     #[error("symmetric heap too small: requested {requested} bytes in group {group:?}, but each rank's heap is {heap_size} bytes (raise SYMMETRIC_MEMORY_HEAP_SIZE)")]
     TooLarge { requested: usize, group: Vec<Rank>, heap_size: usize },
     /// Members asked for different sizes in the same collective allocation.
     #[error("allocation size mismatch in group {group:?}: bytes requested per global rank {sizes:?}; every member must allocate the same size")]
     SizeMismatch { group: Vec<Rank>, sizes: Vec<(Rank, usize)> },
+    /// Members of a collective free named different allocations (or some freed while others
+    /// allocated): nothing was freed or allocated, on any member.
+    #[error("free mismatch in group {group:?}: requests per global rank {requests:?}; every member must free the same allocation, in the same order (nothing was freed)")]
+    FreeMismatch { group: Vec<Rank>, requests: Vec<(Rank, String)> },
     /// Ranks started with different heap sizes.
     #[error("heap size differs between ranks: {sizes:?} (SYMMETRIC_MEMORY_HEAP_SIZE must be the same everywhere)")]
     HeapSizeMismatch { sizes: Vec<(Rank, usize)> },
@@ -82,6 +95,18 @@ pub enum HeapError {
     /// A buffer that does not belong to this communicator, or was freed.
     #[error("{arg}: the buffer does not belong to this communicator (allocated by another one or already freed)")]
     ForeignBuffer { arg: &'static str },
+}
+
+/// The clause of [`HeapError::Exhausted`] about dropped buffers that wait for other members.
+fn awaiting_text(bytes: usize) -> String {
+    if bytes == 0 {
+        String::new()
+    } else {
+        format!(
+            "; {bytes} bytes of this rank's heap are held by buffers it dropped that other members of their group \
+             still hold (they come back at the group's next allocation once every member dropped them)"
+        )
+    }
 }
 
 /// A wait that ran out of time, with everything needed to find out why.

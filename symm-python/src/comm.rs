@@ -75,8 +75,9 @@ pub struct PyGroup {
 /// (writable bytes), so a framework can wrap it without copying.
 ///
 /// The block keeps the heap mapped while it lives. When it is garbage-collected without
-/// `Communicator.free`, its range stays reserved until the process ends (freeing is collective
-/// and cannot run from a finalizer).
+/// `Communicator.free`, the rank drops the allocation (locally, without waiting: see
+/// `SymmetricHeap::abandon`); the group's next collective allocation or free reclaims its
+/// range once every member has dropped it.
 #[pyclass(frozen, module = "symm._symm", name = "HeapBlock")]
 #[derive(Debug)]
 pub struct HeapBlock {
@@ -347,13 +348,39 @@ impl PyCommunicator {
         PyGroup { g: self.comm().world() }
     }
 
-    /// `(live_bytes, live_blocks, orphaned_bytes, orphaned_blocks)`: allocations alive, and
-    /// those whose blocks were garbage-collected without `free` (reserved until the process
-    /// ends).
-    fn heap_usage(&self) -> (usize, usize, usize, usize) {
-        let (lb, lc) = self.sh.registry.live();
-        let (ob, oc) = self.sh.registry.orphaned();
-        (lb, lc, ob, oc)
+    /// This rank's use of its symmetric heap, in bytes (rounded up to the allocation granule):
+    /// `heap_size`, `reserved` (= `in_use` + `dropped`), `in_use` (held by live tensors),
+    /// `dropped` (tensors garbage-collected on this rank whose group's other members still
+    /// hold theirs), `free`, `largest_free` (longest free range), `allocations`, and `groups`:
+    /// a list of `(native ranks, {reserved, in_use, dropped, allocations})`.
+    fn memory_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let comm = self.comm();
+        let s = py.detach(|| comm.heap_stats());
+        let d = PyDict::new(py);
+        for (k, v) in [
+            ("heap_size", s.heap_size),
+            ("reserved", s.reserved),
+            ("in_use", s.in_use),
+            ("dropped", s.dropped),
+            ("free", s.free),
+            ("largest_free", s.largest_free),
+            ("allocations", s.allocations),
+        ] {
+            d.set_item(k, v)?;
+        }
+        let mut groups = Vec::with_capacity(s.groups.len());
+        for g in &s.groups {
+            let gd = PyDict::new(py);
+            for (k, v) in
+                [("reserved", g.reserved), ("in_use", g.in_use), ("dropped", g.dropped), ("allocations", g.allocations)]
+            {
+                gd.set_item(k, v)?;
+            }
+            let ranks: Vec<u32> = g.ranks.iter().map(|r| r.0).collect();
+            groups.push((ranks, gd));
+        }
+        d.set_item("groups", groups)?;
+        Ok(d)
     }
 
     /// The group of these native ranks, in this order (cached; no communication).
@@ -427,11 +454,11 @@ impl PyCommunicator {
                 Ok(HeapBlock { sh: self.sh.clone(), id, offset, numel, dtype, group: g })
             }
             Err(e) => {
-                let (orphaned, count) = self.sh.registry.orphaned();
-                let hint = if matches!(e, Error::Heap { source: HeapError::Exhausted { .. }, .. }) && orphaned > 0 {
+                let hint = if matches!(e, Error::Heap { source: HeapError::Exhausted { .. }, .. }) {
+                    let (live, count) = self.sh.registry.live();
                     format!(
-                        "; {orphaned} bytes in {count} allocations are reserved by symmetric tensors that were \
-                         garbage-collected without symm.free()"
+                        "; this rank's live symmetric tensors hold {live} bytes in {count} allocations \
+                         (symm.memory_stats() shows the heap's use)"
                     )
                 } else {
                     String::new()
@@ -442,7 +469,8 @@ impl PyCommunicator {
     }
 
     /// Collective over the allocation's group: releases the allocation that `tensor` lies in.
-    /// Every member calls it for the same allocation, in the same order; the memory must not be
+    /// Every member calls it for the same allocation, in the same order (members that name
+    /// different allocations all get `HeapError`, and nothing is freed); the memory must not be
     /// used afterwards.
     fn free(&self, py: Python<'_>, tensor: Desc) -> PyResult<()> {
         let buf = self.symmetric(py, &tensor, "tensor")?;
@@ -962,8 +990,13 @@ impl HeapBlock {
 }
 
 impl Drop for HeapBlock {
+    /// The last tensor of the block is gone without `free`: the rank drops the allocation
+    /// (local and non-blocking, as a finalizer must be; nothing waits for the other members).
     fn drop(&mut self) {
-        self.sh.registry.orphan(self.id, self.offset);
+        if let Some(buf) = self.sh.registry.drop_block(self.id, self.offset) {
+            // Only a buffer of another communicator is refused, which a registry entry is not.
+            let _ = self.sh.comm.abandon(buf);
+        }
     }
 }
 

@@ -287,6 +287,7 @@ mod tests {
                     largest_common_free: 0,
                     free: 0,
                     heap_size: 0,
+                    awaiting_reclaim: 0,
                 },
             },
             Error::Timeout(Box::new(TimeoutError::new(

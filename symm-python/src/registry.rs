@@ -34,8 +34,6 @@ struct Live {
 struct Inner {
     live: BTreeMap<usize, Live>,
     next_id: u64,
-    orphaned_bytes: usize,
-    orphaned_count: usize,
 }
 
 /// The allocations of one communicator that are still reserved and reachable from Python.
@@ -90,21 +88,16 @@ impl Registry {
     }
 
     /// The Python owner of allocation `id` at `start` is gone without `free`: nothing can
-    /// reach the range any more, and it stays reserved until the communicator ends.
-    pub(crate) fn orphan(&self, id: u64, start: usize) {
+    /// reach the range any more. Returns the allocation, for the communicator to abandon (the
+    /// range comes back once every member has dropped it); `None` when it was freed already
+    /// (or the id is stale).
+    pub(crate) fn drop_block(&self, id: u64, start: usize) -> Option<SymmBuffer> {
         let mut inner = self.lock();
         if inner.live.get(&start).is_some_and(|l| l.id == id) {
-            if let Some(l) = inner.live.remove(&start) {
-                inner.orphaned_bytes += l.buf.bytes();
-                inner.orphaned_count += 1;
-            }
+            inner.live.remove(&start).map(|l| l.buf)
+        } else {
+            None
         }
-    }
-
-    /// Bytes and number of allocations lost to owners that were dropped without `free`.
-    pub(crate) fn orphaned(&self) -> (usize, usize) {
-        let inner = self.lock();
-        (inner.orphaned_bytes, inner.orphaned_count)
     }
 
     /// Bytes and number of allocations that are live.
@@ -140,7 +133,7 @@ mod tests {
     }
 
     #[test]
-    fn take_restore_and_orphan_track_ids() {
+    fn take_restore_and_drop_track_ids() {
         let r = Registry::default();
         let a = r.insert(buf(0, 4));
         let (id, b) = r.take(0).unwrap();
@@ -148,12 +141,12 @@ mod tests {
         assert!(r.find(0, 4).is_err());
         r.restore(id, b);
         assert!(r.find(0, 4).is_ok());
-        // A stale owner (another id at the same offset) does not orphan the live allocation.
-        r.orphan(a + 100, 0);
+        // A stale owner (another id at the same offset) does not drop the live allocation.
+        assert!(r.drop_block(a + 100, 0).is_none());
         assert!(r.find(0, 4).is_ok());
-        r.orphan(a, 0);
+        assert_eq!(r.drop_block(a, 0).map(|b| b.bytes()), Some(16));
         assert!(r.find(0, 4).is_err());
-        assert_eq!(r.orphaned(), (16, 1));
+        assert!(r.drop_block(a, 0).is_none());
         // Zero-byte allocations get an id but reserve nothing.
         let z = r.insert(buf(0, 0));
         assert!(z > a);

@@ -6,9 +6,11 @@ fails the rank, and the harness reports the job with every rank's output.
 
 from __future__ import annotations
 
+import ctypes
 import datetime
 import gc
 import os
+import sys
 import threading
 import time
 
@@ -104,17 +106,36 @@ def zero(t):
 # --------------------------------------------------------------------------------------------
 
 
+def freed_tensor_fails(rank, t, src, peer):
+    """A tensor released by symm.free(): torch ops on it raise, symm calls name the argument."""
+    for op in (lambda: t.fill_(1), lambda: t.sum(), lambda: t + 1, lambda: t.numel()):
+        try:
+            op()
+        except RuntimeError as e:
+            assert "released by symm.free()" in str(e), e
+        else:
+            raise AssertionError("a torch op on a freed symmetric tensor succeeded")
+    assert "symm.free" in repr(t), repr(t)
+    needle = "released by symm.free()"
+    expect(symm.InvalidArgument, lambda: symm.shmem_put(t, 0, src, 0, 1, peer), "target", needle, rank=rank)
+    expect(symm.InvalidArgument, lambda: symm.shmem_get(t, 0, src, 0, 1, peer), "target", needle, rank=rank)
+    expect(symm.InvalidArgument, lambda: symm.shmem_put(src, 0, t, 0, 1, peer), needle, rank=rank)
+    expect(symm.InvalidArgument, lambda: symm.free(t), "tensor", needle, rank=rank)
+    expect(symm.InvalidArgument, lambda: symm.shmem_allreduce(t), "tensor", needle, rank=rank)
+    expect(symm.InvalidArgument, lambda: symm.shmem_send(t, peer), "tensor", needle, rank=rank)
+    assert not symm.is_symmetric(t)
+
+
 def primitives(rank, world):
     assert not symm.is_initialized()
     peer, prev = (rank + 1) % world, (rank - 1) % world
-    usage0 = None
+    symm.init()
+    usage0 = symm.memory_stats()
 
     # Every dtype: rows are written by element offset (rank * 8), so a byte unit would land
     # elsewhere; get reads a sub-range with both offsets non-zero.
     for dt in ALL_DTYPES:
         buf = symm.empty((world, 8), dt)
-        if usage0 is None:
-            usage0 = symm._api._state.comm.heap_usage()
         assert buf.dtype == dt and tuple(buf.shape) == (world, 8), (buf.dtype, buf.shape)
         assert symm.is_symmetric(buf) and symm.is_symmetric(buf[1])
         zero(buf)
@@ -131,7 +152,8 @@ def primitives(rank, world):
         assert not out[:1].view(torch.uint8).any() and not out[6:].view(torch.uint8).any(), (dt, out)
         symm.barrier()
         symm.free(buf)
-        assert buf.numel() == 0, "a freed tensor is detached from the heap"
+        if dt == ALL_DTYPES[0]:
+            freed_tensor_fails(rank, buf, src, peer)
 
     # Shapes: ints, lists, torch.Size, 0-d; zero elements (agreed, nothing reserved).
     for shape, want in [(3, (3,)), ([2, 3], (2, 3)), (torch.Size([4, 1, 2]), (4, 1, 2)), ((), ())]:
@@ -241,8 +263,9 @@ def primitives(rank, world):
     expect(symm.InvalidArgument, lambda: symm.shmem_put(stale, 0, torch.zeros(1), 0, 1, peer), "no live allocation")
     for t in (z, sig, sig32, data, flag, own):
         symm.free(t)
-    assert symm._api._state.comm.heap_usage()[:2] == (0, 0), symm._api._state.comm.heap_usage()
-    assert usage0 is not None
+    now = symm.memory_stats()
+    figures = ("reserved", "in_use", "dropped", "allocations", "free")
+    assert [now[k] for k in figures] == [usage0[k] for k in figures], (usage0, now)
 
     # A peer that exits while this rank waits on it: PeerLost, not a hang.
     last = symm.empty(1, torch.int64)
@@ -546,14 +569,92 @@ def init_errors(rank, world):
     assert out.tolist() == [(rank + 1) % world] * 4, out
     symm.barrier()
 
-    # A symmetric tensor garbage-collected without free() keeps its range: the heap runs out,
-    # and the error says why.
-    big = symm.empty(3 << 18, torch.uint8)  # 768 KiB of the 2 MiB heap
-    del big
-    gc.collect()
-    comm = symm._api._state.comm
-    assert comm.heap_usage()[2:] == (3 << 18, 1), comm.heap_usage()
-    expect(symm.HeapExhausted, lambda: symm.empty(3 << 19, torch.uint8), "garbage-collected without symm.free()")
+    heap_comes_back(rank, world)
+
+
+def heap_comes_back(rank, world):
+    """Symmetric tensors garbage-collected without free() come back once every member dropped
+    them: a loop that allocates per iteration far more than the heap in all succeeds;
+    memory_stats follows; frees of different allocations fail on every member."""
+    size = 1 << 18  # 256 KiB of the 2 MiB heap, 10 MiB over the loop
+    base = symm.memory_stats()
+    assert base["dropped"] == 0 and base["reserved"] + base["free"] == base["heap_size"] == 2 << 20, base
+    for i in range(40):
+        t = symm.empty(size, torch.uint8)
+        t.fill_(i % 256)
+    s = symm.memory_stats()
+    # Alive: the last one; dropped and waiting for the next allocation: the one before.
+    assert (s["in_use"], s["dropped"]) == (base["in_use"] + size, size), (base, s)
+    assert s["reserved"] == s["in_use"] + s["dropped"] and s["free"] == s["heap_size"] - s["reserved"], s
+    assert 0 < s["largest_free"] <= s["free"], s
+    world_key = tuple(range(world))
+    assert s["groups"][world_key]["dropped"] == size, s
+    del t
+    symm.empty(0, torch.uint8)  # an allocation round of the world: reclaims both
+    s = symm.memory_stats()
+    assert [s[k] for k in ("reserved", "in_use", "dropped")] == [base[k] for k in ("reserved", "in_use", "dropped")]
+
+    # Dropped by rank 0 only: stays reserved until rank 1 drops it too.
+    held = symm.empty(size, torch.uint8)
+    kept = held if rank != 0 else None
+    del held
+    symm.empty(0, torch.uint8)
+    s = symm.memory_stats()
+    assert s["dropped"] == (size if rank == 0 else 0) and s["reserved"] == base["reserved"] + size, (rank, s)
+    del kept
+    symm.empty(0, torch.uint8)
+    s = symm.memory_stats()
+    assert (s["reserved"], s["dropped"]) == (base["reserved"], 0), (rank, s)
+
+    # Frees of different allocations: HeapError on every member, nothing freed.
+    a = symm.empty(8, torch.float32)
+    b = symm.empty(8, torch.float32)
+    expect(symm.HeapError, lambda: symm.free(a if rank == 0 else b), "free mismatch", rank=rank)
+    assert symm.is_symmetric(a) and symm.is_symmetric(b)
+    symm.free(a)
+    symm.free(b)
+    symm.barrier()
+
+
+def fork_after_init(rank, world):
+    """A child of fork() cannot act as its parent's rank: its calls raise Unsupported, and
+    neither dropping its copy of the communicator nor its normal exit (symm's atexit hook)
+    marks the parent's rank closed or exited."""
+    symm.init()
+    symm.barrier()
+    if rank == 0:
+        for how in ("drop", "exit"):
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                calls = (
+                    lambda: symm.shmem_allreduce(torch.ones(1)),
+                    lambda: symm.barrier(),
+                    lambda: symm.empty(4, torch.float32),
+                )
+                for call in calls:
+                    try:
+                        call()
+                        code = 3
+                    except symm.Unsupported as e:
+                        if "fork()" not in str(e):
+                            code = 4
+                    except BaseException:  # noqa: BLE001 - any other outcome fails the test
+                        code = 5
+                if how == "drop":
+                    symm._api._state = None  # drops the child's copy of the communicator
+                    gc.collect()
+                    os._exit(code)
+                # exit(3) runs the C atexit hooks, symm's among them, with the communicator
+                # open (Python's own finalisation would wait for the gloo threads the child
+                # does not have).
+                ctypes.CDLL(None).exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"{how}: the child ended with {status:#x}"
+    for _ in range(2):
+        x = torch.tensor([float(rank + 1)])
+        symm.shmem_allreduce(x)
+        assert x.item() == 3.0, x
     symm.barrier()
 
 

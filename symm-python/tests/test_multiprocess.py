@@ -46,3 +46,7 @@ def test_the_harness_reports_a_failing_rank(tmp_path):
     assert results[0].returncode == 0 and results[1].returncode not in (0, None), results
     with pytest.raises(pytest.fail.Exception):
         check_all_passed(results)
+
+
+def test_a_forked_child_cannot_use_or_close_its_parents_communicator(tmp_path):
+    check_all_passed(run_ranks("fork_after_init", 2, tmp_path, env={"SYMMETRIC_MEMORY_TIMEOUT": "10"}))

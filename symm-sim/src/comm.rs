@@ -6,7 +6,7 @@
 //! into the peer's mapping, a signal is an atomic on it, and a wait watches the caller's own
 //! memory.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
@@ -23,7 +23,9 @@ use symm_core::{
 };
 
 use crate::alloc;
-use crate::control::{Control, GroupSlot, Layout, CLOSED, EXITED, GRANULE, MAGIC, MAX_GROUPS, OPEN};
+use crate::control::{
+    Control, GroupSlot, Layout, CLOSED, EXITED, GRANULE, MAGIC, MAX_GROUPS, OPEN, REQ_ALLOC, REQ_FREE,
+};
 use crate::recorder::SimNode;
 use crate::sys::{self, Mapping};
 use crate::wait::{self, ring, SpinPolicy, WaitEnd};
@@ -117,6 +119,80 @@ struct GroupState {
     alloc_seq: AtomicU64,
 }
 
+/// This rank's record of its heap, kept under `SimComm::alloc_lock` (what the bitmaps do not
+/// say: which group each range belongs to, and which ones this rank has dropped).
+#[derive(Debug, Default)]
+struct HeapBook {
+    /// Live allocations (dropped ones included) by group: heap offset -> bytes.
+    allocs: HashMap<GroupId, BTreeMap<usize, usize>>,
+    /// Allocations this rank has dropped and published in its dropped bitmap, by group.
+    dropped: HashMap<GroupId, BTreeMap<usize, usize>>,
+}
+
+/// A request of one round of the allocation protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HeapRequest {
+    Alloc { bytes: usize },
+    Free { offset: usize, bytes: usize },
+}
+
+impl HeapRequest {
+    fn read(slot: &GroupSlot) -> HeapRequest {
+        // Relaxed: made visible by the acquire loads of `alloc_seq` in wait_members.
+        let bytes = slot.alloc_bytes.load(Ordering::Relaxed) as usize;
+        match slot.req_kind.load(Ordering::Relaxed) {
+            REQ_FREE => HeapRequest::Free { offset: slot.req_offset.load(Ordering::Relaxed) as usize, bytes },
+            _ => HeapRequest::Alloc { bytes },
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            HeapRequest::Alloc { bytes } => format!("alloc of {bytes} bytes"),
+            HeapRequest::Free { offset, bytes } => format!("free of {bytes} bytes at heap offset {offset:#x}"),
+        }
+    }
+}
+
+/// One rank's use of its heap (see [`SimComm::heap_stats`]). Sizes are in bytes, rounded up to
+/// the allocation granule (what the allocations take of the heap).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeapStats {
+    /// The heap's size.
+    pub heap_size: usize,
+    /// Held by allocations: `in_use + dropped`.
+    pub reserved: usize,
+    /// Held by allocations this rank still holds.
+    pub in_use: usize,
+    /// Held by allocations this rank has dropped (abandoned) that wait for the other members
+    /// of their group to drop them too; they come back at the group's next allocation after.
+    pub dropped: usize,
+    /// Not reserved.
+    pub free: usize,
+    /// The longest free range of this rank's heap (an allocation in a group also needs the
+    /// same range free on the other members).
+    pub largest_free: usize,
+    /// Live allocations (dropped ones included).
+    pub allocations: usize,
+    /// The same figures per group that holds any allocation.
+    pub groups: Vec<GroupHeapStats>,
+}
+
+/// One group's share of a rank's heap.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupHeapStats {
+    /// The group's global ranks, in group order.
+    pub ranks: Vec<Rank>,
+    /// Held by the group's allocations.
+    pub reserved: usize,
+    /// Held by those this rank still holds.
+    pub in_use: usize,
+    /// Held by those this rank dropped, waiting for the other members.
+    pub dropped: usize,
+    /// Number of the group's live allocations.
+    pub allocations: usize,
+}
+
 /// A rank of the CPU shared-memory backend.
 #[derive(Debug)]
 pub struct SimComm {
@@ -132,8 +208,12 @@ pub struct SimComm {
     maps: Arc<[Option<Mapping>]>,
     registry: GroupRegistry,
     groups: RwLock<HashMap<GroupId, Arc<GroupState>>>,
-    /// Serialises this rank's changes to its own allocation bitmap and group table.
-    alloc_lock: Mutex<()>,
+    /// Serialises this rank's changes to its own allocation and dropped bitmaps and group
+    /// table; holds the record of its allocations.
+    alloc_lock: Mutex<HeapBook>,
+    /// Allocations dropped (abandoned) since the last allocation round: (group, offset,
+    /// bytes). A separate lock, never held across a wait, so dropping never blocks.
+    pending_drops: Mutex<Vec<(GroupId, usize, usize)>>,
     policy: SpinPolicy,
     world: Group,
     /// What the diagnostics (dumps, exit hook) need; registered with `symm_core::dfx`.
@@ -142,6 +222,9 @@ pub struct SimComm {
     _registration: Option<Registration>,
     /// Per-operation statistics.
     stats: StatsTable,
+    /// The process's fork generation when this communicator was created: a call from a child
+    /// of `fork()` (another generation) is refused (see [`Backend::check_process`]).
+    generation: u64,
 }
 
 fn random_u64() -> u64 {
@@ -283,12 +366,14 @@ impl SimComm {
             maps: maps.clone(),
             registry,
             groups: RwLock::new(HashMap::new()),
-            alloc_lock: Mutex::new(()),
+            alloc_lock: Mutex::new(HeapBook::default()),
+            pending_drops: Mutex::new(Vec::new()),
             policy,
             world: placeholder.clone(),
             node: node(placeholder),
             _registration: None,
             stats: StatsTable::default(),
+            generation: dfx::process_generation(),
         };
         let all: Vec<Rank> = (0..n as u32).map(Rank).collect();
         comm.world = comm.group_of(&all)?;
@@ -344,7 +429,14 @@ impl SimComm {
         &self.config
     }
 
+    /// Whether this process is the one that created the communicator (not a child of fork()).
+    #[inline]
+    fn in_creator(&self) -> bool {
+        self.generation == dfx::current_generation()
+    }
+
     fn state(&self, group: &Group) -> Result<Arc<GroupState>> {
+        self.check_process()?;
         group.member().at(self.rank)?;
         let found = self.groups.read().unwrap_or_else(|e| e.into_inner()).get(&group.id()).cloned();
         found.ok_or_else(|| Error::Group {
@@ -595,6 +687,194 @@ impl SimComm {
         }
     }
 
+    /// One round of the allocation protocol in `group`, for an allocation or a free: every
+    /// member publishes its request (and the allocations it has dropped since its last round),
+    /// waits for every member's, and all of them decide alike from what they all read:
+    ///
+    /// - the requests must agree (same kind, size and, for a free, offset), else every member
+    ///   fails the same way and nothing changes;
+    /// - the group's allocations that every member has dropped are released (reclaimed), and
+    ///   an allocation may take their ranges right away;
+    /// - an allocation takes the first range free on every member.
+    ///
+    /// Nobody changes its bitmaps until every member has read them (the closing barrier).
+    /// Returns the allocation's offset (a free: the freed offset).
+    fn heap_round(&self, group: &Group, req: HeapRequest, timeout: Duration) -> Result<usize> {
+        let st = self.state(group)?;
+        let me = self.me();
+        let mut book = self.alloc_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.publish_drops(&mut book, me);
+        // Relaxed: only this thread (under alloc_lock) advances the group's sequence.
+        let seq = st.alloc_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let my = me.slot(st.my_slot);
+        let (kind, bytes, offset) = match req {
+            HeapRequest::Alloc { bytes } => (REQ_ALLOC, bytes, 0),
+            HeapRequest::Free { offset, bytes } => (REQ_FREE, bytes, offset),
+        };
+        // Relaxed: published by the SeqCst store of `alloc_seq` just below.
+        my.alloc_bytes.store(bytes as u64, Ordering::Relaxed);
+        my.req_kind.store(kind, Ordering::Relaxed);
+        my.req_offset.store(offset as u64, Ordering::Relaxed);
+        // SeqCst: publishes the request and (being inside alloc_lock) stable bitmaps.
+        my.alloc_seq.0.store(seq, Ordering::SeqCst);
+        self.ring_members(group);
+        let op = if matches!(req, HeapRequest::Alloc { .. }) { "alloc" } else { "free" };
+        self.wait_members(&st, op, "the members' allocation requests", |s| &s.alloc_seq.0, seq, timeout)?;
+
+        let deadline = Instant::now() + timeout;
+        let mut slots = Vec::with_capacity(group.size());
+        for i in 0..group.size() {
+            slots.push(self.peer_slot(&st, i, deadline)?);
+        }
+        let requests: Vec<(Rank, HeapRequest)> =
+            slots.iter().zip(group.ranks()).map(|(s, &r)| (r, HeapRequest::read(s))).collect();
+        let controls: Vec<Control<'_>> =
+            group.ranks().iter().map(|&r| self.ctrl(r).expect("member on this host")).collect();
+        // The group's allocations every member has dropped: each member reads the same dropped
+        // bitmaps (stable until the barrier), so each finds the same ones.
+        let reclaim: Vec<(usize, usize)> = book
+            .dropped
+            .get(&group.id())
+            .map(|d| {
+                d.iter()
+                    .filter(|&(&off, _)| controls.iter().all(|c| alloc::is_set(c.dropped(), off / GRANULE)))
+                    .map(|(&off, &b)| (off, b))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let total = self.layout.heap_size / GRANULE;
+        let heap_err = |source| Error::Heap { rank: self.rank, source };
+        let outcome = if requests.iter().any(|&(_, r)| r != req) {
+            if requests.iter().all(|(_, r)| matches!(r, HeapRequest::Alloc { .. })) {
+                let sizes = requests
+                    .iter()
+                    .map(|&(r, q)| (r, if let HeapRequest::Alloc { bytes } = q { bytes } else { 0 }))
+                    .collect();
+                Err(heap_err(HeapError::SizeMismatch { group: group.ranks().to_vec(), sizes }))
+            } else {
+                let requests = requests.iter().map(|&(r, q)| (r, q.describe())).collect();
+                Err(heap_err(HeapError::FreeMismatch { group: group.ranks().to_vec(), requests }))
+            }
+        } else {
+            match req {
+                HeapRequest::Alloc { bytes: 0 } => Ok(0),
+                HeapRequest::Alloc { bytes } => {
+                    let bitmaps: Vec<_> = controls.iter().map(|c| c.bitmap()).collect();
+                    let freed = (!reclaim.is_empty()).then(|| {
+                        alloc::mask(
+                            self.layout.bitmap_words,
+                            reclaim.iter().map(|&(o, b)| (o / GRANULE, alloc::granules(b))),
+                        )
+                    });
+                    let need = alloc::granules(bytes);
+                    alloc::find_common_free_with(&bitmaps, freed.as_deref(), total, need).map(|g| g * GRANULE).map_err(
+                        |longest| {
+                            let reclaimed: usize = reclaim.iter().map(|&(_, b)| alloc::granules(b)).sum();
+                            let dropped: usize =
+                                book.dropped.values().flat_map(|d| d.values()).map(|&b| alloc::granules(b)).sum();
+                            heap_err(HeapError::Exhausted {
+                                requested: bytes,
+                                group: group.ranks().to_vec(),
+                                largest_common_free: longest * GRANULE,
+                                free: (alloc::free_granules(me.bitmap(), total) + reclaimed) * GRANULE,
+                                heap_size: self.layout.heap_size,
+                                awaiting_reclaim: (dropped - reclaimed) * GRANULE,
+                            })
+                        },
+                    )
+                }
+                HeapRequest::Free { offset, .. } => Ok(offset),
+            }
+        };
+        self.barrier_group(group, timeout)?;
+        for &(off, b) in &reclaim {
+            self.release(&mut book, me, group.id(), off, b);
+        }
+        match (outcome, req) {
+            (Ok(offset), HeapRequest::Alloc { bytes }) if bytes > 0 => {
+                alloc::mark(me.bitmap(), offset / GRANULE, alloc::granules(bytes), true);
+                book.allocs.entry(group.id()).or_default().insert(offset, bytes);
+                Ok(offset)
+            }
+            (Ok(offset), HeapRequest::Free { bytes, .. }) if bytes > 0 => {
+                self.release(&mut book, me, group.id(), offset, bytes);
+                Ok(offset)
+            }
+            (outcome, _) => outcome,
+        }
+    }
+
+    /// Moves the allocations dropped since the last round into the dropped bitmap and the
+    /// book (under `alloc_lock`, before this round's request is published).
+    fn publish_drops(&self, book: &mut HeapBook, me: Control<'_>) {
+        let drained = std::mem::take(&mut *self.pending_drops.lock().unwrap_or_else(|e| e.into_inner()));
+        for (gid, off, bytes) in drained {
+            // Only live allocations of this rank (a stale entry would mark a range it never had).
+            if book.allocs.get(&gid).and_then(|a| a.get(&off)) == Some(&bytes) {
+                alloc::mark(me.dropped(), off / GRANULE, 1, true);
+                book.dropped.entry(gid).or_default().insert(off, bytes);
+            }
+        }
+    }
+
+    /// Releases this rank's range `off` of `gid` (freed or reclaimed).
+    fn release(&self, book: &mut HeapBook, me: Control<'_>, gid: GroupId, off: usize, bytes: usize) {
+        alloc::mark(me.bitmap(), off / GRANULE, alloc::granules(bytes), false);
+        alloc::mark(me.dropped(), off / GRANULE, 1, false);
+        if let Some(a) = book.allocs.get_mut(&gid) {
+            a.remove(&off);
+        }
+        if let Some(d) = book.dropped.get_mut(&gid) {
+            d.remove(&off);
+        }
+    }
+
+    /// This rank's use of its heap: reserved, in use, dropped and waiting for other members,
+    /// free, the largest free range, per group. Waits for an allocation round of another
+    /// thread of this rank to finish.
+    pub fn heap_stats(&self) -> HeapStats {
+        let book = self.alloc_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = self.pending_drops.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let total = self.layout.heap_size / GRANULE;
+        let bitmap = self.me().bitmap();
+        let groups_known = self.groups.read().unwrap_or_else(|e| e.into_inner());
+        let mut stats = HeapStats {
+            heap_size: self.layout.heap_size,
+            free: alloc::free_granules(bitmap, total) * GRANULE,
+            largest_free: alloc::largest_free_run(bitmap, total) * GRANULE,
+            ..HeapStats::default()
+        };
+        let mut ids: Vec<&GroupId> = book.allocs.iter().filter(|(_, a)| !a.is_empty()).map(|(g, _)| g).collect();
+        ids.sort_by_key(|g| g.0);
+        for gid in ids {
+            let allocs = &book.allocs[gid];
+            let dropped_here = |off: &usize| {
+                book.dropped.get(gid).is_some_and(|d| d.contains_key(off))
+                    || pending.iter().any(|&(g, o, _)| g == *gid && o == *off)
+            };
+            let mut g = GroupHeapStats {
+                ranks: groups_known.get(gid).map(|s| s.group.ranks().to_vec()).unwrap_or_default(),
+                allocations: allocs.len(),
+                ..GroupHeapStats::default()
+            };
+            for (off, &b) in allocs {
+                let taken = alloc::granules(b) * GRANULE;
+                g.reserved += taken;
+                if dropped_here(off) {
+                    g.dropped += taken;
+                } else {
+                    g.in_use += taken;
+                }
+            }
+            stats.reserved += g.reserved;
+            stats.in_use += g.in_use;
+            stats.dropped += g.dropped;
+            stats.allocations += g.allocations;
+            stats.groups.push(g);
+        }
+        stats
+    }
+
     fn ring_members(&self, group: &Group) {
         for &r in group.ranks() {
             if r != self.rank {
@@ -686,6 +966,8 @@ impl Backend for SimComm {
     }
 
     fn group_of(&self, ranks: &[Rank]) -> Result<Group> {
+        // Creating a group writes this rank's group table, which a forked child shares.
+        self.check_process()?;
         self.registry.get_or_create(ranks, |r| self.locality(r), |g| self.register(g)).at(self.rank)
     }
 
@@ -693,71 +975,35 @@ impl Backend for SimComm {
         self.layout.heap_size
     }
 
-    fn heap_alloc(&self, group: &Group, bytes: usize, timeout: Duration) -> Result<usize> {
-        let st = self.state(group)?;
-        let me = self.me();
-        let _lock = self.alloc_lock.lock().unwrap_or_else(|e| e.into_inner());
-        // Relaxed: only this thread (under alloc_lock) advances the group's sequence.
-        let seq = st.alloc_seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let my = me.slot(st.my_slot);
-        // Relaxed: published by the SeqCst store of `alloc_seq` just below.
-        my.alloc_bytes.store(bytes as u64, Ordering::Relaxed);
-        // SeqCst: publishes `alloc_bytes` and (being inside alloc_lock) a stable bitmap.
-        my.alloc_seq.0.store(seq, Ordering::SeqCst);
-        self.ring_members(group);
-        self.wait_members(&st, "alloc", "the members' allocation requests", |s| &s.alloc_seq.0, seq, timeout)?;
+    #[inline]
+    fn check_process(&self) -> Result<()> {
+        if self.in_creator() {
+            return Ok(());
+        }
+        Err(Error::Unsupported {
+            rank: self.rank,
+            backend: self.backend_name(),
+            what: format!(
+                "using the communicator of process {} in process {}, a child of fork() (symm's state cannot be \
+                 shared with a forked child: fork before symm starts, or start a new job in the child)",
+                self.pids[self.rank.index()],
+                std::process::id()
+            ),
+        })
+    }
 
-        let deadline = Instant::now() + timeout;
-        let mut slots = Vec::with_capacity(group.size());
-        for i in 0..group.size() {
-            slots.push(self.peer_slot(&st, i, deadline)?);
-        }
-        // Relaxed: made visible by the acquire loads of `alloc_seq` in wait_members.
-        let sizes: Vec<(Rank, usize)> = slots
-            .iter()
-            .zip(group.ranks())
-            .map(|(s, &r)| (r, s.alloc_bytes.load(Ordering::Relaxed) as usize))
-            .collect();
-        let total = self.layout.heap_size / GRANULE;
-        let outcome = if sizes.iter().any(|&(_, b)| b != bytes) {
-            Err(Error::Heap {
-                rank: self.rank,
-                source: HeapError::SizeMismatch { group: group.ranks().to_vec(), sizes },
-            })
-        } else if bytes == 0 {
-            Ok(0)
-        } else {
-            let bitmaps: Vec<_> =
-                group.ranks().iter().map(|&r| self.ctrl(r).expect("member on this host").bitmap()).collect();
-            let need = alloc::granules(bytes);
-            alloc::find_common_free(&bitmaps, total, need).map(|g| g * GRANULE).map_err(|longest| Error::Heap {
-                rank: self.rank,
-                source: HeapError::Exhausted {
-                    requested: bytes,
-                    group: group.ranks().to_vec(),
-                    largest_common_free: longest * GRANULE,
-                    free: alloc::free_granules(me.bitmap(), total) * GRANULE,
-                    heap_size: self.layout.heap_size,
-                },
-            })
-        };
-        // Nobody changes its bitmap (or its request) until every member has read them.
-        self.barrier_group(group, timeout)?;
-        if let Ok(offset) = outcome {
-            if bytes > 0 {
-                alloc::mark(me.bitmap(), offset / GRANULE, alloc::granules(bytes), true);
-            }
-        }
-        outcome
+    fn heap_alloc(&self, group: &Group, bytes: usize, timeout: Duration) -> Result<usize> {
+        self.heap_round(group, HeapRequest::Alloc { bytes }, timeout)
     }
 
     fn heap_free(&self, group: &Group, offset: usize, bytes: usize, timeout: Duration) -> Result<()> {
-        self.barrier_group(group, timeout)?;
+        self.heap_round(group, HeapRequest::Free { offset, bytes }, timeout).map(|_| ())
+    }
+
+    fn heap_abandon(&self, group: &Group, offset: usize, bytes: usize) {
         if bytes > 0 {
-            let _lock = self.alloc_lock.lock().unwrap_or_else(|e| e.into_inner());
-            alloc::mark(self.me().bitmap(), offset / GRANULE, alloc::granules(bytes), false);
+            self.pending_drops.lock().unwrap_or_else(|e| e.into_inner()).push((group.id(), offset, bytes));
         }
-        Ok(())
     }
 
     fn local_heap_base(&self) -> *mut u8 {
@@ -904,7 +1150,13 @@ impl Drop for SimComm {
     /// Marks this rank closed in its header, so that peers still waiting on it fail with
     /// `PeerExited` at their next health check instead of waiting for the timeout. The
     /// mappings themselves go when the last of this communicator and its registered node does.
+    /// In a child of `fork()` it leaves the header alone (it is the parent's).
     fn drop(&mut self) {
+        if !self.in_creator() {
+            // A child of fork() dropping its copy: the parent still runs this rank, and the
+            // shared header is the parent's. Only the child's own mappings go.
+            return;
+        }
         self.node.mark(Op::Close);
         self.node.close(CLOSED);
         symm_core::symm_log!(dfx::Level::Info, self.rank, "communicator closed");

@@ -1,6 +1,7 @@
 //! The control area at the start of every rank's segment: a header (identity, doorbell, closed
-//! mark), a table of group slots, the allocation bitmap of the rank's heap, and the rank's
-//! flight-recorder ring (see `symm_core::dfx::recorder`).
+//! mark), a table of group slots, the allocation bitmap of the rank's heap, the bitmap of the
+//! allocations the rank has dropped (published for the members to reclaim together), and the
+//! rank's flight-recorder ring (see `symm_core::dfx::recorder`).
 //!
 //! Everything here lives in shared memory mapped by every rank of the host, so every field is
 //! an atomic and every access states its ordering. The segment starts zero-filled (memfd), and
@@ -27,6 +28,11 @@ pub const OPEN: u64 = 0;
 pub const CLOSED: u64 = 1;
 /// [`Header::closed`]: the owner's process exited with its communicator open.
 pub const EXITED: u64 = 2;
+
+/// [`GroupSlot::req_kind`]: the request is a collective allocation.
+pub const REQ_ALLOC: u64 = 1;
+/// [`GroupSlot::req_kind`]: the request is a collective free.
+pub const REQ_FREE: u64 = 2;
 
 /// One value alone on its cache line pair (adjacent-line prefetch makes 128 the unit that
 /// avoids false sharing on x86).
@@ -71,6 +77,10 @@ pub struct GroupSlot {
     pub alloc_seq: Padded<AtomicU64>,
     /// Bytes this rank asked for in allocation `alloc_seq`.
     pub alloc_bytes: AtomicU64,
+    /// What request `alloc_seq` is: [`REQ_ALLOC`] or [`REQ_FREE`].
+    pub req_kind: AtomicU64,
+    /// Heap offset of the allocation a [`REQ_FREE`] request releases.
+    pub req_offset: AtomicU64,
     /// Flags for the collectives of this group (meaning defined by the collectives).
     pub coll: Padded<[AtomicU64; COLL_WORDS]>,
 }
@@ -84,6 +94,9 @@ pub struct Layout {
     pub bitmap: usize,
     /// Number of 64-bit bitmap words.
     pub bitmap_words: usize,
+    /// Offset of the dropped bitmap (`bitmap_words` words; bit = first granule of an
+    /// allocation the rank has dropped without freeing it).
+    pub dropped: usize,
     /// Offset of the flight-recorder ring (64-byte aligned).
     pub recorder: usize,
     /// Records in the ring (0: no recorder).
@@ -105,9 +118,20 @@ impl Layout {
         let bitmap = slots + MAX_GROUPS * std::mem::size_of::<GroupSlot>();
         let granules = heap_size / GRANULE;
         let bitmap_words = granules.div_ceil(64);
-        let recorder = (bitmap + bitmap_words * 8).next_multiple_of(128);
+        let dropped = bitmap + bitmap_words * 8;
+        let recorder = (dropped + bitmap_words * 8).next_multiple_of(128);
         let heap = (recorder + FlightRing::bytes_for(recorder_entries)).next_multiple_of(GRANULE);
-        Layout { slots, bitmap, bitmap_words, recorder, recorder_entries, heap, heap_size, total: heap + heap_size }
+        Layout {
+            slots,
+            bitmap,
+            bitmap_words,
+            dropped,
+            recorder,
+            recorder_entries,
+            heap,
+            heap_size,
+            total: heap + heap_size,
+        }
     }
 }
 
@@ -154,6 +178,15 @@ impl<'a> Control<'a> {
         }
     }
 
+    /// The dropped bitmap words (same indexing as [`Control::bitmap`]).
+    pub fn dropped(&self) -> &'a [AtomicU64] {
+        // SAFETY: the dropped bitmap lies inside the mapping (live for 'a) right after the
+        // allocation bitmap, 8-aligned, `bitmap_words` long, and holds only atomics.
+        unsafe {
+            std::slice::from_raw_parts(self.base.add(self.layout.dropped).cast::<AtomicU64>(), self.layout.bitmap_words)
+        }
+    }
+
     /// The flight-recorder ring, when the layout has one.
     #[inline]
     pub fn ring(&self) -> Option<FlightRing<'a>> {
@@ -188,7 +221,8 @@ mod tests {
             assert!(l.heap_size >= heap && l.heap_size % GRANULE == 0);
             assert!(l.slots >= std::mem::size_of::<Header>() && l.slots % 128 == 0);
             assert!(l.bitmap >= l.slots + MAX_GROUPS * std::mem::size_of::<GroupSlot>());
-            assert!(l.recorder >= l.bitmap + l.bitmap_words * 8 && l.recorder % 64 == 0);
+            assert!(l.dropped >= l.bitmap + l.bitmap_words * 8);
+            assert!(l.recorder >= l.dropped + l.bitmap_words * 8 && l.recorder % 64 == 0);
             assert!(l.heap >= l.recorder + FlightRing::bytes_for(entries) && l.heap % GRANULE == 0);
             assert!(l.bitmap_words * 64 >= l.heap_size / GRANULE);
         }

@@ -22,6 +22,6 @@ pub mod store;
 pub mod sys;
 mod wait;
 
-pub use comm::{SimComm, SimConfig};
+pub use comm::{GroupHeapStats, HeapStats, SimComm, SimConfig};
 pub use launch::{run_in_process, spawn_ranks};
 pub use wait::lost_wakeups;

@@ -461,5 +461,88 @@ pub fn heap<C: Communicator>(comm: &C) {
     comm.put(&world, &z, 0, LocalRef::from(&[0f64; 0][..]), 0, 0, (me + 1) % n).expect("empty put");
     comm.free(z).expect("free");
     comm.free(b).expect("free");
+    heap_disagreements(comm);
+    heap_reclaim(comm);
     comm.barrier(&world).expect("barrier");
+}
+
+/// Frees that name different allocations, or a free against an allocation: an error on every
+/// member, and nothing is freed or allocated.
+fn heap_disagreements<C: Communicator>(comm: &C) {
+    let (me, n) = (comm.rank().index(), comm.world_size());
+    let world = comm.world();
+    if n < 2 {
+        return;
+    }
+    let a = comm.alloc(&world, 4096, DType::U8).expect("a");
+    let b = comm.alloc(&world, 4096, DType::U8).expect("b");
+    let (ao, bo) = (a.heap_offset(), b.heap_offset());
+    let (mine, other) = if me == 0 { (a, b) } else { (b, a) };
+    match comm.free(mine) {
+        Err(e @ Error::Heap { source: HeapError::FreeMismatch { .. }, .. }) => {
+            let text = e.to_string();
+            assert_eq!(e.code(), "SYMM_E_HEAP");
+            assert!(text.contains(&format!("rank {me}")), "{text}");
+            assert!(text.contains(&format!("{ao:#x}")) && text.contains(&format!("{bo:#x}")), "{text}");
+        }
+        other => panic!("rank {me}: frees of different allocations must fail on every member, got {other:?}"),
+    }
+    // Nothing was freed: a new allocation lands elsewhere.
+    let c = comm.alloc(&world, 4096, DType::U8).expect("c");
+    let co = c.heap_offset();
+    assert!(co != ao && co != bo, "rank {me}: an allocation after the failed free took a range that was not freed");
+    // A free on one member against an allocation on the others.
+    let r = if me == 0 { comm.free(c) } else { comm.alloc(&world, 4096, DType::U8).map(|_| ()) };
+    assert!(
+        matches!(r, Err(Error::Heap { source: HeapError::FreeMismatch { .. }, .. })),
+        "rank {me}: a free against an allocation must fail on every member, got {r:?}"
+    );
+    // The buffers the failed frees consumed are still allocated: free them in one order.
+    let lost = |offset| SymmBuffer::from_parts(comm.instance_id(), world.clone(), offset, 4096, DType::U8);
+    let (a, b) = if me == 0 { (lost(ao), other) } else { (other, lost(bo)) };
+    comm.free(a).expect("free a");
+    comm.free(b).expect("free b");
+    comm.free(lost(co)).expect("free c");
+}
+
+/// Buffers abandoned (dropped without `free`) by every member come back at the group's next
+/// allocation; one that some members still hold stays reserved.
+fn heap_reclaim<C: Communicator>(comm: &C) {
+    let (me, n) = (comm.rank().index(), comm.world_size());
+    let world = comm.world();
+    let half = comm.heap_size() / 2 + 4096;
+    // Only one such buffer fits at a time: each allocation reclaims the one abandoned before.
+    for i in 0..6 {
+        let buf = comm
+            .alloc(&world, half, DType::U8)
+            .unwrap_or_else(|e| panic!("rank {me}: allocation #{i} of a loop that abandons its buffers: {e}"));
+        comm.abandon(buf).expect("abandon");
+    }
+    let held = comm.alloc(&world, half, DType::U8).expect("after the loop");
+    let offset = held.heap_offset();
+    let kept = if me == 0 || n == 1 {
+        comm.abandon(held).expect("abandon");
+        None
+    } else {
+        Some(held)
+    };
+    if n >= 2 {
+        match comm.alloc(&world, half, DType::U8) {
+            Err(e @ Error::Heap { source: HeapError::Exhausted { awaiting_reclaim, .. }, .. }) => {
+                if me == 0 {
+                    assert!(awaiting_reclaim >= half, "rank {me}: {e}");
+                    assert!(e.to_string().contains("other members of their group still hold"), "{e}");
+                } else {
+                    assert_eq!(awaiting_reclaim, 0, "rank {me}: {e}");
+                }
+            }
+            other => panic!("rank {me}: a buffer some members still hold must stay reserved, got {other:?}"),
+        }
+    }
+    if let Some(k) = kept {
+        comm.abandon(k).expect("abandon");
+    }
+    let again = comm.alloc(&world, half, DType::U8).expect("reclaimed once every member dropped it");
+    assert_eq!(again.heap_offset(), offset, "rank {me}: the reclaimed range is reused first-fit");
+    comm.free(again).expect("free");
 }

@@ -489,6 +489,7 @@ fn with_state<C: Communicator + ?Sized, T>(
     plan: Plan<'_>,
     f: impl FnOnce(&Ctx<'_, C>, &mut state::Progress) -> Result<T>,
 ) -> Result<T> {
+    c.check_process()?;
     let rank = c.rank();
     let p2p = matches!(plan.op, Op::Send | Op::Recv | Op::SendRecv);
     let mut ev = dfx::OpEvent {

@@ -35,8 +35,8 @@ use std::fmt::Write as _;
 pub use log::{log_level, reset_log_sink, set_log_level, set_log_sink, Level, LogSink, LOG_LEVEL_VAR};
 pub use recorder::{FlightRecord, FlightRing, RankRecords, RecordStart, RecordState, ENTRIES_VAR};
 pub use signal::{
-    dump_all, install_dump_on, install_dump_on_signal, install_dump_on_signal_from_env, register, DumpSource,
-    Registration, DUMP_ON_SIGNAL_VAR,
+    current_generation, dump_all, install_dump_on, install_dump_on_signal, install_dump_on_signal_from_env,
+    process_generation, register, DumpSource, Registration, DUMP_ON_SIGNAL_VAR,
 };
 pub use stats::{OpStats, StatsTable};
 

@@ -1,5 +1,6 @@
 //! Process-wide hooks: the communicators alive in this process (for dumps on a signal and for
-//! marking them when the process exits), the SIGUSR1 dump, and the `atexit` hook.
+//! marking them when the process exits), the SIGUSR1 dump, the `atexit` hook, and the fork
+//! generation (how a communicator finds out that it is being used in a child of `fork()`).
 //!
 //! Nothing runs inside the signal handler but one `write(2)` of a byte to a pipe (async-signal
 //! safe); a background thread reads the pipe and prints the dumps.
@@ -23,11 +24,47 @@ pub trait DumpSource: Send + Sync {
     fn process_exiting(&self) {}
 }
 
-type Entry = (u64, Arc<dyn DumpSource>);
+/// A registered source: its id, the [`process_generation`] it was registered in, the source.
+type Entry = (u64, u64, Arc<dyn DumpSource>);
 
 static SOURCES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static ATEXIT: Once = Once::new();
+
+/// Number of `fork()`s between the first [`process_generation`] call and this process: 0 in the
+/// process that started symm, bumped in every child by the `pthread_atfork` child handler.
+static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
+static ATFORK: Once = Once::new();
+
+extern "C" fn on_fork_child() {
+    // Relaxed: the child runs one thread when the handler runs; the value is only compared.
+    // An atomic add is async-signal safe, as a handler that runs inside fork() must be.
+    FORK_GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The process's fork generation: a communicator records it when it is created, and compares
+/// it at every call (one relaxed load, no system call): a different value means the call runs
+/// in a child of `fork()`, which must not touch the parent's shared state. The first call
+/// installs the `pthread_atfork` handler that bumps it in children.
+#[inline]
+pub fn process_generation() -> u64 {
+    ATFORK.call_once(|| {
+        // SAFETY: the child handler is an `extern "C"` function without arguments that never
+        // unwinds and only does an atomic add (allowed in a child of a multi-threaded fork).
+        if unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) } != 0 {
+            emit(Level::Warn, "[symm] warn: pthread_atfork failed; a child of fork() is not told from its parent");
+        }
+    });
+    current_generation()
+}
+
+/// The process's fork generation without installing the handler (for the per-call check of a
+/// communicator, which installed it when it was created).
+#[inline]
+pub fn current_generation() -> u64 {
+    // Relaxed: changes only in a child, before any of its code runs (inside fork()).
+    FORK_GENERATION.load(Ordering::Relaxed)
+}
 
 /// Keeps a [`DumpSource`] registered; dropping it unregisters the source (and waits for a dump
 /// in progress to finish, so that the source's memory may go right after).
@@ -36,7 +73,7 @@ pub struct Registration(u64);
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        SOURCES.lock().unwrap_or_else(|e| e.into_inner()).retain(|(id, _)| *id != self.0);
+        SOURCES.lock().unwrap_or_else(|e| e.into_inner()).retain(|(id, _, _)| *id != self.0);
     }
 }
 
@@ -48,16 +85,17 @@ pub fn register(source: Arc<dyn DumpSource>) -> Registration {
             emit(Level::Warn, "[symm] warn: atexit failed; peers will see a normal exit as a lost rank");
         }
     });
+    let generation = process_generation();
     // Relaxed: only distinct ids are needed.
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    SOURCES.lock().unwrap_or_else(|e| e.into_inner()).push((id, source));
+    SOURCES.lock().unwrap_or_else(|e| e.into_inner()).push((id, generation, source));
     Registration(id)
 }
 
 /// The dumps of every communicator alive in this process, one after the other.
 pub fn dump_all() -> String {
     let sources: Vec<Arc<dyn DumpSource>> =
-        SOURCES.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(_, s)| s.clone()).collect();
+        SOURCES.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(_, _, s)| s.clone()).collect();
     if sources.is_empty() {
         return "symm: no communicator is open in this process\n".into();
     }
@@ -78,7 +116,10 @@ extern "C" fn on_exit() {
                     continue;
                 }
             };
-            for (_, s) in sources.iter() {
+            // A child of fork() inherited the parent's list: its communicators belong to the
+            // parent, which is still running, and must not be marked exited.
+            let now = current_generation();
+            for (_, _, s) in sources.iter().filter(|(_, g, _)| *g == now) {
                 s.process_exiting();
             }
             return;

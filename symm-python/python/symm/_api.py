@@ -245,7 +245,20 @@ def _native_group(st: _State, group: Any) -> _symm.Group:
     return g
 
 
+def _freed(st: _State, arg: str, entry: Optional[int] = None) -> Exception:
+    at = "" if entry is None else f"entry {entry}: "
+    return _invalid(
+        st.comm.rank,
+        arg,
+        f"{at}<tensor released by symm.free()>",
+        "was released by symm.free(); its memory belongs to the symmetric heap again (allocate a new "
+        "tensor with symm.empty())",
+    )
+
+
 def _desc(st: _State, tensor: Any, arg: str) -> Any:
+    if st.platform.is_freed(tensor):
+        raise _freed(st, arg)
     d = st.platform.describe(tensor)
     if d is None:
         raise _invalid(st.comm.rank, arg, f"<{type(tensor).__name__}>", f"expected a {st.platform.name} tensor")
@@ -262,9 +275,11 @@ def empty(shape: Any, dtype: Any, group: Any = None) -> Any:
     A zero-element request still takes part in the size agreement but reserves nothing: it
     returns an ordinary empty tensor, which is not symmetric.
 
-    Memory is released by ``symm.free(tensor)`` (collective). A symmetric tensor that is
-    garbage-collected without ``free`` keeps its heap range reserved until the process ends:
-    freeing needs every member, which a finalizer cannot wait for.
+    Memory is released by ``symm.free(tensor)`` (collective), or when the tensor is
+    garbage-collected on every member: a tensor garbage-collected without ``free`` is dropped
+    on this rank at once (no communication), and its range comes back at the group's next
+    ``empty`` (or ``free``), which every member calls anyway, once every member has dropped it.
+    ``symm.memory_stats()`` shows the heap's use.
 
     Args:
         shape: an int or a sequence of ints.
@@ -292,10 +307,14 @@ def empty(shape: Any, dtype: Any, group: Any = None) -> Any:
 @_profiled("free", lambda st, a: _size(st, a["tensor"]))
 def free(tensor: Any) -> None:
     """Releases the symmetric allocation ``tensor`` lies in. Collective over the group that
-    allocated it: every member frees the same allocation, in the same order.
+    allocated it: every member frees the same allocation, in the same order (members that name
+    different allocations all get ``HeapError``, and nothing is freed).
 
-    The memory must not be used afterwards; ``tensor`` itself is pointed at empty storage so
-    that a later use fails (other views of the allocation still alias the released range).
+    The memory must not be used afterwards. ``tensor`` itself becomes a ``FreedTensor``: every
+    torch operation on it raises ``RuntimeError``, and passing it to any symm call (``free``
+    included) raises ``InvalidArgument`` naming the argument. Other views of the allocation
+    (slices, ``view``) still alias the released range, which a later ``empty`` may reuse: do not
+    keep any.
     """
     st = _current()
     d = _desc(st, tensor, "tensor")
@@ -303,6 +322,28 @@ def free(tensor: Any) -> None:
         return  # a zero-element allocation reserves nothing (and is not heap memory)
     st.comm.free(d)
     st.platform.detach_storage(tensor)
+
+
+def memory_stats() -> Dict[str, Any]:
+    """This rank's use of its symmetric heap, in bytes (allocations take whole 4 KiB pages).
+    Local: no communication.
+
+    Returns:
+        dict: ``heap_size``; ``reserved`` (held by allocations, = ``in_use`` + ``dropped``);
+        ``in_use`` (held by tensors alive on this rank); ``dropped`` (tensors garbage-collected
+        on this rank without ``free`` whose group's other members still hold theirs: they come
+        back at the group's next ``empty`` once every member has dropped them); ``free``;
+        ``largest_free`` (the longest free range here; an allocation also needs the same range
+        free on the other members); ``allocations`` (live ones, dropped included); ``groups``:
+        ``{global ranks (tuple): {"reserved", "in_use", "dropped", "allocations"}}`` for every
+        group holding memory (the collective workspace of a group that ran collectives
+        included).
+    """
+    st = _current()
+    raw = st.comm.memory_stats()
+    out: Dict[str, Any] = {k: v for k, v in raw.items() if k != "groups"}
+    out["groups"] = {tuple(st.ranks[n] for n in ranks): figures for ranks, figures in raw["groups"]}
+    return out
 
 
 def is_symmetric(tensor: Any) -> bool:
@@ -458,6 +499,8 @@ def shmem_wait_for_signal(
     """
     st = _current()
     p = st.platform
+    if depend_tensor is not None and p.is_freed(depend_tensor):
+        raise _freed(st, "depend_tensor")
     if depend_tensor is not None and p.describe(depend_tensor) is None:
         raise _invalid(
             st.comm.rank, "depend_tensor", f"<{type(depend_tensor).__name__}>", f"expected a {p.name} tensor or None"
@@ -523,6 +566,8 @@ def _descs(st: _State, tensors: Any, arg: str) -> List[Any]:
         raise _invalid(st.comm.rank, arg, f"<{type(tensors).__name__}>", "expected a list of tensors")
     out = []
     for i, t in enumerate(tensors):
+        if st.platform.is_freed(t):
+            raise _freed(st, arg, i)
         d = st.platform.describe(t)
         if d is None:
             raise _invalid(

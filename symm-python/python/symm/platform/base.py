@@ -122,8 +122,12 @@ class Platform(abc.ABC):
 
     @abc.abstractmethod
     def detach_storage(self, tensor: Any) -> None:
-        """Points ``tensor`` at empty storage, so that a freed symmetric tensor fails loudly
-        when used again (other views of the same memory are not affected)."""
+        """Points ``tensor`` at empty storage and marks it freed, so that a freed symmetric
+        tensor fails loudly when used again (other views of the same memory are not affected)."""
+
+    def is_freed(self, tensor: Any) -> bool:
+        """Whether ``tensor`` was released by ``symm.free`` (marked by ``detach_storage``)."""
+        return False
 
     def fast_path(self) -> Optional[FastPath]:
         """What the native fast path needs to read this platform's tensors itself, or None

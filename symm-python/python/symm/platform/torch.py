@@ -23,6 +23,24 @@ import torch.distributed as dist
 from .base import Desc, FastPath, Platform
 
 
+class FreedTensor(torch.Tensor):
+    """What ``symm.free`` turns a symmetric tensor into: its storage is gone (shape ``(0,)``) and
+    every torch operation on it raises, instead of reading or writing memory that belongs to the
+    heap again; symm calls refuse it as ``InvalidArgument`` naming the argument. ``repr`` and
+    ``isinstance`` still work, and it is garbage-collected as usual."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = getattr(func, "__name__", repr(func))
+        raise RuntimeError(
+            f"symm: this tensor was released by symm.free() and cannot be used ({name}); its memory "
+            f"belongs to the symmetric heap again: allocate a new tensor with symm.empty()"
+        )
+
+    def __repr__(self) -> str:  # type: ignore[override]
+        return "FreedTensor(released by symm.free())"
+
+
 class TorchPlatform(Platform):
     """PyTorch (``torch.distributed``), CPU tensors."""
 
@@ -75,7 +93,7 @@ class TorchPlatform(Platform):
         return split(parent, [list(ranks)])
 
     def describe(self, tensor: Any) -> Optional[Desc]:
-        if not isinstance(tensor, torch.Tensor):
+        if not isinstance(tensor, torch.Tensor) or isinstance(tensor, FreedTensor):
             return None
         dtype = str(tensor.dtype)
         device = tensor.device.type
@@ -115,6 +133,12 @@ class TorchPlatform(Platform):
     def detach_storage(self, tensor: Any) -> None:
         with torch.no_grad():
             tensor.set_()
+        # Every torch op on it now raises (FreedTensor.__torch_function__), and it is no longer
+        # of a type the native fast path reads, so symm calls reach the check in `_desc`.
+        tensor.__class__ = FreedTensor
+
+    def is_freed(self, tensor: Any) -> bool:
+        return isinstance(tensor, FreedTensor)
 
     def fast_path(self) -> Optional[FastPath]:
         # Every torch dtype object by identity; the native side keeps those it supports.
