@@ -185,9 +185,10 @@ impl From<ConfigError> for BootstrapError {
             ConfigError::Missing { var, accepted } => {
                 BootstrapError::Env { var, value: None, reason: format!("required; accepted: {accepted}") }
             }
+            // Shown with the value this rank's environment gives it.
             ConfigError::Disagree { var, ref values } => BootstrapError::Env {
                 var,
-                value: None,
+                value: environment(var),
                 reason: format!("differs between ranks ({}); it must be set alike on every rank", shown(values)),
             },
         }

@@ -46,9 +46,8 @@ impl Level {
 
     /// Parses a level name (case-insensitive); `off`/`none` give `Ok(None)`.
     pub fn parse(text: &str) -> Result<Option<Level>, String> {
-        crate::config::read(&|_| Some(text.to_string()), &crate::config::LOG_LEVEL, crate::config::parse_log_level)
-            .map(Option::flatten)
-            .map_err(|e| e.to_string())
+        let var = crate::config::LOG_LEVEL;
+        crate::config::parse_log_level(text).map_err(|_| format!("{} = {text:?}: accepted: {}", var.name, var.accepted))
     }
 }
 
