@@ -314,7 +314,7 @@ pub fn rank_and_world_size(get: &dyn Fn(&str) -> Option<String>) -> Result<(usiz
     let n = read(get, &WORLD_SIZE, |t| integer_in(t, 1, 1 << 20))?
         .ok_or(ConfigError::Missing { var: WORLD_SIZE.name, accepted: WORLD_SIZE.accepted })?;
     let rank =
-        read(get, &RANK, |t| integer_in(t, 0, n as u64 - 1).map_err(|e| format!("{e} (SYMM_WORLD_SIZE = {n})")))?
+        read(get, &RANK, |t| integer_in(t, 0, n - 1).map_err(|e| format!("{e} (SYMM_WORLD_SIZE = {n})")))?
             .ok_or(ConfigError::Missing { var: RANK.name, accepted: RANK.accepted })?;
     Ok((rank as usize, n as usize))
 }
