@@ -313,9 +313,8 @@ pub fn environment(name: &str) -> Option<String> {
 pub fn rank_and_world_size(get: &dyn Fn(&str) -> Option<String>) -> Result<(usize, usize), ConfigError> {
     let n = read(get, &WORLD_SIZE, |t| integer_in(t, 1, 1 << 20))?
         .ok_or(ConfigError::Missing { var: WORLD_SIZE.name, accepted: WORLD_SIZE.accepted })?;
-    let rank =
-        read(get, &RANK, |t| integer_in(t, 0, n - 1).map_err(|e| format!("{e} (SYMM_WORLD_SIZE = {n})")))?
-            .ok_or(ConfigError::Missing { var: RANK.name, accepted: RANK.accepted })?;
+    let rank = read(get, &RANK, |t| integer_in(t, 0, n - 1).map_err(|e| format!("{e} (SYMM_WORLD_SIZE = {n})")))?
+        .ok_or(ConfigError::Missing { var: RANK.name, accepted: RANK.accepted })?;
     Ok((rank as usize, n as usize))
 }
 

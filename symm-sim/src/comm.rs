@@ -175,8 +175,9 @@ impl SimComm {
         if let Some(e) = &config.refused {
             return Err(BootstrapError::from(e.clone())).at(rank);
         }
-        let settings = config.effective();
         let layout = Layout::new(config.heap_size, config.recorder_entries);
+        // The heap size as the ranks use it (rounded up to whole pages) is what they compare.
+        let settings = Config { heap_size: layout.heap_size, ..config.effective() };
         let host = config.host_id.clone().unwrap_or_else(host_identity);
         let pid = std::process::id();
         let nonce = random_u64();

@@ -135,8 +135,8 @@ pub const MAIL_SLOTS: usize = 64;
 /// [`p2p`](super::p2p)).
 pub const MAIL_HEADER: usize = 24;
 
-/// The collectives' settings: those of the communicator's [`Config`](crate::config::Config), fixed when it
-/// was created (the environment's, for a backend that keeps none).
+/// The collectives' settings: those of the communicator's [`Config`](crate::config::Config),
+/// fixed when it was created (the environment's, for a backend that keeps none).
 #[derive(Clone, Debug)]
 pub struct Tunables {
     /// Bytes of the staging area (`SYMM_COLL_WORKSPACE`, default 16 MiB).
