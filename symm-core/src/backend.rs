@@ -121,6 +121,12 @@ pub trait Backend: Send + Sync {
     fn waiters_share_cores(&self) -> bool {
         false
     }
+    /// The settings this communicator was created with ([`Config`](crate::config::Config),
+    /// parsed once at start-up): the collectives take theirs from it. Default: `None`, and the
+    /// collectives parse the environment when a group first needs them.
+    fn settings(&self) -> Option<&crate::config::Config> {
+        None
+    }
     /// Address at which the caller can load from and store to `peer`'s heap, when it can.
     /// Optional capability: `None` when the backend has no such mapping.
     fn peer_heap_base(&self, _peer: Rank) -> Option<*mut u8> {

@@ -53,6 +53,7 @@ pub mod bootstrap;
 pub mod buffer;
 pub mod coll;
 pub mod comm;
+pub mod config;
 pub mod dfx;
 pub mod dtype;
 pub mod env;

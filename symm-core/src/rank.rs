@@ -14,6 +14,10 @@ pub struct Rank(pub u32);
 pub struct GroupRank(pub u32);
 
 impl Rank {
+    /// The rank of an error raised before the process knows its rank (a bad `SYMM_RANK`):
+    /// shown as `unknown`.
+    pub const UNKNOWN: Rank = Rank(u32::MAX);
+
     /// As an index.
     pub const fn index(self) -> usize {
         self.0 as usize
@@ -29,7 +33,11 @@ impl GroupRank {
 
 impl fmt::Display for Rank {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
+        if *self == Rank::UNKNOWN {
+            f.write_str("unknown")
+        } else {
+            write!(f, "{}", self.0)
+        }
     }
 }
 

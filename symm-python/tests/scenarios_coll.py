@@ -7,7 +7,6 @@ every dtype) except where a low-precision transport rounds.
 
 from __future__ import annotations
 
-import os
 import time
 from functools import partial
 
@@ -97,18 +96,10 @@ def check_group(rank, world, group, members):
     assert all(torch.equal(o, outs[0]) for o in outs), "every spelling of the format gives the same result"
     assert not torch.equal(outs[0], ref) and torch.allclose(outs[0], ref, rtol=2e-2, atol=2e-2), (outs[0], ref)
     if group is None:
-        # The default format comes from SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE, read when a group
-        # runs its first collective: a group first used while it is set uses it. (The same
-        # rank list in the same order is the same native group: a rotation is a new one.)
-        os.environ["SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE"] = "bfloat16"
-        try:
-            lp_group = symm.create_group(list(range(1, world)) + [0])
-            t = x.clone()
-            symm.shmem_allreduce(t, "sum", lp_group)
-        finally:
-            del os.environ["SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE"]
-        assert torch.equal(t, outs[0]), "the environment's default equals the explicit format"
-        # The default is for floating-point data: integers keep full precision (no error).
+        # (The default format, SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE, is read by symm.init:
+        # scenarios_config.) A rotation of the world is a new native group.
+        lp_group = symm.create_group(list(range(1, world)) + [0])
+        # Integers keep full precision.
         counts = data(me, 300, torch.int64) * 1_000_003
         symm.shmem_allreduce(counts, "sum", lp_group)
         want = sum(data(j, 300, torch.int64) * 1_000_003 for j in range(world))
@@ -375,19 +366,7 @@ def coll_bad_input(rank, world):
         "low_precision_dtype",
         "int64",
     )
-    # a bad default format (read by a group at its first collective) fails its reductions
-    os.environ["SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE"] = "fp7"
-    try:
-        bad_env = symm.create_group(list(range(n))[::-1])
-        every(
-            inv, lambda: symm.shmem_allreduce(x.clone(), group=bad_env), "SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE", "fp7"
-        )
-    finally:
-        del os.environ["SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE"]
-    every(inv, lambda: symm.shmem_reduce_scatter(torch.empty(1), torch.ones(n), group=bad_env), "fp7")
-    t = torch.ones(2)
-    symm.shmem_allreduce(t, group=bad_env, low_precision_dtype="bfloat16")  # an explicit format works
-    assert t.tolist() == [float(n)] * 2, t
+    # (a bad default format is refused by symm.init: scenarios_config)
     # ranks
     every(grp, lambda: symm.shmem_broadcast(x, n), f"src_rank = {n}", f"group of {n} ranks")
     every(grp, lambda: symm.shmem_broadcast(x, -1), "src_rank = -1")

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
+use symm_core::config::{self, Config, ConfigError};
 use symm_core::dfx::{self, FlightRing, Op, Registration, StatsTable};
-use symm_core::env;
 use symm_core::{
     AtRank, Backend, Bootstrap, BootstrapError, CmpOp, DescribeWait, Error, Group, GroupError, GroupId, GroupRegistry,
     HeapError, Rank, Result, SignalOp, SignalWidth, TimeoutError, WaitSite,
@@ -49,61 +49,59 @@ pub struct SimConfig {
     /// Whether signals may be light where the kernel allows (`SYMM_LIGHT_SIGNALS`, default on;
     /// see `wait`). Chosen once per process, by its first communicator.
     pub light_signals: bool,
-}
-
-/// The environment variable that turns light signals off (`0`): every signal then pays its own
-/// fence (for comparison, and for systems whose `membarrier` misbehaves).
-pub const LIGHT_SIGNALS_VAR: &str = "SYMM_LIGHT_SIGNALS";
-
-/// The start-up error for environment variable `var` set to `value`, which its parser rejected
-/// with `reason`. The parsers' messages name the variable and the value too (they are also
-/// read on their own, as `VAR = "value": why`): the error says them once.
-fn env_error(var: &'static str, value: Option<String>, reason: String) -> BootstrapError {
-    let named = format!("{var} = {:?}: ", value.as_deref().unwrap_or_default());
-    let reason = reason.strip_prefix(&named).map_or_else(|| reason.clone(), str::to_string);
-    BootstrapError::Env { var, value, reason }
+    /// Every other setting (collectives, waits, diagnostics), parsed once from the
+    /// environment; the fields above take precedence over their namesakes in it.
+    pub settings: Config,
+    /// A refused environment value [`SimConfig::with_heap_size`] met: start-up reports it.
+    refused: Option<ConfigError>,
 }
 
 impl SimConfig {
-    /// From `SYMMETRIC_MEMORY_HEAP_SIZE`, `SYMMETRIC_MEMORY_TIMEOUT`, `SYMM_HOST_ID`,
-    /// `SYMM_FLIGHT_RECORDER_ENTRIES`, `SYMM_STATS`, `SYMM_TIMING` and `SYMM_LIGHT_SIGNALS`.
+    /// From the environment: every variable of [`symm_core::config::VARS`] a communicator reads;
+    /// a refused value is an error naming the variable, the value and what is accepted.
     pub fn from_env() -> std::result::Result<SimConfig, BootstrapError> {
-        // A bad value is an error naming the variable and the value.
-        let bad = |var: &'static str| move |reason: String| env_error(var, std::env::var(var).ok(), reason);
-        let heap_size = env::heap_size_from_env().map_err(|e| bad(env::HEAP_SIZE_VAR)(e.to_string()))?;
-        let timeout = env::timeout_from_env().map_err(bad(env::TIMEOUT_VAR))?;
-        let recorder_entries = dfx::entries_from_env().map_err(bad(dfx::ENTRIES_VAR))?;
-        let stats = dfx::stats_from_env().map_err(bad(dfx::STATS_VAR))?;
-        let timing = dfx::timing_from_env().map_err(bad(dfx::TIMING_VAR))?;
-        let light_signals = match std::env::var(LIGHT_SIGNALS_VAR).ok().as_deref().map(dfx::switch) {
-            None => true,
-            Some(Some(on)) => on,
-            Some(None) => return Err(bad(LIGHT_SIGNALS_VAR)("expected 1/0 (true/false, yes/no, on/off)".into())),
-        };
-        Ok(SimConfig {
-            heap_size,
-            timeout,
-            host_id: std::env::var("SYMM_HOST_ID").ok(),
-            recorder_entries,
-            stats,
-            timing,
-            light_signals,
-        })
+        Ok(SimConfig::from_settings(Config::from_env()?))
     }
 
-    /// A config with the given heap size and the environment's other settings (or defaults).
+    /// The backend's settings from parsed ones.
+    pub fn from_settings(settings: Config) -> SimConfig {
+        SimConfig {
+            heap_size: settings.heap_size,
+            timeout: settings.timeout,
+            host_id: settings.host_id.clone(),
+            recorder_entries: settings.recorder_entries,
+            stats: settings.stats,
+            timing: settings.timing,
+            light_signals: settings.light_signals,
+            settings,
+            refused: None,
+        }
+    }
+
+    /// A config with the given heap size and the environment's other settings. A refused
+    /// value among those is not dropped: [`SimComm::init`] fails with it.
     pub fn with_heap_size(heap_size: usize) -> SimConfig {
-        let mut c = SimConfig::from_env().unwrap_or(SimConfig {
-            heap_size,
-            timeout: env::DEFAULT_TIMEOUT,
-            host_id: None,
-            recorder_entries: dfx::recorder::DEFAULT_ENTRIES,
-            stats: true,
-            timing: false,
-            light_signals: true,
-        });
+        let others = |name: &str| if name == config::HEAP_SIZE.name { None } else { config::environment(name) };
+        let mut c = match Config::from_lookup(&others) {
+            Ok(settings) => SimConfig::from_settings(settings),
+            Err(e) => SimConfig { refused: Some(e), ..SimConfig::from_settings(Config::default()) },
+        };
         c.heap_size = heap_size;
         c
+    }
+
+    /// The settings in effect: [`SimConfig::settings`] with the fields of this config.
+    fn effective(&self) -> Config {
+        Config {
+            heap_size: self.heap_size,
+            timeout: self.timeout,
+            host_id: self.host_id.clone(),
+            recorder_entries: self.recorder_entries,
+            stats: self.stats,
+            timing: self.timing,
+            light_signals: self.light_signals,
+            ..self.settings.clone()
+        }
     }
 }
 
@@ -200,6 +198,8 @@ pub struct SimComm {
     world_size: usize,
     instance: u64,
     config: SimConfig,
+    /// The settings in effect ([`SimConfig::effective`]), for the layers above.
+    settings: Config,
     layout: Layout,
     hosts: Vec<String>,
     pids: Vec<u32>,
@@ -255,7 +255,12 @@ impl SimComm {
             rank,
             source: BootstrapError::Io { what, source },
         };
+        if let Some(e) = &config.refused {
+            return Err(BootstrapError::from(e.clone())).at(rank);
+        }
         let layout = Layout::new(config.heap_size, config.recorder_entries);
+        // The heap size as the ranks use it (rounded up to whole pages) is what they compare.
+        let settings = Config { heap_size: layout.heap_size, ..config.effective() };
         let host = config.host_id.clone().unwrap_or_else(host_identity);
         let pid = std::process::id();
         let nonce = random_u64();
@@ -294,12 +299,20 @@ impl SimComm {
         if entries.iter().any(|&(_, e)| e != layout.recorder_entries) {
             return Err(BootstrapError::Env {
                 var: dfx::ENTRIES_VAR,
-                value: std::env::var(dfx::ENTRIES_VAR).ok(),
+                value: config::environment(dfx::ENTRIES_VAR),
                 reason: format!(
                     "differs between ranks (records per global rank: {entries:?}); set it alike everywhere"
                 ),
             })
             .at(rank);
+        }
+
+        // The settings every rank must share, by name: a round of their own after the hello.
+        let records = boot.allgather("settings", &settings.agreed_record()).at(rank)?;
+        match config::check_agreement(&records) {
+            Ok(()) => {}
+            Err(Ok(e)) => return Err(BootstrapError::from(e)).at(rank),
+            Err(Err(why)) => return Err(BootstrapError::Protocol(why)).at(rank),
         }
 
         let fd: OwnedFd = sys::memfd(&format!("symm-heap-r{}", rank.0), layout.total)
@@ -349,7 +362,7 @@ impl SimComm {
         maps[rank.index()] = Some(mine);
         boot.allgather("mapped", b"").at(rank)?;
 
-        let policy = SpinPolicy::for_host(local.len() + 1, sys::host_cores());
+        let policy = SpinPolicy::for_host(local.len() + 1, sys::host_cores(), &settings);
         wait::choose_signal_mode(config.light_signals);
         let registry = GroupRegistry::new(n, rank);
         let placeholder = Group::new(n, rank, &[rank], Ok(())).at(rank)?;
@@ -360,6 +373,7 @@ impl SimComm {
             world_size: n,
             instance: random_u64(),
             config,
+            settings,
             layout,
             hosts,
             pids,
@@ -379,7 +393,9 @@ impl SimComm {
         comm.world = comm.group_of(&all)?;
         comm.node = node(comm.world.clone());
         comm._registration = Some(dfx::register(comm.node.clone()));
-        dfx::install_dump_on_signal_from_env();
+        if comm.settings.dump_on_signal {
+            dfx::install_dump_on_signal_logged();
+        }
         comm.node.mark(Op::Init);
         // Set up the world's collective workspace now, while every rank is here: send/recv in
         // the world then never waits for ranks that take no part in it. A heap too small for
@@ -402,7 +418,7 @@ impl SimComm {
             local.len() + 1,
             layout.heap_size,
             layout.recorder_entries,
-            if dfx::validate_from_env() { "on" } else { "off" }
+            if comm.settings.validate { "on" } else { "off" }
         );
         Ok(comm)
     }
@@ -1014,6 +1030,10 @@ impl Backend for SimComm {
         self.policy.shared_cores
     }
 
+    fn settings(&self) -> Option<&Config> {
+        Some(&self.settings)
+    }
+
     fn peer_heap_base(&self, peer: Rank) -> Option<*mut u8> {
         self.ctrl(peer).map(|c| c.heap())
     }
@@ -1213,17 +1233,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_bad_environment_value_is_named_once_with_the_parsers_reason() {
-        let parsed = env::parse_size("12Q").unwrap_err().to_string();
-        let e = env_error(env::HEAP_SIZE_VAR, Some("12Q".into()), parsed);
+    fn a_bad_environment_value_is_named_once_with_what_is_accepted() {
+        let refused = ConfigError::Invalid {
+            var: config::HEAP_SIZE.name,
+            value: "12Q".into(),
+            reason: "unknown suffix".into(),
+            accepted: config::HEAP_SIZE.accepted,
+        };
+        let e = BootstrapError::from(refused.clone());
         assert_eq!(
             e.to_string(),
-            "environment variable SYMMETRIC_MEMORY_HEAP_SIZE = \"12Q\": unknown suffix; use K, M, G or T"
+            format!(
+                "environment variable SYMMETRIC_MEMORY_HEAP_SIZE = \"12Q\": unknown suffix; accepted: {}",
+                config::HEAP_SIZE.accepted
+            )
         );
-        // A reason that does not start by naming the variable is kept whole.
-        let e = env_error(LIGHT_SIGNALS_VAR, Some("x".into()), "expected 1/0".into());
-        assert_eq!(e.to_string(), "environment variable SYMM_LIGHT_SIGNALS = \"x\": expected 1/0");
-        let e = env_error(env::HEAP_SIZE_VAR, None, "required".into());
-        assert_eq!(e.to_string(), "environment variable SYMMETRIC_MEMORY_HEAP_SIZE is not set: required");
+        // A refused value that `with_heap_size` met fails the start-up instead of being dropped.
+        let c = SimConfig { refused: Some(refused), ..SimConfig::from_settings(Config::default()) };
+        let boot = Bootstrap::new(Rank(0), 1, Arc::new(crate::store::MemoryStore::new()), "t", c.timeout);
+        let e = SimComm::init(&boot, c).unwrap_err();
+        assert_eq!(e.code(), "SYMM_E_BOOTSTRAP");
+        assert!(e.to_string().contains("SYMMETRIC_MEMORY_HEAP_SIZE = \"12Q\""), "{e}");
     }
 }

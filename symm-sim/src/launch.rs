@@ -5,15 +5,16 @@ use std::process::{Child, Command, ExitStatus};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use symm_core::config;
 use symm_core::{AtRank, Bootstrap, BootstrapError, Error, Rank, Result, Store};
 
 use crate::comm::{SimComm, SimConfig};
 use crate::store::{MemoryStore, TcpStore, TcpStoreServer};
 
 /// Rank of this process.
-pub const RANK_VAR: &str = "SYMM_RANK";
+pub const RANK_VAR: &str = config::RANK.name;
 /// Number of ranks.
-pub const WORLD_SIZE_VAR: &str = "SYMM_WORLD_SIZE";
+pub const WORLD_SIZE_VAR: &str = config::WORLD_SIZE.name;
 /// `host:port` of the start-up store: rank 0 serves it there, unless [`RENDEZVOUS_HOSTED_VAR`]
 /// says that the launcher does.
 pub const RENDEZVOUS_VAR: &str = "SYMM_RENDEZVOUS";
@@ -27,32 +28,15 @@ pub const RENDEZVOUS_HOSTED_VAR: &str = "SYMM_RENDEZVOUS_HOSTED";
 /// Start-ups through [`SimComm::from_env`] at a launcher's store made by this process so far.
 static HOSTED_START_UPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-fn env_number(var: &'static str) -> std::result::Result<usize, BootstrapError> {
-    let value = std::env::var(var).ok();
-    value.as_deref().and_then(|v| v.trim().parse::<usize>().ok()).ok_or_else(|| BootstrapError::Env {
-        var,
-        value: value.clone(),
-        reason: "expected a non-negative integer (set by the launcher)".into(),
-    })
-}
-
 impl SimComm {
     /// Starts this process as the rank named by `SYMM_RANK` of `SYMM_WORLD_SIZE`, meeting the
     /// others at `SYMM_RENDEZVOUS` (rank 0 serves there, unless `SYMM_RENDEZVOUS_HOSTED=1`).
     /// Collective over the world.
     pub fn from_env() -> Result<SimComm> {
-        let unknown = Rank(u32::MAX);
-        let rank = env_number(RANK_VAR).at(unknown)?;
+        // An error names the rank when `SYMM_RANK` says it, else an unknown one.
+        let said = config::environment(RANK_VAR).and_then(|v| v.trim().parse::<u32>().ok()).map_or(Rank::UNKNOWN, Rank);
+        let (rank, n) = config::rank_and_world_size(&config::environment).map_err(BootstrapError::from).at(said)?;
         let rank_id = Rank(rank as u32);
-        let n = env_number(WORLD_SIZE_VAR).at(rank_id)?;
-        if n == 0 || rank >= n {
-            return Err(BootstrapError::Env {
-                var: RANK_VAR,
-                value: Some(rank.to_string()),
-                reason: format!("must be below {WORLD_SIZE_VAR} = {n}"),
-            })
-            .at(rank_id);
-        }
         let addr = std::env::var(RENDEZVOUS_VAR).map_err(|_| BootstrapError::Env {
             var: RENDEZVOUS_VAR,
             value: None,

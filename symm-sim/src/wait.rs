@@ -63,23 +63,23 @@ pub struct SpinPolicy {
 
 impl SpinPolicy {
     /// The budget for `ranks_on_host` ranks sharing `cores` cores, unless `SYMM_SPIN_US` and
-    /// `SYMM_YIELD_US` set it (`SYMM_TEST_NAP_MS` sets the naps, for tests).
-    pub fn for_host(ranks_on_host: usize, cores: usize) -> SpinPolicy {
+    /// `SYMM_YIELD_US` set it (`SYMM_TEST_NAP_MS` sets the naps, for tests), as parsed into
+    /// `settings`.
+    pub fn for_host(ranks_on_host: usize, cores: usize, settings: &symm_core::config::Config) -> SpinPolicy {
         let oversubscribed = ranks_on_host > cores;
-        let number = |var: &str| std::env::var(var).ok().and_then(|v| v.trim().parse::<u64>().ok());
         // Sharing cores, a waiter yields at once: the peer it waits for is usually runnable on
         // this very core (8 ranks on 2 cores: a 2 us spin per wait doubled a small allreduce).
-        let spin = match number("SYMM_SPIN_US") {
-            Some(us) => Duration::from_micros(us),
+        let spin = match settings.spin {
+            Some(us) => us,
             None if oversubscribed => Duration::ZERO,
             None => Duration::from_millis(2),
         };
-        let yield_for = match number("SYMM_YIELD_US") {
-            Some(us) => Duration::from_micros(us),
+        let yield_for = match settings.yield_for {
+            Some(us) => us,
             None if oversubscribed => Duration::from_micros(200),
             None => Duration::ZERO,
         };
-        let nap = number("SYMM_TEST_NAP_MS").filter(|&ms| ms > 0).map_or(DEFAULT_NAP, Duration::from_millis);
+        let nap = settings.nap.unwrap_or(DEFAULT_NAP);
         SpinPolicy { shared_cores: oversubscribed, spin, yield_for, nap }
     }
 }

@@ -27,7 +27,7 @@ use crate::op::ReduceOp;
 pub const SCALE_BLOCK: usize = 256;
 
 /// The environment variable that sets the default transport format.
-pub const LOW_PRECISION_VAR: &str = "SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE";
+pub const LOW_PRECISION_VAR: &str = crate::config::LOW_PRECISION.name;
 
 /// The accepted transport formats.
 pub const FORMATS: [DType; 4] = [DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2];
@@ -51,30 +51,12 @@ pub fn check_format(lp: DType, data: DType) -> Result<(), ArgError> {
     Ok(())
 }
 
-/// The transport format named by `SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE` (unset or empty: none).
+/// The transport format named by `SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE` (unset, blank or
+/// `none`: none), parsed by [`config`](crate::config).
 pub fn format_from_env() -> Result<Option<DType>, ArgError> {
-    match std::env::var(LOW_PRECISION_VAR) {
-        Ok(v) if v.trim().is_empty() || v.trim().eq_ignore_ascii_case("none") => Ok(None),
-        Ok(v) => {
-            let d: DType = v.parse().map_err(|_| {
-                ArgError::invalid(
-                    LOW_PRECISION_VAR,
-                    &v,
-                    "accepted: float16, bfloat16, float8_e4m3fn, float8_e5m2, none",
-                )
-            })?;
-            if FORMATS.contains(&d) {
-                Ok(Some(d))
-            } else {
-                Err(ArgError::invalid(
-                    LOW_PRECISION_VAR,
-                    v,
-                    "accepted: float16, bfloat16, float8_e4m3fn, float8_e5m2, none",
-                ))
-            }
-        }
-        Err(_) => Ok(None),
-    }
+    crate::config::read(&crate::config::environment, &crate::config::LOW_PRECISION, crate::config::parse_low_precision)
+        .map(Option::flatten)
+        .map_err(|e| e.into_arg())
 }
 
 /// Every integer up to this one is exact in transport format `lp` (2 to the power of its

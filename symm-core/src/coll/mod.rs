@@ -19,10 +19,10 @@
 
 mod algo;
 pub mod copy;
-mod eager;
+pub(crate) mod eager;
 pub mod hook;
 pub mod kernels;
-mod ll;
+pub(crate) mod ll;
 pub mod lowp;
 mod p2p;
 mod state;

@@ -42,7 +42,6 @@ use crate::buffer::SymmBuffer;
 use crate::comm::SymmetricHeap;
 use crate::dfx::Started;
 use crate::dtype::DType;
-use crate::env::parse_size;
 use crate::error::{ArgError, AtRank, Error, Result};
 use crate::group::Group;
 use crate::op::{CmpOp, SignalOp};
@@ -136,7 +135,8 @@ pub const MAIL_SLOTS: usize = 64;
 /// [`p2p`](super::p2p)).
 pub const MAIL_HEADER: usize = 24;
 
-/// Settings read once per group from the environment.
+/// The collectives' settings: those of the communicator's [`Config`](crate::config::Config),
+/// fixed when it was created (the environment's, for a backend that keeps none).
 #[derive(Clone, Debug)]
 pub struct Tunables {
     /// Bytes of the staging area (`SYMM_COLL_WORKSPACE`, default 16 MiB).
@@ -177,38 +177,23 @@ pub struct Tunables {
 impl Tunables {
     /// From the environment (bad values are errors naming the variable).
     pub fn from_env() -> std::result::Result<Tunables, ArgError> {
-        let size = |var: &'static str, default: usize| -> std::result::Result<usize, ArgError> {
-            match std::env::var(var) {
-                Ok(v) => parse_size(&v).map_err(|e| ArgError::invalid(var, v, e.to_string())),
-                Err(_) => Ok(default),
-            }
-        };
-        let force_get = match std::env::var("SYMM_COLL_ACCESS").as_deref() {
-            Ok("get") => true,
-            Ok("auto") | Ok("") | Err(_) => false,
-            Ok(other) => return Err(ArgError::invalid("SYMM_COLL_ACCESS", other, "accepted: auto, get")),
-        };
-        Ok(Tunables {
-            stage_bytes: size("SYMM_COLL_WORKSPACE", 16 << 20)?.max(64 << 10),
-            oneshot_max: size("SYMM_ALLREDUCE_ONESHOT_MAX", 8 << 10)?,
-            // Whole cache lines: every slot's flag is aligned and starts a line.
-            // At least a line of header and a line of payload (see `p2p`).
-            mail_chunk: size("SYMM_P2P_CHUNK", 16 << 10)?.max(128).next_multiple_of(64),
-            stream_min: size("SYMM_STREAM_STORES_MIN", 16 << 20)?,
-            ll_max: match std::env::var("SYMM_LL_MAX") {
-                Ok(v) if v.trim() == "0" => 0,
-                _ => size("SYMM_LL_MAX", super::ll::DEFAULT_MAX_BYTES)?.min(super::ll::MAX_BYTES),
-            },
-            allreduce_ll_max: size("SYMM_ALLREDUCE_LL_MAX", 1 << 10)?,
-            bcast_eager_max: match std::env::var("SYMM_BCAST_EAGER_MAX") {
-                Ok(v) if v.trim() == "0" => Some(0),
-                Ok(_) => Some(size("SYMM_BCAST_EAGER_MAX", 0)?.min(super::eager::SHARED_MAX_BYTES)),
-                Err(_) => None,
-            },
-            force_get,
-            default_low_precision: super::lowp::format_from_env(),
-            validate: crate::dfx::validate_from_env(),
-        })
+        crate::config::Config::from_env().map(|c| Tunables::from_config(&c)).map_err(|e| e.into_arg())
+    }
+
+    /// From a communicator's settings.
+    pub fn from_config(c: &crate::config::Config) -> Tunables {
+        Tunables {
+            stage_bytes: c.coll_workspace,
+            oneshot_max: c.allreduce_oneshot_max,
+            mail_chunk: c.p2p_chunk,
+            stream_min: c.stream_stores_min,
+            ll_max: c.ll_max,
+            allreduce_ll_max: c.allreduce_ll_max,
+            bcast_eager_max: c.bcast_eager_max,
+            force_get: c.coll_access_get,
+            default_low_precision: Ok(c.low_precision),
+            validate: c.validate,
+        }
     }
 }
 
@@ -288,7 +273,10 @@ impl CollState {
             super::hook::before_blocking();
             let rank = b.rank();
             let me = group.member().at(rank)?.index();
-            let tun = Tunables::from_env().at(rank)?;
+            let tun = match b.settings() {
+                Some(c) => Tunables::from_config(c),
+                None => Tunables::from_env().at(rank)?,
+            };
             let n = group.size();
             let eager_max = tun.bcast_eager_max.unwrap_or_else(|| super::eager::max_bytes(b.waiters_share_cores()));
             // Every member fails a collective allocation the same way, so a failure here can

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::RwLock;
 
 /// The environment variable that sets the initial level.
-pub const LOG_LEVEL_VAR: &str = "SYMM_LOG_LEVEL";
+pub const LOG_LEVEL_VAR: &str = crate::config::LOG_LEVEL.name;
 
 /// Importance of a log line; a sink gets the lines at or above the process's level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -46,15 +46,8 @@ impl Level {
 
     /// Parses a level name (case-insensitive); `off`/`none` give `Ok(None)`.
     pub fn parse(text: &str) -> Result<Option<Level>, String> {
-        match text.trim().to_ascii_lowercase().as_str() {
-            "off" | "none" => Ok(None),
-            "error" => Ok(Some(Level::Error)),
-            "warn" | "warning" => Ok(Some(Level::Warn)),
-            "info" => Ok(Some(Level::Info)),
-            "debug" => Ok(Some(Level::Debug)),
-            "trace" => Ok(Some(Level::Trace)),
-            _ => Err(format!("{LOG_LEVEL_VAR} = {text:?}: accepted: off, error, warn, info, debug, trace")),
-        }
+        let var = crate::config::LOG_LEVEL;
+        crate::config::parse_log_level(text).map_err(|_| format!("{} = {text:?}: accepted: {}", var.name, var.accepted))
     }
 }
 
@@ -87,17 +80,23 @@ pub fn enabled(level: Level) -> bool {
 
 #[cold]
 fn init_from_env() -> u8 {
-    let (t, bad) = match std::env::var(LOG_LEVEL_VAR) {
-        Ok(v) => match Level::parse(&v) {
-            Ok(l) => (l.map_or(OFF, |l| l as u8), None),
-            Err(e) => (Level::Error as u8, Some(e)),
-        },
-        Err(_) => (Level::Error as u8, None),
+    // Parsed as a communicator's start-up parses it (which refuses a bad value); a line is all
+    // that can be done for a bad value here, before any communicator exists.
+    let (t, bad) = match crate::config::read(
+        &crate::config::environment,
+        &crate::config::LOG_LEVEL,
+        crate::config::parse_log_level,
+    ) {
+        Ok(l) => (l.unwrap_or(Some(Level::Error)).map_or(OFF, |l| l as u8), None),
+        Err(e) => (Level::Error as u8, Some(e)),
     };
     // Relaxed: see `enabled`. A concurrent `set_log_level` wins (the CAS fails).
     let _ = THRESHOLD.compare_exchange(UNSET, t, Ordering::Relaxed, Ordering::Relaxed);
     if let Some(e) = bad {
-        emit(Level::Warn, &format!("[symm] warn: {e}; using error"));
+        emit(
+            Level::Error,
+            &format!("[symm] error: {e}; logging at error level (a communicator's start-up refuses this value)"),
+        );
     }
     THRESHOLD.load(Ordering::Relaxed)
 }

@@ -36,7 +36,7 @@ pub use log::{log_level, reset_log_sink, set_log_level, set_log_sink, Level, Log
 pub use recorder::{FlightRecord, FlightRing, RankRecords, RecordStart, RecordState, ENTRIES_VAR};
 pub use signal::{
     current_generation, dump_all, install_dump_on, install_dump_on_signal, install_dump_on_signal_from_env,
-    process_generation, register, DumpSource, Registration, DUMP_ON_SIGNAL_VAR,
+    install_dump_on_signal_logged, process_generation, register, DumpSource, Registration, DUMP_ON_SIGNAL_VAR,
 };
 pub use stats::{OpStats, StatsTable};
 
@@ -475,57 +475,53 @@ pub fn reset_stats<B: Backend + ?Sized>(b: &B) {
 /// The number of flight-recorder records per rank from `SYMM_FLIGHT_RECORDER_ENTRIES` (default
 /// 64, 0 disables the recorder); an invalid value is an error naming the variable.
 pub fn entries_from_env() -> std::result::Result<usize, String> {
-    match std::env::var(ENTRIES_VAR) {
-        Ok(v) => match v.trim().parse::<usize>() {
-            Ok(n) if n <= recorder::MAX_ENTRIES => Ok(n),
-            _ => {
-                Err(format!("{ENTRIES_VAR} = {v:?}: expected a number of records from 0 to {}", recorder::MAX_ENTRIES))
-            }
-        },
-        Err(_) => Ok(recorder::DEFAULT_ENTRIES),
-    }
+    crate::config::Config::from_lookup(&only(ENTRIES_VAR)).map(|c| c.recorder_entries).map_err(|e| e.to_string())
+}
+
+/// The process environment's value of `var` alone (the others read as unset), to parse one
+/// variable with [`Config`](crate::config::Config)'s parsers.
+fn only(var: &'static str) -> impl Fn(&str) -> Option<String> {
+    move |name: &str| if name == var { crate::config::environment(name) } else { None }
 }
 
 /// The environment variable that turns the per-operation statistics off (`0`, `false`, `no`,
 /// `off`; on by default).
-pub const STATS_VAR: &str = "SYMM_STATS";
+pub const STATS_VAR: &str = crate::config::STATS.name;
 
 /// Whether `SYMM_STATS` leaves the statistics on (the default); an invalid value is an error
 /// naming the variable.
 pub fn stats_from_env() -> std::result::Result<bool, String> {
-    switch_setting(STATS_VAR, std::env::var(STATS_VAR).ok().as_deref(), true)
+    switch_setting(&crate::config::STATS, std::env::var(STATS_VAR).ok().as_deref(), true)
 }
 
 /// What value `value` of on/off variable `var` asks for (`None`: unset, `default`); an invalid
 /// value is an error naming the variable.
-fn switch_setting(var: &str, value: Option<&str>, default: bool) -> std::result::Result<bool, String> {
-    let Some(v) = value else { return Ok(default) };
-    switch(v).ok_or_else(|| format!("{var} = {v:?}: expected 1/0 (true/false, yes/no, on/off)"))
+fn switch_setting(var: &crate::config::Var, value: Option<&str>, default: bool) -> std::result::Result<bool, String> {
+    crate::config::read(&|_| value.map(str::to_string), var, crate::config::parse_switch)
+        .map(|b| b.unwrap_or(default))
+        .map_err(|e| e.to_string())
 }
 
 /// An on/off environment value: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` (any case,
 /// surrounding blanks ignored); `None` for anything else.
 pub fn switch(value: &str) -> Option<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Some(true),
-        "0" | "false" | "no" | "off" => Some(false),
-        _ => None,
-    }
+    crate::config::parse_switch(value).ok()
 }
 
 /// The environment variable that times every collective and point-to-point call (`1`, `true`,
 /// `yes`, `on`; off by default: see "Timing" in the module documentation).
-pub const TIMING_VAR: &str = "SYMM_TIMING";
+pub const TIMING_VAR: &str = crate::config::TIMING.name;
 
 /// Whether `SYMM_TIMING` asks for timing; an invalid value is an error naming the variable.
 pub fn timing_from_env() -> std::result::Result<bool, String> {
-    switch_setting(TIMING_VAR, std::env::var(TIMING_VAR).ok().as_deref(), false)
+    switch_setting(&crate::config::TIMING, std::env::var(TIMING_VAR).ok().as_deref(), false)
 }
 
 /// The environment variable that turns on cross-rank validation of every collective.
-pub const VALIDATE_VAR: &str = "SYMM_VALIDATE";
+pub const VALIDATE_VAR: &str = crate::config::VALIDATE.name;
 
-/// Whether `SYMM_VALIDATE` asks for validation (`1`, `true`, `yes`, `on`).
+/// Whether `SYMM_VALIDATE` asks for validation (`1`, `true`, `yes`, `on`). A value that is not
+/// an on/off value reads as off here; a communicator's start-up refuses it.
 pub fn validate_from_env() -> bool {
     std::env::var(VALIDATE_VAR).is_ok_and(|v| switch(&v) == Some(true))
 }
@@ -536,23 +532,23 @@ mod tests {
 
     #[test]
     fn the_statistics_switch_reads_its_spellings_and_names_itself_when_wrong() {
-        assert_eq!(switch_setting(STATS_VAR, None, true), Ok(true));
+        assert_eq!(switch_setting(&crate::config::STATS, None, true), Ok(true));
         for on in ["1", "true", "YES", " on "] {
-            assert_eq!(switch_setting(STATS_VAR, Some(on), true), Ok(true), "{on}");
+            assert_eq!(switch_setting(&crate::config::STATS, Some(on), true), Ok(true), "{on}");
         }
         for off in ["0", "false", "No", "OFF"] {
-            assert_eq!(switch_setting(STATS_VAR, Some(off), true), Ok(false), "{off}");
+            assert_eq!(switch_setting(&crate::config::STATS, Some(off), true), Ok(false), "{off}");
         }
-        let e = switch_setting(STATS_VAR, Some("maybe"), true).unwrap_err();
+        let e = switch_setting(&crate::config::STATS, Some("maybe"), true).unwrap_err();
         assert!(e.contains("SYMM_STATS") && e.contains("maybe"), "{e}");
     }
 
     #[test]
     fn timing_is_off_unless_asked_for_and_names_itself_when_wrong() {
-        assert_eq!(switch_setting(TIMING_VAR, None, false), Ok(false));
-        assert_eq!(switch_setting(TIMING_VAR, Some(" On "), false), Ok(true));
-        assert_eq!(switch_setting(TIMING_VAR, Some("0"), false), Ok(false));
-        let e = switch_setting(TIMING_VAR, Some("always"), false).unwrap_err();
+        assert_eq!(switch_setting(&crate::config::TIMING, None, false), Ok(false));
+        assert_eq!(switch_setting(&crate::config::TIMING, Some(" On "), false), Ok(true));
+        assert_eq!(switch_setting(&crate::config::TIMING, Some("0"), false), Ok(false));
+        let e = switch_setting(&crate::config::TIMING, Some("always"), false).unwrap_err();
         assert!(e.contains("SYMM_TIMING") && e.contains("always"), "{e}");
         assert!(Op::Broadcast.timing_optional() && Op::SendRecv.timing_optional());
         assert!(!Op::Barrier.timing_optional() && !Op::WaitUntil.timing_optional() && !Op::Init.timing_optional());

@@ -63,7 +63,7 @@ const MAGIC: u64 = u64::from_le_bytes(*b"symmfrc2");
 /// Bytes of the ring header and of each record.
 pub const RECORD_BYTES: usize = 64;
 /// The environment variable that sets the number of records per rank (0 disables the recorder).
-pub const ENTRIES_VAR: &str = "SYMM_FLIGHT_RECORDER_ENTRIES";
+pub const ENTRIES_VAR: &str = crate::config::FLIGHT_RECORDER_ENTRIES.name;
 /// Records per rank when [`ENTRIES_VAR`] is unset.
 pub const DEFAULT_ENTRIES: usize = 64;
 /// The largest accepted number of records per rank.

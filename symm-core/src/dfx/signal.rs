@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, Once};
 use super::log::{emit, Level};
 
 /// The environment variable that installs the SIGUSR1 dump when set to `1`.
-pub const DUMP_ON_SIGNAL_VAR: &str = "SYMM_DUMP_ON_SIGNAL";
+pub const DUMP_ON_SIGNAL_VAR: &str = crate::config::DUMP_ON_SIGNAL.name;
 
 /// Something alive in this process that diagnostics reach without a reference to it: a
 /// communicator's node-wide dump, and its reaction to the process exiting.
@@ -188,12 +188,22 @@ pub fn install_dump_on_signal() -> io::Result<()> {
     install_dump_on(libc::SIGUSR1)
 }
 
-/// Installs the SIGUSR1 dump when `SYMM_DUMP_ON_SIGNAL=1`; failures are logged, not returned.
+/// Installs the SIGUSR1 dump when `SYMM_DUMP_ON_SIGNAL` is on; failures are logged, not
+/// returned. A value that is not an on/off value is logged too (a communicator's start-up
+/// refuses it).
 pub fn install_dump_on_signal_from_env() {
-    if std::env::var(DUMP_ON_SIGNAL_VAR).is_ok_and(|v| v.trim() == "1") {
-        if let Err(e) = install_dump_on_signal() {
-            emit(Level::Warn, &format!("[symm] warn: {DUMP_ON_SIGNAL_VAR}=1 but the SIGUSR1 handler failed: {e}"));
-        }
+    match crate::config::read(&crate::config::environment, &crate::config::DUMP_ON_SIGNAL, crate::config::parse_switch)
+    {
+        Ok(Some(true)) => install_dump_on_signal_logged(),
+        Ok(_) => {}
+        Err(e) => emit(Level::Error, &format!("[symm] error: {e}; no SIGUSR1 dump")),
+    }
+}
+
+/// Installs the SIGUSR1 dump; a failure is logged, not returned (the dump is a diagnostic).
+pub fn install_dump_on_signal_logged() {
+    if let Err(e) = install_dump_on_signal() {
+        emit(Level::Warn, &format!("[symm] warn: {DUMP_ON_SIGNAL_VAR} is on but the SIGUSR1 handler failed: {e}"));
     }
 }
 

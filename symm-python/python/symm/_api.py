@@ -193,7 +193,8 @@ def init(group: Any = None) -> None:
         _attempts += 1
         comm = _symm.init(ranks.index(me), len(ranks), store, prefix=f"boot{_attempts}")
         state = _State(platform, comm, ranks, key)
-        if os.environ.get("SYMM_FAST_PATH", "1").strip() != "0":
+        # _symm.init refused any SYMM_FAST_PATH but an on/off value (symm_core::config).
+        if os.environ.get("SYMM_FAST_PATH", "").strip().lower() not in ("0", "false", "no", "off"):
             try:
                 fast = platform.fast_path()
                 if fast is not None:

@@ -1,0 +1,720 @@
+//! Every environment variable symm reads, and [`Config`]: their values, parsed in one place
+//! with one policy.
+//!
+//! [`VARS`] lists each variable with what it accepts, its default, who reads it and whether it
+//! must be the same on every rank; the README's table of environment variables is tested
+//! against it. [`Config::from_env`] parses every variable a communicator uses when the
+//! communicator is created: a value that is not accepted is a [`ConfigError`] naming the
+//! variable, the value and what is accepted (never ignored, never replaced by a default), and a
+//! blank value counts as unset. The values marked [`Var::agree`] are compared between ranks at
+//! start-up ([`Config::agreed`], [`check_agreement`]), so that a disagreement is reported by
+//! name there instead of surfacing later as an allocation-size mismatch or a hang.
+//!
+//! Settings that exist before any communicator (the log level, the SIGUSR1 dump) stay
+//! process-wide, but are parsed by the same parsers: a communicator's start-up refuses a bad
+//! value of them too.
+
+use std::time::Duration;
+
+use crate::dfx::Level;
+use crate::dtype::DType;
+use crate::error::{ArgError, BootstrapError};
+use crate::rank::Rank;
+
+/// Who reads a variable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadBy {
+    /// Parsed into [`Config`] when a communicator is created.
+    Communicator,
+    /// Read by `SimComm::from_env` (set by the launcher, `spawn_ranks`).
+    Launcher,
+    /// Read by the Python package only.
+    Python,
+    /// Read by the conformance suite only, not by the library.
+    Tests,
+}
+
+/// One environment variable.
+#[derive(Clone, Copy, Debug)]
+pub struct Var {
+    pub name: &'static str,
+    /// What is accepted, as error messages say it.
+    pub accepted: &'static str,
+    /// The value when unset (or blank), as the README says it.
+    pub default: &'static str,
+    /// Whether every rank must set it alike (compared at start-up).
+    pub agree: bool,
+    pub read_by: ReadBy,
+}
+
+const fn var(name: &'static str, accepted: &'static str, default: &'static str, agree: bool, read_by: ReadBy) -> Var {
+    Var { name, accepted, default, agree, read_by }
+}
+
+use ReadBy::{Communicator as C, Launcher as L, Python as P, Tests as T};
+
+const SIZE: &str = "a byte size such as 4096, 64K, 16M or 1G (suffixes K, M, G, T: powers of 1024)";
+const SWITCH: &str = "1, true, yes, on or 0, false, no, off";
+
+pub const HEAP_SIZE: Var = var("SYMMETRIC_MEMORY_HEAP_SIZE", SIZE, "1G", true, C);
+pub const TIMEOUT: Var =
+    var("SYMMETRIC_MEMORY_TIMEOUT", "seconds from 0.001 to 1e9 (fractions allowed)", "120", false, C);
+pub const RANK: Var = var("SYMM_RANK", "an integer from 0 to SYMM_WORLD_SIZE - 1", "none (required)", false, L);
+pub const WORLD_SIZE: Var = var("SYMM_WORLD_SIZE", "an integer from 1 to 1048576", "none (required)", false, L);
+pub const RENDEZVOUS: Var = var("SYMM_RENDEZVOUS", "host:port of the start-up store", "none (required)", false, L);
+pub const RENDEZVOUS_HOSTED: Var = var("SYMM_RENDEZVOUS_HOSTED", "1 or 0", "0", false, L);
+pub const SPIN_US: Var = var("SYMM_SPIN_US", "microseconds from 0 to 1000000", "by placement", false, C);
+pub const YIELD_US: Var = var("SYMM_YIELD_US", "microseconds from 0 to 1000000", "by placement", false, C);
+pub const TEST_NAP_MS: Var = var("SYMM_TEST_NAP_MS", "milliseconds from 1 to 3600000", "100", false, C);
+pub const LIGHT_SIGNALS: Var = var("SYMM_LIGHT_SIGNALS", SWITCH, "1", false, C);
+pub const HOST_ID: Var = var("SYMM_HOST_ID", "any text without a line break", "hostname + boot id", false, C);
+pub const LOW_PRECISION: Var =
+    var("SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE", "float16, bfloat16, float8_e4m3fn, float8_e5m2, none", "none", true, C);
+pub const COLL_WORKSPACE: Var =
+    var("SYMM_COLL_WORKSPACE", "a byte size from 64K (suffixes K, M, G, T: powers of 1024)", "16M", true, C);
+pub const ALLREDUCE_LL_MAX: Var = var("SYMM_ALLREDUCE_LL_MAX", "a byte size, or 0 (never)", "1K", true, C);
+pub const ALLREDUCE_ONESHOT_MAX: Var = var("SYMM_ALLREDUCE_ONESHOT_MAX", "a byte size, or 0 (never)", "8K", true, C);
+pub const P2P_CHUNK: Var = var(
+    "SYMM_P2P_CHUNK",
+    "a byte size from 128 to 16M (suffixes K, M: powers of 1024), rounded up to a multiple of 64",
+    "16K",
+    true,
+    C,
+);
+pub const BCAST_EAGER_MAX: Var =
+    var("SYMM_BCAST_EAGER_MAX", "a byte size up to 8K, or 0 (never)", "by placement", true, C);
+pub const LL_MAX: Var = var("SYMM_LL_MAX", "a byte size up to 4K, or 0 (never)", "2K", false, C);
+pub const STREAM_STORES_MIN: Var = var("SYMM_STREAM_STORES_MIN", "a byte size, or 0 (always)", "16M", false, C);
+pub const COLL_ACCESS: Var = var("SYMM_COLL_ACCESS", "auto or get", "auto", false, C);
+pub const LOG_LEVEL: Var = var("SYMM_LOG_LEVEL", "off, error, warn, info, debug, trace", "error", false, C);
+pub const VALIDATE: Var = var("SYMM_VALIDATE", SWITCH, "0", true, C);
+pub const FLIGHT_RECORDER_ENTRIES: Var =
+    var("SYMM_FLIGHT_RECORDER_ENTRIES", "a number of records from 0 to 65536", "64", true, C);
+pub const STATS: Var = var("SYMM_STATS", SWITCH, "1", false, C);
+pub const TIMING: Var = var("SYMM_TIMING", SWITCH, "0", false, C);
+pub const DUMP_ON_SIGNAL: Var = var("SYMM_DUMP_ON_SIGNAL", SWITCH, "0", false, C);
+pub const FAST_PATH: Var = var("SYMM_FAST_PATH", SWITCH, "1", false, C);
+pub const PLATFORM: Var = var("SYMM_PLATFORM", "the name of a registered platform (torch, ...)", "torch", false, P);
+pub const TEST_SEED: Var = var("SYMM_TEST_SEED", "an integer", "fixed per case", false, T);
+pub const TEST_CASES: Var = var("SYMM_TEST_CASES", "an integer", "64 and 24", false, T);
+
+/// Every variable symm reads, in the README's order.
+pub const VARS: &[Var] = &[
+    HEAP_SIZE,
+    TIMEOUT,
+    RANK,
+    WORLD_SIZE,
+    RENDEZVOUS,
+    RENDEZVOUS_HOSTED,
+    SPIN_US,
+    YIELD_US,
+    TEST_NAP_MS,
+    LIGHT_SIGNALS,
+    HOST_ID,
+    LOW_PRECISION,
+    COLL_WORKSPACE,
+    ALLREDUCE_LL_MAX,
+    ALLREDUCE_ONESHOT_MAX,
+    P2P_CHUNK,
+    BCAST_EAGER_MAX,
+    LL_MAX,
+    STREAM_STORES_MIN,
+    COLL_ACCESS,
+    LOG_LEVEL,
+    VALIDATE,
+    FLIGHT_RECORDER_ENTRIES,
+    STATS,
+    TIMING,
+    DUMP_ON_SIGNAL,
+    FAST_PATH,
+    PLATFORM,
+    TEST_SEED,
+    TEST_CASES,
+];
+
+/// A setting that is not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A value its parser refuses.
+    #[error("environment variable {var} = {value:?}: {reason}; accepted: {accepted}")]
+    Invalid { var: &'static str, value: String, reason: String, accepted: &'static str },
+    /// A required variable that is not set.
+    #[error("environment variable {var} is not set; accepted: {accepted}")]
+    Missing { var: &'static str, accepted: &'static str },
+    /// A value that must be the same on every rank and is not.
+    #[error("environment variable {var} differs between ranks ({}); it must be set alike on every rank", shown(.values))]
+    Disagree { var: &'static str, values: Vec<(Rank, Option<String>)> },
+}
+
+fn shown(values: &[(Rank, Option<String>)]) -> String {
+    let one = |(r, v): &(Rank, Option<String>)| match v {
+        Some(v) => format!("rank {r}: {v:?}"),
+        None => format!("rank {r}: unset"),
+    };
+    values.iter().map(one).collect::<Vec<_>>().join(", ")
+}
+
+impl ConfigError {
+    /// The variable it names.
+    pub fn var(&self) -> &'static str {
+        match self {
+            ConfigError::Invalid { var, .. } | ConfigError::Missing { var, .. } | ConfigError::Disagree { var, .. } => {
+                var
+            }
+        }
+    }
+
+    /// As the error of a bad argument (what the collectives' settings raise).
+    pub fn into_arg(self) -> ArgError {
+        match self {
+            ConfigError::Invalid { var, value, reason, accepted } => {
+                ArgError::invalid(var, format!("{value:?}"), format!("{reason}; accepted: {accepted}"))
+            }
+            e => ArgError::invalid(e.var(), "", e.to_string()),
+        }
+    }
+}
+
+/// Start-up refuses a bad setting as a bootstrap error (`SYMM_E_BOOTSTRAP`) naming it.
+impl From<ConfigError> for BootstrapError {
+    fn from(e: ConfigError) -> BootstrapError {
+        match e {
+            ConfigError::Invalid { var, value, reason, accepted } => {
+                BootstrapError::Env { var, value: Some(value), reason: format!("{reason}; accepted: {accepted}") }
+            }
+            ConfigError::Missing { var, accepted } => {
+                BootstrapError::Env { var, value: None, reason: format!("required; accepted: {accepted}") }
+            }
+            // Shown with the value this rank's environment gives it.
+            ConfigError::Disagree { var, ref values } => BootstrapError::Env {
+                var,
+                value: environment(var),
+                reason: format!("differs between ranks ({}); it must be set alike on every rank", shown(values)),
+            },
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsers: each returns why a value is refused; the caller adds the variable and what it accepts.
+// ---------------------------------------------------------------------------------------------
+
+/// A byte size such as `1073741824`, `512M`, `1G`, `64KiB` (0 allowed).
+pub fn parse_bytes(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(digits_end);
+    if num.is_empty() {
+        return Err("not a number of bytes".into());
+    }
+    let n: usize = num.parse().map_err(|_| "too large".to_string())?;
+    let shift = match suffix.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => return Err("unknown suffix".into()),
+    };
+    n.checked_mul(1usize << shift).ok_or_else(|| "too large".to_string())
+}
+
+fn bytes_in(text: &str, min: usize, max: usize) -> Result<usize, String> {
+    let b = parse_bytes(text)?;
+    if b < min {
+        Err(format!("{b} bytes is below the minimum of {min}"))
+    } else if b > max {
+        Err(format!("{b} bytes is above the maximum of {max}"))
+    } else {
+        Ok(b)
+    }
+}
+
+/// An on/off value: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` (any case).
+pub fn parse_switch(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err("not an on/off value".into()),
+    }
+}
+
+fn integer_in(text: &str, min: u64, max: u64) -> Result<u64, String> {
+    let n: u64 = text.trim().parse().map_err(|_| "not a non-negative integer".to_string())?;
+    if n < min || n > max {
+        return Err(format!("{n} is outside {min}..={max}"));
+    }
+    Ok(n)
+}
+
+/// Seconds, fractions allowed, from 1 ms (shorter bounds cannot even complete a start-up) to
+/// 1e9 s (about 31 years: practically unbounded, and still an `Instant` away from now).
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let s: f64 = text.trim().parse().map_err(|_| "not a number of seconds".to_string())?;
+    if !(s.is_finite() && (0.001..=1e9).contains(&s)) {
+        return Err(format!("{s} s is outside 0.001..=1e9 seconds"));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+/// A log level; `Ok(None)` turns logging off.
+pub fn parse_log_level(text: &str) -> Result<Option<Level>, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "off" | "none" => Ok(None),
+        "error" => Ok(Some(Level::Error)),
+        "warn" | "warning" => Ok(Some(Level::Warn)),
+        "info" => Ok(Some(Level::Info)),
+        "debug" => Ok(Some(Level::Debug)),
+        "trace" => Ok(Some(Level::Trace)),
+        _ => Err("not a log level".into()),
+    }
+}
+
+/// A transport format; `Ok(None)`: `none` (full precision).
+pub fn parse_low_precision(text: &str) -> Result<Option<DType>, String> {
+    if text.trim().eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    match text.trim().parse::<DType>() {
+        Ok(d) if crate::coll::lowp::FORMATS.contains(&d) => Ok(Some(d)),
+        Ok(d) => Err(format!("{d} is not a transport format")),
+        Err(_) => Err("not a transport format".into()),
+    }
+}
+
+/// The value of `var` read through `get`, with blank values counted as unset.
+fn value_of(get: &dyn Fn(&str) -> Option<String>, var: &Var) -> Option<String> {
+    get(var.name).filter(|v| !v.trim().is_empty())
+}
+
+/// Parses `var` (unset or blank: `None`); a refused value is an error naming it.
+pub fn read<T>(
+    get: &dyn Fn(&str) -> Option<String>,
+    var: &Var,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<Option<T>, ConfigError> {
+    match value_of(get, var) {
+        None => Ok(None),
+        Some(v) => parse(&v).map(Some).map_err(|reason| ConfigError::Invalid {
+            var: var.name,
+            value: v,
+            reason,
+            accepted: var.accepted,
+        }),
+    }
+}
+
+/// The process environment, as [`Config::from_lookup`] takes it.
+pub fn environment(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// `SYMM_RANK` and `SYMM_WORLD_SIZE` (what the launcher sets), checked together.
+pub fn rank_and_world_size(get: &dyn Fn(&str) -> Option<String>) -> Result<(usize, usize), ConfigError> {
+    let n = read(get, &WORLD_SIZE, |t| integer_in(t, 1, 1 << 20))?
+        .ok_or(ConfigError::Missing { var: WORLD_SIZE.name, accepted: WORLD_SIZE.accepted })?;
+    let rank = read(get, &RANK, |t| integer_in(t, 0, n - 1).map_err(|e| format!("{e} (SYMM_WORLD_SIZE = {n})")))?
+        .ok_or(ConfigError::Missing { var: RANK.name, accepted: RANK.accepted })?;
+    Ok((rank as usize, n as usize))
+}
+
+/// Every setting a communicator uses, parsed once when it is created.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// `SYMMETRIC_MEMORY_HEAP_SIZE`, bytes.
+    pub heap_size: usize,
+    /// `SYMMETRIC_MEMORY_TIMEOUT`.
+    pub timeout: Duration,
+    /// `SYMM_SPIN_US` (`None`: by placement).
+    pub spin: Option<Duration>,
+    /// `SYMM_YIELD_US` (`None`: by placement).
+    pub yield_for: Option<Duration>,
+    /// `SYMM_TEST_NAP_MS` (`None`: the default nap).
+    pub nap: Option<Duration>,
+    /// `SYMM_LIGHT_SIGNALS`.
+    pub light_signals: bool,
+    /// `SYMM_HOST_ID`.
+    pub host_id: Option<String>,
+    /// `SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`.
+    pub low_precision: Option<DType>,
+    /// `SYMM_COLL_WORKSPACE`, bytes.
+    pub coll_workspace: usize,
+    /// `SYMM_ALLREDUCE_LL_MAX`, bytes.
+    pub allreduce_ll_max: usize,
+    /// `SYMM_ALLREDUCE_ONESHOT_MAX`, bytes.
+    pub allreduce_oneshot_max: usize,
+    /// `SYMM_P2P_CHUNK`, bytes, a multiple of 64.
+    pub p2p_chunk: usize,
+    /// `SYMM_BCAST_EAGER_MAX`, bytes (`None`: by placement).
+    pub bcast_eager_max: Option<usize>,
+    /// `SYMM_LL_MAX`, bytes.
+    pub ll_max: usize,
+    /// `SYMM_STREAM_STORES_MIN`, bytes.
+    pub stream_stores_min: usize,
+    /// `SYMM_COLL_ACCESS=get`.
+    pub coll_access_get: bool,
+    /// `SYMM_LOG_LEVEL` (`None`: unset, the process's level stays; `Some(None)`: off).
+    pub log_level: Option<Option<Level>>,
+    /// `SYMM_VALIDATE`.
+    pub validate: bool,
+    /// `SYMM_FLIGHT_RECORDER_ENTRIES`.
+    pub recorder_entries: usize,
+    /// `SYMM_STATS`.
+    pub stats: bool,
+    /// `SYMM_TIMING`.
+    pub timing: bool,
+    /// `SYMM_DUMP_ON_SIGNAL`.
+    pub dump_on_signal: bool,
+    /// `SYMM_FAST_PATH` (read by the Python package).
+    pub fast_path: bool,
+}
+
+/// Default heap size: 1 GiB, as HyperParallel and NVSHMEM.
+pub const DEFAULT_HEAP_SIZE: usize = 1 << 30;
+/// Default wait bound: 120 s, as Ascend SHMEM's init timeouts.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            heap_size: DEFAULT_HEAP_SIZE,
+            timeout: DEFAULT_TIMEOUT,
+            spin: None,
+            yield_for: None,
+            nap: None,
+            light_signals: true,
+            host_id: None,
+            low_precision: None,
+            coll_workspace: 16 << 20,
+            allreduce_ll_max: 1 << 10,
+            allreduce_oneshot_max: 8 << 10,
+            p2p_chunk: 16 << 10,
+            bcast_eager_max: None,
+            ll_max: crate::coll::ll::DEFAULT_MAX_BYTES,
+            stream_stores_min: 16 << 20,
+            coll_access_get: false,
+            log_level: None,
+            validate: false,
+            recorder_entries: crate::dfx::recorder::DEFAULT_ENTRIES,
+            stats: true,
+            timing: false,
+            dump_on_signal: false,
+            fast_path: true,
+        }
+    }
+}
+
+impl Config {
+    /// From the process environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(&environment)
+    }
+
+    /// From `get` (a variable's value, `None` when unset); the first refused value is the error.
+    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let d = Config::default();
+        let size = |v: &Var, min: usize, max: usize, default: usize| -> Result<usize, ConfigError> {
+            Ok(read(get, v, |t| bytes_in(t, min, max))?.unwrap_or(default))
+        };
+        let switch = |v: &Var, default: bool| -> Result<bool, ConfigError> {
+            Ok(read(get, v, parse_switch)?.unwrap_or(default))
+        };
+        let micros = |v: &Var| read(get, v, |t| integer_in(t, 0, 1_000_000).map(Duration::from_micros));
+        Ok(Config {
+            heap_size: size(&HEAP_SIZE, 1, usize::MAX, d.heap_size)?,
+            timeout: read(get, &TIMEOUT, parse_timeout)?.unwrap_or(d.timeout),
+            spin: micros(&SPIN_US)?,
+            yield_for: micros(&YIELD_US)?,
+            nap: read(get, &TEST_NAP_MS, |t| integer_in(t, 1, 3_600_000).map(Duration::from_millis))?,
+            light_signals: switch(&LIGHT_SIGNALS, d.light_signals)?,
+            // The start-up exchange separates its fields with line breaks.
+            host_id: read(get, &HOST_ID, |t| {
+                if t.contains(['\n', '\r']) {
+                    Err("contains a line break".into())
+                } else {
+                    Ok(t.to_string())
+                }
+            })?,
+            low_precision: read(get, &LOW_PRECISION, parse_low_precision)?.flatten(),
+            coll_workspace: size(&COLL_WORKSPACE, 64 << 10, usize::MAX, d.coll_workspace)?,
+            allreduce_ll_max: size(&ALLREDUCE_LL_MAX, 0, usize::MAX, d.allreduce_ll_max)?,
+            allreduce_oneshot_max: size(&ALLREDUCE_ONESHOT_MAX, 0, usize::MAX, d.allreduce_oneshot_max)?,
+            // Whole cache lines: every slot's flag is aligned and starts a line; at least a
+            // line of header and a line of payload (see `coll::p2p`).
+            p2p_chunk: size(&P2P_CHUNK, 128, 16 << 20, d.p2p_chunk)?.next_multiple_of(64),
+            bcast_eager_max: read(get, &BCAST_EAGER_MAX, |t| bytes_in(t, 0, crate::coll::eager::SHARED_MAX_BYTES))?,
+            ll_max: size(&LL_MAX, 0, crate::coll::ll::MAX_BYTES, d.ll_max)?,
+            stream_stores_min: size(&STREAM_STORES_MIN, 0, usize::MAX, d.stream_stores_min)?,
+            coll_access_get: read(get, &COLL_ACCESS, |t| match t.trim() {
+                "auto" => Ok(false),
+                "get" => Ok(true),
+                _ => Err("not an access mode".into()),
+            })?
+            .unwrap_or(false),
+            log_level: read(get, &LOG_LEVEL, parse_log_level)?,
+            validate: switch(&VALIDATE, d.validate)?,
+            recorder_entries: read(get, &FLIGHT_RECORDER_ENTRIES, |t| {
+                integer_in(t, 0, crate::dfx::recorder::MAX_ENTRIES as u64).map(|n| n as usize)
+            })?
+            .unwrap_or(d.recorder_entries),
+            stats: switch(&STATS, d.stats)?,
+            timing: switch(&TIMING, d.timing)?,
+            dump_on_signal: switch(&DUMP_ON_SIGNAL, d.dump_on_signal)?,
+            fast_path: switch(&FAST_PATH, d.fast_path)?,
+        })
+    }
+
+    /// The values every rank must agree on ([`Var::agree`] among [`ReadBy::Communicator`]),
+    /// as `(variable, value)` in a canonical spelling: what [`check_agreement`] compares.
+    pub fn agreed(&self) -> Vec<(&'static str, String)> {
+        let bytes = |b: usize| b.to_string();
+        vec![
+            (HEAP_SIZE.name, bytes(self.heap_size)),
+            (LOW_PRECISION.name, self.low_precision.map_or("none".into(), |d| d.to_string())),
+            (COLL_WORKSPACE.name, bytes(self.coll_workspace)),
+            (ALLREDUCE_LL_MAX.name, bytes(self.allreduce_ll_max)),
+            (ALLREDUCE_ONESHOT_MAX.name, bytes(self.allreduce_oneshot_max)),
+            (P2P_CHUNK.name, bytes(self.p2p_chunk)),
+            (BCAST_EAGER_MAX.name, self.bcast_eager_max.map_or("by placement".into(), bytes)),
+            (VALIDATE.name, if self.validate { "1" } else { "0" }.into()),
+            (FLIGHT_RECORDER_ENTRIES.name, self.recorder_entries.to_string()),
+        ]
+    }
+
+    /// [`Config::agreed`] as the bytes of the start-up round that compares them: one
+    /// `NAME=value` line each (values hold no line break).
+    pub fn agreed_record(&self) -> Vec<u8> {
+        self.agreed().iter().map(|(k, v)| format!("{k}={v}\n")).collect::<String>().into_bytes()
+    }
+}
+
+/// Compares the records of [`Config::agreed_record`] of every rank (by rank): the first
+/// variable whose values differ is an error naming it and every rank's value; a record that
+/// cannot be read is `Err(Err(why))`.
+pub fn check_agreement(records: &[Vec<u8>]) -> Result<(), Result<ConfigError, String>> {
+    let mut parsed: Vec<Vec<(String, String)>> = Vec::with_capacity(records.len());
+    for (r, bytes) in records.iter().enumerate() {
+        let text = std::str::from_utf8(bytes).map_err(|_| Err(format!("rank {r} sent settings that are not UTF-8")))?;
+        let mut lines = Vec::new();
+        for line in text.lines() {
+            let (k, v) =
+                line.split_once('=').ok_or_else(|| Err(format!("rank {r} sent an unreadable setting {line:?}")))?;
+            lines.push((k.to_string(), v.to_string()));
+        }
+        parsed.push(lines);
+    }
+    let Some(first) = parsed.first() else { return Ok(()) };
+    for v in VARS.iter().filter(|v| v.agree && v.read_by == ReadBy::Communicator) {
+        let value = |lines: &Vec<(String, String)>| lines.iter().find(|(k, _)| k == v.name).map(|(_, x)| x.clone());
+        let mine = value(first);
+        if parsed.iter().any(|p| value(p) != mine) {
+            let values = parsed.iter().enumerate().map(|(r, p)| (Rank(r as u32), value(p))).collect();
+            return Err(Ok(ConfigError::Disagree { var: v.name, values }));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let owned: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(&move |name: &str| owned.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    /// The error for `name = value`, which must name that variable and value and say what is
+    /// accepted.
+    fn refused(name: &str, value: &str) -> ConfigError {
+        let e = with(&[(name, value)]).expect_err(&format!("{name}={value} accepted"));
+        let text = e.to_string();
+        let accepted = VARS.iter().find(|v| v.name == name).unwrap().accepted;
+        assert_eq!(e.var(), name, "{text}");
+        assert!(text.contains(name) && text.contains(&format!("{value:?}")) && text.contains(accepted), "{text}");
+        e
+    }
+
+    #[test]
+    fn every_bad_value_of_the_issue_names_its_own_variable() {
+        for (name, value) in [
+            ("SYMM_COLL_WORKSPACE", "abc"),
+            ("SYMM_P2P_CHUNK", "0"),
+            ("SYMM_ALLREDUCE_LL_MAX", "garbage"),
+            ("SYMM_STREAM_STORES_MIN", "abc"),
+            ("SYMM_ALLREDUCE_ONESHOT_MAX", "abc"),
+            ("SYMM_LOG_LEVEL", "garbage"),
+            ("SYMM_SPIN_US", "abc"),
+            ("SYMM_YIELD_US", "-5"),
+            ("SYMM_VALIDATE", "garbage"),
+            ("SYMM_DUMP_ON_SIGNAL", "garbage"),
+            ("SYMMETRIC_MEMORY_TIMEOUT", "1e-9"),
+            ("SYMMETRIC_MEMORY_HEAP_SIZE", "12Q"),
+        ] {
+            let e = refused(name, value);
+            assert!(
+                !e.to_string().contains("SYMMETRIC_MEMORY_HEAP_SIZE") || name == "SYMMETRIC_MEMORY_HEAP_SIZE",
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_communicator_variable_refuses_garbage() {
+        for v in VARS.iter().filter(|v| v.read_by == ReadBy::Communicator && v.name != HOST_ID.name) {
+            refused(v.name, "garbage!");
+        }
+        refused(HOST_ID.name, "a\nb");
+    }
+
+    #[test]
+    fn bounds_are_enforced_with_the_accepted_range() {
+        for (name, value) in [
+            ("SYMMETRIC_MEMORY_TIMEOUT", "0"),
+            ("SYMMETRIC_MEMORY_TIMEOUT", "0.0009"),
+            ("SYMMETRIC_MEMORY_TIMEOUT", "-1"),
+            ("SYMMETRIC_MEMORY_TIMEOUT", "inf"),
+            ("SYMMETRIC_MEMORY_TIMEOUT", "NaN"),
+            ("SYMMETRIC_MEMORY_TIMEOUT", "2e9"),
+            ("SYMMETRIC_MEMORY_HEAP_SIZE", "0"),
+            ("SYMMETRIC_MEMORY_HEAP_SIZE", "99999999999999999999T"),
+            ("SYMM_COLL_WORKSPACE", "1K"),
+            ("SYMM_P2P_CHUNK", "64"),
+            ("SYMM_P2P_CHUNK", "1G"),
+            ("SYMM_LL_MAX", "8K"),
+            ("SYMM_BCAST_EAGER_MAX", "9K"),
+            ("SYMM_SPIN_US", "1000001"),
+            ("SYMM_TEST_NAP_MS", "0"),
+            ("SYMM_FLIGHT_RECORDER_ENTRIES", "65537"),
+        ] {
+            refused(name, value);
+        }
+    }
+
+    #[test]
+    fn accepted_values_and_defaults() {
+        assert_eq!(with(&[]).unwrap(), Config::default());
+        // Blank is unset.
+        assert_eq!(with(&[("SYMM_COLL_WORKSPACE", " "), ("SYMM_LOG_LEVEL", "")]).unwrap(), Config::default());
+        let c = with(&[
+            ("SYMMETRIC_MEMORY_HEAP_SIZE", "2GiB"),
+            ("SYMMETRIC_MEMORY_TIMEOUT", "0.001"),
+            ("SYMM_COLL_WORKSPACE", "64K"),
+            ("SYMM_P2P_CHUNK", "130"),
+            ("SYMM_ALLREDUCE_ONESHOT_MAX", "0"),
+            ("SYMM_BCAST_EAGER_MAX", "0"),
+            ("SYMM_LL_MAX", "4K"),
+            ("SYMM_SPIN_US", "0"),
+            ("SYMM_YIELD_US", "5"),
+            ("SYMM_LOG_LEVEL", "OFF"),
+            ("SYMM_VALIDATE", "yes"),
+            ("SYMM_DUMP_ON_SIGNAL", "1"),
+            ("SYMM_COLL_ACCESS", "get"),
+            ("SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE", "bfloat16"),
+        ])
+        .unwrap();
+        assert_eq!(c.heap_size, 2 << 30);
+        assert_eq!(c.timeout, Duration::from_millis(1));
+        assert_eq!((c.coll_workspace, c.p2p_chunk, c.allreduce_oneshot_max), (64 << 10, 192, 0));
+        assert_eq!((c.bcast_eager_max, c.ll_max), (Some(0), 4096));
+        assert_eq!((c.spin, c.yield_for), (Some(Duration::ZERO), Some(Duration::from_micros(5))));
+        assert_eq!(c.log_level, Some(None));
+        assert!(c.validate && c.dump_on_signal && c.coll_access_get);
+        assert_eq!(c.low_precision, Some(DType::BF16));
+        assert_eq!(with(&[("SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE", "none")]).unwrap().low_precision, None);
+        refused("SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE", "int8");
+    }
+
+    #[test]
+    fn rank_parsing_names_the_variable() {
+        let get = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(rank_and_world_size(&get(&[("SYMM_RANK", "1"), ("SYMM_WORLD_SIZE", "2")])), Ok((1, 2)));
+        for (pairs, var) in [
+            (&[("SYMM_RANK", "abc"), ("SYMM_WORLD_SIZE", "2")][..], "SYMM_RANK"),
+            (&[("SYMM_RANK", "2"), ("SYMM_WORLD_SIZE", "2")][..], "SYMM_RANK"),
+            (&[("SYMM_RANK", "-1"), ("SYMM_WORLD_SIZE", "2")][..], "SYMM_RANK"),
+            (&[("SYMM_WORLD_SIZE", "2")][..], "SYMM_RANK"),
+            (&[("SYMM_RANK", "0"), ("SYMM_WORLD_SIZE", "0")][..], "SYMM_WORLD_SIZE"),
+            (&[("SYMM_RANK", "0")][..], "SYMM_WORLD_SIZE"),
+        ] {
+            let pairs: &'static [(&str, &str)] = pairs;
+            let e = rank_and_world_size(&get(pairs)).unwrap_err();
+            assert_eq!(e.var(), var, "{e}");
+            assert!(!e.to_string().contains("4294967295"), "{e}");
+        }
+        let e = rank_and_world_size(&get(&[("SYMM_RANK", "abc"), ("SYMM_WORLD_SIZE", "2")])).unwrap_err();
+        assert!(e.to_string().contains("\"abc\""), "{e}");
+    }
+
+    #[test]
+    fn agreement_names_the_variable_and_every_ranks_value() {
+        let a = with(&[("SYMM_COLL_WORKSPACE", "1M")]).unwrap();
+        let b = with(&[("SYMM_COLL_WORKSPACE", "1024K")]).unwrap();
+        let c = with(&[("SYMM_COLL_WORKSPACE", "2M")]).unwrap();
+        assert_eq!(check_agreement(&[a.agreed_record(), b.agreed_record()]), Ok(()), "same value, other spelling");
+        let e = check_agreement(&[a.agreed_record(), b.agreed_record(), c.agreed_record()]).unwrap_err().unwrap();
+        let text = e.to_string();
+        assert_eq!(e.var(), "SYMM_COLL_WORKSPACE");
+        assert!(text.contains("rank 0: \"1048576\"") && text.contains("rank 2: \"2097152\""), "{text}");
+        let d = with(&[("SYMM_BCAST_EAGER_MAX", "0")]).unwrap();
+        let e = check_agreement(&[Config::default().agreed_record(), d.agreed_record()]).unwrap_err().unwrap();
+        assert_eq!(e.var(), "SYMM_BCAST_EAGER_MAX", "{e}");
+        assert!(check_agreement(&[a.agreed_record(), b"garbage".to_vec()]).unwrap_err().is_err());
+        // Every variable marked `agree` is in the record.
+        let record = String::from_utf8(a.agreed_record()).unwrap();
+        for v in VARS.iter().filter(|v| v.agree && v.read_by == ReadBy::Communicator) {
+            assert!(record.contains(&format!("{}=", v.name)), "{} missing from {record}", v.name);
+        }
+    }
+
+    /// The names in the first column of every table of environment variables in `text`.
+    fn table_names(text: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        let mut in_table = false;
+        for line in text.lines() {
+            if line.starts_with("| Variable") {
+                in_table = true;
+                continue;
+            }
+            if !line.starts_with('|') {
+                in_table = false;
+            }
+            if in_table && !line.starts_with("|---") {
+                let first = line.split('|').nth(1).unwrap_or_default();
+                for part in first.split('`').skip(1).step_by(2) {
+                    names.push(part.to_string());
+                }
+            }
+        }
+        names
+    }
+
+    #[test]
+    fn the_readme_table_lists_exactly_the_variables_of_the_config() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).expect("README.md");
+        let names = table_names(&readme);
+        for v in VARS {
+            assert!(
+                names.iter().any(|n| n == v.name),
+                "{} is not in the README's table of environment variables",
+                v.name
+            );
+        }
+        for n in &names {
+            assert!(VARS.iter().any(|v| v.name == n), "the README's table lists {n}, which config::VARS does not");
+        }
+        // The variables that must agree say so in their row.
+        for line in readme.lines().filter(|l| l.starts_with("| `")) {
+            let first = line.split('|').nth(1).unwrap_or_default();
+            for v in VARS.iter().filter(|v| v.agree && first.contains(&format!("`{}`", v.name))) {
+                assert!(
+                    line.contains("same on every rank"),
+                    "the README's row of {} must say it is the same on every rank",
+                    v.name
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Settings across processes (`symm-config-rank` runs each rank): a setting that must be the
+//! same on every rank and differs is reported at start-up by every rank, naming the variable
+//! and each rank's value; a refused value on one rank names the variable, the value and what is
+//! accepted on that rank; a bad `SYMM_RANK` names `SYMM_RANK`, not a made-up rank.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_symm-config-rank"))
+}
+
+/// A fresh directory for the ranks' results.
+fn out_dir(name: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let dir = std::env::temp_dir().join(format!("symm-config-{name}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("creating the results directory");
+    dir
+}
+
+/// Runs `n` ranks with `per_rank` settings (`r:NAME=VALUE;...`) and a wait bound of
+/// `timeout_s`; returns each rank's result (`ok`, or code and message) and the job's duration.
+fn run(name: &str, n: usize, per_rank: &str, timeout_s: &str) -> (Vec<String>, Duration) {
+    let dir = out_dir(name);
+    let env: Vec<(String, String)> = [
+        ("SYMMETRIC_MEMORY_HEAP_SIZE", "16M"),
+        ("SYMMETRIC_MEMORY_TIMEOUT", timeout_s),
+        ("SYMM_COLL_WORKSPACE", "1M"),
+        ("SYMM_TEST_RANK_ENV", per_rank),
+        ("SYMM_TEST_OUT", dir.to_str().expect("a UTF-8 temporary directory")),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let start = Instant::now();
+    symm_sim::spawn_ranks(n, exe(), &[], &env, Duration::from_secs(20)).expect("starting ranks");
+    let took = start.elapsed();
+    let results = (0..n)
+        .map(|r| std::fs::read_to_string(dir.join(format!("rank-{r}"))).unwrap_or_else(|e| format!("no result: {e}")))
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    (results, took)
+}
+
+#[test]
+fn ranks_that_agree_start() {
+    let (results, _) = run("agree", 3, "1:SYMM_COLL_WORKSPACE=1024K;2:SYMM_BCAST_EAGER_MAX=", "60");
+    assert!(results.iter().all(|r| r == "ok"), "{results:?}");
+}
+
+#[test]
+fn a_workspace_that_differs_is_reported_by_name_on_every_rank_at_start_up() {
+    let (results, took) = run("workspace", 2, "1:SYMM_COLL_WORKSPACE=2M", "60");
+    for (r, text) in results.iter().enumerate() {
+        assert!(text.starts_with("SYMM_E_BOOTSTRAP\n"), "rank {r}: {text}");
+        assert!(
+            text.contains("environment variable SYMM_COLL_WORKSPACE = \"")
+                && text.contains("differs between ranks")
+                && text.contains("rank 0: \"1048576\"")
+                && text.contains("rank 1: \"2097152\""),
+            "rank {r}: {text}"
+        );
+    }
+    assert!(took < Duration::from_secs(30), "reported at start-up, not at the 60 s wait bound: {took:?}");
+}
+
+#[test]
+fn an_eager_broadcast_limit_that_differs_is_reported_by_name_on_every_rank_at_start_up() {
+    let (results, took) = run("eager", 3, "2:SYMM_BCAST_EAGER_MAX=0", "60");
+    for (r, text) in results.iter().enumerate() {
+        assert!(text.starts_with("SYMM_E_BOOTSTRAP\n"), "rank {r}: {text}");
+        assert!(
+            text.contains("environment variable SYMM_BCAST_EAGER_MAX ")
+                && text.contains("differs between ranks")
+                && text.contains("rank 0: \"by placement\"")
+                && text.contains("rank 2: \"0\""),
+            "rank {r}: {text}"
+        );
+    }
+    assert!(took < Duration::from_secs(30), "reported at start-up, not at the 60 s wait bound: {took:?}");
+}
+
+#[test]
+fn a_refused_value_on_one_rank_names_the_variable_the_value_and_what_is_accepted() {
+    for (var, value, accepted) in [
+        ("SYMM_SPIN_US", "abc", "microseconds from 0 to 1000000"),
+        ("SYMM_COLL_WORKSPACE", "abc", "a byte size from 64K"),
+        ("SYMMETRIC_MEMORY_TIMEOUT", "1e-9", "seconds from 0.001 to 1e9"),
+    ] {
+        // The peers wait for it until their (short) bound.
+        let (results, _) = run("refused", 2, &format!("1:{var}={value}"), "2");
+        let text = &results[1];
+        assert!(text.starts_with("SYMM_E_BOOTSTRAP\n"), "{text}");
+        assert!(
+            text.contains(&format!("rank 1: bootstrap failed: environment variable {var} = \"{value}\""))
+                && text.contains(accepted),
+            "{text}"
+        );
+        assert!(!text.contains("SYMMETRIC_MEMORY_HEAP_SIZE"), "{text}");
+    }
+}
+
+#[test]
+fn a_bad_rank_names_symm_rank_and_no_made_up_rank() {
+    let dir = out_dir("rank");
+    let status = std::process::Command::new(exe())
+        .env("SYMM_RANK", "abc")
+        .env("SYMM_WORLD_SIZE", "2")
+        .env("SYMM_RENDEZVOUS", "127.0.0.1:1")
+        .env("SYMM_TEST_OUT", &dir)
+        .status()
+        .expect("running a rank");
+    let text = std::fs::read_to_string(dir.join("rank-abc")).expect("the rank's result");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!status.success());
+    assert!(text.starts_with("SYMM_E_BOOTSTRAP\n"), "{text}");
+    assert!(text.contains("rank unknown:") && text.contains("SYMM_RANK = \"abc\""), "{text}");
+    assert!(!text.contains("4294967295"), "{text}");
+}
