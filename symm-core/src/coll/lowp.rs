@@ -19,6 +19,7 @@ use std::sync::OnceLock;
 
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
+use super::copy::{copy, fence, Stores};
 use crate::dtype::{bf16, f16, DType, F8E4M3, F8E5M2};
 use crate::error::ArgError;
 use crate::op::ReduceOp;
@@ -690,6 +691,52 @@ unsafe fn reduce_as<D: Data, L: Format>(op: ReduceOp, srcs: &[SubRun], len: usiz
             unsafe { dst.add(b * SCALE_BLOCK + k).write_unaligned(D::narrow(a)) };
         }
     }
+}
+
+/// Elements [`reduce_encoded_fan_out`] reduces before copying them out: a block of results
+/// that stays in L2 between its reduction and its copies.
+const FAN_ELEMENTS: usize = 64 * SCALE_BLOCK;
+
+/// [`reduce_encoded`] into `dsts[0]`, and the same values copied (with `stores`) into every
+/// other destination, a few blocks at a time: a reducer's part of a two-shot allreduce goes,
+/// in the data dtype, into its own output, its workspace (for members that read it) and the
+/// outputs of members that take pushes. Fences streaming stores before returning, so a release
+/// store that follows publishes the results.
+///
+/// # Safety
+/// As [`reduce_encoded`] for `dsts[0]`; every other destination is valid for `len` writes of
+/// `d`, and all of them are pairwise disjoint and disjoint from the sources.
+pub unsafe fn reduce_encoded_fan_out(
+    d: DType,
+    lp: DType,
+    op: ReduceOp,
+    srcs: &[SubRun],
+    len: usize,
+    dsts: &[*mut u8],
+    stores: Stores,
+) {
+    let size = d.size();
+    let mut parts: Vec<SubRun> = srcs.to_vec();
+    let mut lo = 0;
+    while lo < len {
+        let n = FAN_ELEMENTS.min(len - lo);
+        for (p, s) in parts.iter_mut().zip(srcs) {
+            *p =
+                SubRun { exps: s.exps.wrapping_add(lo / SCALE_BLOCK), payload: s.payload.wrapping_add(lo * lp.size()) };
+        }
+        // SAFETY: every source holds `len` elements from a block boundary, so elements
+        // lo..lo + n (lo a multiple of SCALE_BLOCK) are a part of it; the destinations hold
+        // `len` elements each and are disjoint from the sources and each other (contract).
+        unsafe {
+            let first = dsts[0].add(lo * size);
+            reduce_encoded(d, lp, op, &parts, n, first);
+            for &dst in &dsts[1..] {
+                copy(first, dst.add(lo * size), n * size, stores);
+            }
+        }
+        lo += n;
+    }
+    fence(stores);
 }
 
 /// Decodes `len` elements of a part into `dst` (dtype `d`).
