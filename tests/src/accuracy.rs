@@ -1,6 +1,8 @@
 //! Accuracy measurement of allreduce on adversarial data, against an f64 reference, with the
-//! guaranteed bounds of `docs/accuracy.md`. Used by the `symm-accuracy` report and by the
-//! `accuracy` test, which fails when a measured error exceeds its guarantee.
+//! guaranteed bounds of `docs/accuracy.md`, and the RFC's low-precision pipeline written out
+//! ([`pipeline`]) that results in a transport format must equal bit for bit. Used by the
+//! `symm-accuracy` report, by the `accuracy` test, which fails when a measured error exceeds its
+//! guarantee or a result differs from the pipeline, and by the `low_precision_pipeline` case.
 
 use symm_core::coll::lowp::SCALE_BLOCK;
 use symm_core::{CollOptions, Collectives, DType, LocalMut, ReduceOp, Transport};
@@ -99,6 +101,11 @@ pub struct Measured {
     pub violations: usize,
     /// Whether non-finite inputs gave the same non-finite results as the reference.
     pub nonfinite_ok: bool,
+    /// With a transport format: elements whose bits differ from the RFC's pipeline
+    /// ([`pipeline`]; 0 when every element equals it), and the pipeline's own largest error
+    /// relative to the same scale as `worst_unit`.
+    pub pipeline_differs: usize,
+    pub pipeline_worst_unit: f64,
 }
 
 /// Runs one allreduce sum of `count` elements of data set `set` on this rank's group and
@@ -123,19 +130,33 @@ pub fn measure<C: Collectives>(comm: &C, set: &str, dtype: DType, lp: Option<DTy
     comm.allreduce(&world, bm, ReduceOp::Sum, &opts).expect("allreduce");
     let got = decode(dtype, &buf);
 
-    // Block magnitudes of every rank's finite data, and of the reference result.
+    // The RFC's pipeline, on every rank: what a format's result must equal, bit for bit.
+    let piped = lp.map(|lp| {
+        let decoded: Vec<Vec<f64>> = inputs.iter().map(|x| pipeline::through(dtype, lp, x)).collect();
+        pipeline::reduce(dtype, ReduceOp::Sum, &decoded)
+    });
+    let pipeline_differs = piped.as_ref().map_or(0, |p| pipeline::differences(dtype, &buf, p).map_or(0, |d| d.0));
+    let piped = piped.map(|p| decode(dtype, &p));
+
+    // Block magnitudes of every rank's finite data.
     let block_amax = |v: &[f64]| -> Vec<f64> {
         v.chunks(SCALE_BLOCK).map(|c| c.iter().filter(|x| x.is_finite()).fold(0f64, |m, x| m.max(x.abs()))).collect()
     };
     let reference: Vec<f64> = (0..count).map(|i| inputs.iter().map(|x| x[i]).sum()).collect();
     let input_blocks: Vec<Vec<f64>> = inputs.iter().map(|x| block_amax(x)).collect();
-    let result_blocks = block_amax(&reference);
     let u_acc = if dtype == DType::F64 { unit_roundoff(DType::F64) } else { unit_roundoff(DType::F32) };
     let u_out = unit_roundoff(dtype);
     let u_l = guaranteed_unit(lp);
     let floor = floor_of(lp, dtype) * (2 * n + 2) as f64;
-    let mut m =
-        Measured { worst_unit: 0.0, guaranteed_unit: 0.0, worst_relative: 0.0, violations: 0, nonfinite_ok: true };
+    let mut m = Measured {
+        worst_unit: 0.0,
+        guaranteed_unit: 0.0,
+        worst_relative: 0.0,
+        violations: 0,
+        nonfinite_ok: true,
+        pipeline_differs,
+        pipeline_worst_unit: 0.0,
+    };
     for i in 0..count {
         let (g, r) = (got[i], reference[i]);
         if !r.is_finite() {
@@ -145,10 +166,7 @@ pub fn measure<C: Collectives>(comm: &C, set: &str, dtype: DType, lp: Option<DTy
         let b = i / SCALE_BLOCK;
         let abs_sum: f64 = inputs.iter().map(|x| x[i].abs()).sum();
         let (scale, guaranteed_unit) = match lp {
-            Some(_) => {
-                let blocks: f64 = input_blocks.iter().map(|x| x[b]).sum::<f64>() + result_blocks[b];
-                (blocks, u_l)
-            }
+            Some(_) => (input_blocks.iter().map(|x| x[b]).sum::<f64>(), u_l),
             None => (abs_sum, n as f64 * u_acc),
         };
         let bound = guaranteed_unit * scale + n as f64 * u_acc * abs_sum + u_out * r.abs() + floor;
@@ -158,6 +176,9 @@ pub fn measure<C: Collectives>(comm: &C, set: &str, dtype: DType, lp: Option<DTy
         }
         if scale > 0.0 {
             m.worst_unit = m.worst_unit.max(err / scale);
+            if let Some(p) = &piped {
+                m.pipeline_worst_unit = m.pipeline_worst_unit.max((p[i] - r).abs() / scale);
+            }
         }
         if r.abs() > 1e-3 * scale && r != 0.0 {
             m.worst_relative = m.worst_relative.max(err / r.abs());
