@@ -470,8 +470,8 @@ fn two_shot_chunk(stage_bytes: usize, dtype: DType, lp: Option<DType>, n: usize,
     while units > 1 && !two_shot_fits(stage_bytes, dtype, lp, n, units * unit) {
         units -= 1;
     }
-    // One unit fits every group of up to a few hundred members in the smallest workspace
-    // (64 KiB; the settings' floor).
+    // One unit fits the smallest workspace (64 KiB, the settings' floor) for groups of up to
+    // 32 members in full precision (f64: n * 256 * 8 bytes) and a few hundred with a format.
     debug_assert!(two_shot_fits(stage_bytes, dtype, lp, n, units * unit), "workspace {stage_bytes} for {n}");
     units * unit
 }
@@ -1017,4 +1017,40 @@ pub unsafe fn alltoall<B: Backend + ?Sized>(
         r += 1;
     }
     disagree.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two-shot chunks fit the workspace (the staged chunk, and with a format the widest result
+    /// part after it) in whole parts of blocks, and are not much smaller than what fits.
+    #[test]
+    fn two_shot_chunks_fit_the_workspace() {
+        let formats = [None, Some(DType::F16), Some(DType::BF16), Some(DType::F8E4M3), Some(DType::F8E5M2)];
+        for stage in [64 << 10, 256 << 10, (1 << 20) + 4096, 16 << 20] {
+            for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+                for lp in formats {
+                    for n in [1, 2, 3, 5, 8, 10, 32, 64] {
+                        // Groups too large for one part of a block each in this workspace.
+                        if !two_shot_fits(stage, dtype, lp, n, n * SCALE_BLOCK) {
+                            assert!(lp.is_none() && n > 32, "workspace {stage}, {dtype} via {lp:?}, {n} ranks");
+                            continue;
+                        }
+                        for count in [1, 1000, 100_003, 10_000_019] {
+                            let c = two_shot_chunk(stage, dtype, lp, n, count);
+                            let what = format!("workspace {stage}, {dtype} via {lp:?}, {n} ranks, count {count}");
+                            assert!(two_shot_fits(stage, dtype, lp, n, c), "{what}: chunk {c}");
+                            if c == count {
+                                continue;
+                            }
+                            let unit = n * SCALE_BLOCK;
+                            assert_eq!(c % unit, 0, "{what}: chunk {c}");
+                            assert!(!two_shot_fits(stage, dtype, lp, n, c + unit) || c + unit >= count, "{what}: {c}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -1058,6 +1058,40 @@ mod tests {
         as_dtype(d, &values).0
     }
 
+    /// The fan-out reduction writes, in every destination, what [`reduce_encoded`] writes, over
+    /// sizes around its block of blocks (one encoded run per source, with streaming stores too).
+    #[test]
+    fn fan_out_reduction_equals_the_reduction_in_every_destination() {
+        for (d, lp) in [(DType::F32, DType::BF16), (DType::BF16, DType::F8E4M3), (DType::F64, DType::F16)] {
+            for len in [1, 255, 257, FAN_ELEMENTS - 1, FAN_ELEMENTS + 300, 3 * FAN_ELEMENTS] {
+                let inputs: Vec<Vec<u8>> = (0..3).map(|k| as_dtype(d, &mixed_values(len, 40 + k)).0).collect();
+                let encoded: Vec<Vec<u8>> = inputs
+                    .iter()
+                    .map(|x| {
+                        let enc = vec![0u8; encoded_bytes(lp, len)];
+                        let run = sub_run(enc.as_ptr(), lp, len, 0, len);
+                        // SAFETY: `enc` holds an encoded run of len elements; `x` len of d.
+                        unsafe { encode(d, lp, x.as_ptr(), len, run.exps.cast_mut(), run.payload.cast_mut()) };
+                        enc
+                    })
+                    .collect();
+                let runs: Vec<SubRun> = encoded.iter().map(|e| sub_run(e.as_ptr(), lp, len, 0, len)).collect();
+                let mut want = vec![0u8; len * d.size()];
+                // SAFETY: every run holds len elements; `want` len of d.
+                unsafe { reduce_encoded(d, lp, ReduceOp::Sum, &runs, len, want.as_mut_ptr()) };
+                for stores in [Stores::Cached, Stores::Streaming] {
+                    let mut outs = vec![vec![0xa5u8; len * d.size()]; 3];
+                    let dsts: Vec<*mut u8> = outs.iter_mut().map(|o| o.as_mut_ptr()).collect();
+                    // SAFETY: as above, for three disjoint destinations.
+                    unsafe { reduce_encoded_fan_out(d, lp, ReduceOp::Sum, &runs, len, &dsts, stores) };
+                    for (k, o) in outs.iter().enumerate() {
+                        assert!(o == &want, "{d} via {lp}, {len} elements, {stores:?}: destination {k}");
+                    }
+                }
+            }
+        }
+    }
+
     /// The 16-bit formats' conversions from f64 round correctly: around every tie between two
     /// neighbouring codes (offsets of f32's and f64's last places, both ways), the result is
     /// the nearer neighbour, the even one at the tie itself.
