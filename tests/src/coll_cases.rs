@@ -18,6 +18,7 @@ pub const COLL_CASES: &[&str] = &[
     "allreduce",
     "allreduce_inputs_reused",
     "reduce_scatter",
+    "low_precision_pipeline",
     "allgather",
     "broadcast",
     "small_broadcasts",
@@ -36,6 +37,7 @@ pub fn run_coll_case<C: Collectives>(name: &str, comm: &C) -> Option<()> {
         "allreduce" => allreduce(comm, cases(40)),
         "allreduce_inputs_reused" => allreduce_inputs_reused(comm),
         "reduce_scatter" => reduce_scatter(comm, cases(24)),
+        "low_precision_pipeline" => low_precision_pipeline(comm),
         "allgather" => allgather(comm, cases(24)),
         "broadcast" => broadcast(comm, cases(16)),
         "small_broadcasts" => small_broadcasts(comm),
@@ -395,6 +397,194 @@ pub fn reduce_scatter<C: Collectives>(comm: &C, cases: usize) {
         };
         check(&format!("case {k}: reduce_scatter {dtype} {op} m {m} lp {lp:?}"), me, &decode(dtype, &got), &want, &tol);
         a.release();
+    }
+}
+
+/// Element `i` of rank `r`'s data for the low-precision cases: [`value`], with blocks of very
+/// different magnitudes on every rank (fp16 data stays in its range), and a NaN, both
+/// infinities, a negative zero and a subnormal planted at fixed places.
+fn lowp_value(dtype: DType, n: usize, r: usize, k: usize, i: usize) -> f64 {
+    let planted = match i {
+        5 if r == 1 % n => Some(f64::INFINITY),
+        9 if r == 0 => Some(f64::NAN),
+        13 if r == n - 1 => Some(f64::NEG_INFINITY),
+        17 => Some(-0.0),
+        21 if r == 0 => Some(f64::from(f32::from_bits(1))),
+        _ => None,
+    };
+    if let Some(v) = planted {
+        return v;
+    }
+    let v = value(dtype, r, k, i);
+    if dtype == DType::F16 {
+        v
+    } else {
+        v * 2f64.powi((((i / 256) * 5 + r * 3) % 41) as i32 - 20)
+    }
+}
+
+/// Element `i` of rank `r`'s data for the exact case: an integer of at most the format's
+/// significant bits, times a power of two shared by every rank in its block, so that every
+/// value crosses the format exactly and the f32 sum of 8 ranks is exact.
+fn exact_value(lp: DType, r: usize, i: usize) -> f64 {
+    let bits = match lp {
+        DType::F16 => 11,
+        DType::BF16 => 8,
+        DType::F8E4M3 => 4,
+        _ => 3,
+    };
+    let h = (r as u64 + 7).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (i as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let h = h ^ (h >> 31);
+    let m = (h % (1 << bits)) as f64;
+    // No negative zero: which zero a max of zeros keeps is the pipeline test's business.
+    let sign = if h & (1 << 40) != 0 && m != 0.0 { -1.0 } else { 1.0 };
+    sign * m * 2f64.powi((((i / 256) * 7 + 3) % 30) as i32 - 15)
+}
+
+/// Low-precision allreduce and reduce_scatter against the RFC's pipeline
+/// ([`pipeline`](crate::accuracy::pipeline)), bit for bit, on every rank: every format, f32,
+/// f64, f16 and bf16 data, every op, sizes on the one-shot path (small ones included), past it
+/// (reduce-scatter + allgather) and past the workspace (chunked), counts that are no multiple
+/// of the scale block, in and out of place, outputs in the heap on all, some or no ranks. Then
+/// inputs the format carries exactly, whose f32 sum is exact: the results are exact.
+pub fn low_precision_pipeline<C: Collectives>(comm: &C) {
+    use crate::accuracy::pipeline::{differences, reduce, through};
+    let me = comm.rank().index();
+    let world = comm.world();
+    let n = world.size();
+    let tun = Tunables::from_env().expect("settings from the environment");
+    let one_shot_max = tun.oneshot_max.min(tun.stage_bytes / 2);
+    let opts = |lp| CollOptions { transport: Transport::Low(lp), timeout: Some(Duration::from_secs(60)) };
+    let masks = [0xffu8, 0x55, 0, 0xaa];
+    let mut k = 50_000;
+    for (di, dtype) in [DType::F32, DType::BF16, DType::F16, DType::F64].into_iter().enumerate() {
+        let size = dtype.size();
+        for (li, lp) in FORMATS.into_iter().enumerate() {
+            // Small, one-shot, two-shot, and past the two-shot chunk (where the encoded chunk
+            // and a result part, 1/n of the chunk in the data dtype, fill the workspace).
+            let chunked = (tun.stage_bytes as f64 / (lp.size() as f64 + size as f64 / n as f64)) as usize + 101;
+            let counts = [1, 7, 257, one_shot_max / size - 3, 2 * one_shot_max / size + 37, chunked];
+            for (s, count) in counts.into_iter().enumerate() {
+                // The largest (chunked) size for the data types the RFC names only.
+                if s == counts.len() - 1 && di > 1 {
+                    continue;
+                }
+                k += 1;
+                let input = |r: usize| {
+                    let v: Vec<f64> = (0..count).map(|i| lowp_value(dtype, n, r, k, i)).collect();
+                    decode(dtype, &encode(dtype, &v))
+                };
+                // Rank 0 compares with the pipeline, every rank with rank 0 (a hash): each rank
+                // computing the whole reference would make the case n times as long.
+                let decoded: Vec<Vec<f64>> =
+                    if me == 0 { (0..n).map(|r| through(dtype, lp, &input(r))).collect() } else { Vec::new() };
+                let mine = encode(dtype, &input(me));
+                let (in_place, mask) = (s % 2 == 0, masks[(s + li) % masks.len()]);
+                for op in ReduceOp::ALL.iter().copied() {
+                    let mut a = Mem::new(comm, &world, if in_place { mask } else { !mask }, dtype, count);
+                    a.fill(&mine);
+                    let got = if in_place {
+                        comm.allreduce(&world, a.local_mut(dtype, count), op, &opts(lp)).expect("allreduce");
+                        a.bytes(count * size)
+                    } else {
+                        let mut b = Mem::new(comm, &world, mask, dtype, count);
+                        comm.allreduce_into(
+                            &world,
+                            a.local_ref(dtype, count),
+                            b.local_mut(dtype, count),
+                            op,
+                            &opts(lp),
+                        )
+                        .expect("allreduce_into");
+                        let got = b.bytes(count * size);
+                        b.release();
+                        got
+                    };
+                    a.release();
+                    let what =
+                        format!("allreduce {dtype} via {lp} {op} count {count} in_place {in_place} heap {mask:#x}");
+                    if me == 0 {
+                        if let Some((wrong, first)) = differences(dtype, &got, &reduce(dtype, op, &decoded)) {
+                            panic!("rank 0 of {n}: {what}: {wrong} elements differ from the pipeline; first: {first}");
+                        }
+                    }
+                    bit_identical(comm, &world, &got, &what);
+                }
+            }
+            // reduce_scatter: blocks start at every part.
+            let parts = [1, 7, 300, 1021, tun.stage_bytes / n / lp.size() + 333];
+            for (s, m) in parts.into_iter().enumerate() {
+                if s == parts.len() - 1 && di > 1 {
+                    continue;
+                }
+                k += 1;
+                // Every part of a rank's input holds the same values; only part `me` of the
+                // peers' inputs matters here.
+                let part = |r: usize| {
+                    let v: Vec<f64> = (0..m).map(|i| lowp_value(dtype, n, r, k, i)).collect();
+                    decode(dtype, &encode(dtype, &v))
+                };
+                let input = part(me).repeat(n);
+                let decoded: Vec<Vec<f64>> = (0..n).map(|r| through(dtype, lp, &part(r))).collect();
+                let in_place = s % 2 == 1;
+                for op in ReduceOp::ALL.iter().copied() {
+                    let want = reduce(dtype, op, &decoded);
+                    let mut a = Mem::new(comm, &world, masks[(s + li) % masks.len()], dtype, n * m);
+                    a.fill(&encode(dtype, &input));
+                    let got = if in_place {
+                        let out = a.ptr().wrapping_add(me * m * size);
+                        // SAFETY: part `me` of `a` holds `m` elements.
+                        let out_ref = unsafe { LocalMut::from_raw(out, m, dtype) };
+                        comm.reduce_scatter(&world, out_ref, a.local_ref(dtype, n * m), op, &opts(lp))
+                            .expect("reduce_scatter");
+                        a.bytes(n * m * size)[me * m * size..(me + 1) * m * size].to_vec()
+                    } else {
+                        let mut out = vec![0u8; m * size];
+                        // SAFETY: `out` holds `m` elements and outlives the call.
+                        let out_ref = unsafe { LocalMut::from_raw(out.as_mut_ptr(), m, dtype) };
+                        comm.reduce_scatter(&world, out_ref, a.local_ref(dtype, n * m), op, &opts(lp))
+                            .expect("reduce_scatter");
+                        out
+                    };
+                    a.release();
+                    if let Some((wrong, first)) = differences(dtype, &got, &want) {
+                        panic!(
+                            "rank {me} of {n}: reduce_scatter {dtype} via {lp} {op} part {m} in_place {in_place}: \
+                             {wrong} elements differ from the pipeline; first: {first}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Inputs the format carries exactly, whose f32 sum is exact: exact results, whatever the
+    // algorithm (one-shot, reduce-scatter + allgather, chunked).
+    for lp in FORMATS {
+        for count in [512, 2 * one_shot_max / 4 + 37, tun.stage_bytes / lp.size() + 101] {
+            let inputs: Vec<Vec<f64>> = (0..n).map(|r| (0..count).map(|i| exact_value(lp, r, i)).collect()).collect();
+            for op in [ReduceOp::Sum, ReduceOp::Max] {
+                let want: Vec<f64> = (0..count)
+                    .map(|i| {
+                        let column = inputs.iter().map(|x| x[i]);
+                        if op == ReduceOp::Sum {
+                            column.sum()
+                        } else {
+                            column.fold(f64::NEG_INFINITY, f64::max)
+                        }
+                    })
+                    .collect();
+                let mut buf = encode(DType::F32, &inputs[me]);
+                // SAFETY: `buf` holds `count` f32 values and outlives the call.
+                let bm = unsafe { LocalMut::from_raw(buf.as_mut_ptr(), count, DType::F32) };
+                comm.allreduce(&world, bm, op, &opts(lp)).expect("allreduce");
+                if let Some((wrong, first)) = differences(DType::F32, &buf, &encode(DType::F32, &want)) {
+                    panic!(
+                        "rank {me} of {n}: allreduce {op} via {lp} of values it carries exactly, count {count}: \
+                         {wrong} elements inexact; first: {first}"
+                    );
+                }
+            }
+        }
     }
 }
 

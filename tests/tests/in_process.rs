@@ -50,6 +50,14 @@ case!(sendrecv_both);
 case!(coll_errors);
 case!(coll_groups);
 
+/// Low-precision results equal the RFC's pipeline bit for bit, at 1, 2, 3, 5 and 8 ranks.
+#[test]
+fn low_precision_pipeline() {
+    for n in [1, 2, 3, 5, 8] {
+        run("low_precision_pipeline", n);
+    }
+}
+
 /// Groups larger than the small-group fast paths (more than 8 members keep their scratch on the
 /// heap instead of the stack).
 #[test]

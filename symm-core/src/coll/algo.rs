@@ -239,8 +239,7 @@ pub unsafe fn allreduce<B: Backend + ?Sized>(
         return unsafe { one_shot(ctx, p, call, inp, out) };
     }
     // Chunk so that a staged chunk fits the whole workspace, in whole parts.
-    let cap = stage_capacity(tun.stage_bytes, call.dtype, call.lp);
-    let chunk = if cap >= call.count { call.count } else { (cap / (ctx.n * SCALE_BLOCK)).max(1) * ctx.n * SCALE_BLOCK };
+    let chunk = two_shot_chunk(tun.stage_bytes, call.dtype, call.lp, ctx.n, call.count);
     let mut c0 = 0;
     while c0 < call.count {
         let c = chunk.min(call.count - c0);
@@ -440,8 +439,48 @@ fn one_shot_in_place_source<B: Backend + ?Sized>(
     ctx.heap_offset_of(inp, bytes)
 }
 
+/// Where a two-shot chunk of `c` elements carried in format `lp` keeps, in the workspace, its
+/// reducer's part of the result (in the data dtype): after the encoded chunk, on a cache line.
+fn result_offset(lp: DType, c: usize) -> usize {
+    lowp::encoded_bytes(lp, c).next_multiple_of(64)
+}
+
+/// Whether a two-shot chunk of `c` elements fits a workspace of `stage_bytes`: the staged
+/// chunk and, with a format, the largest part of the result in the data dtype after it.
+fn two_shot_fits(stage_bytes: usize, dtype: DType, lp: Option<DType>, n: usize, c: usize) -> bool {
+    match lp {
+        None => c * dtype.size() <= stage_bytes,
+        Some(l) => result_offset(l, c) + part(c, n, 0).1 * dtype.size() <= stage_bytes,
+    }
+}
+
+/// The two-shot chunk of an allreduce of `count` elements: all of them when they fit the
+/// workspace, else the most whole parts (`n` blocks of [`SCALE_BLOCK`]) that fit.
+fn two_shot_chunk(stage_bytes: usize, dtype: DType, lp: Option<DType>, n: usize, count: usize) -> usize {
+    if two_shot_fits(stage_bytes, dtype, lp, n, count) {
+        return count;
+    }
+    let unit = n * SCALE_BLOCK;
+    // Bytes per element: the staged form, plus with a format the result part (1/n of it).
+    let estimate = match lp {
+        None => stage_bytes / dtype.size(),
+        Some(l) => stage_bytes * unit / (n * (SCALE_BLOCK * l.size() + 4) + SCALE_BLOCK * dtype.size()),
+    };
+    let mut units = (estimate / unit).max(1);
+    while units > 1 && !two_shot_fits(stage_bytes, dtype, lp, n, units * unit) {
+        units -= 1;
+    }
+    // One unit fits the smallest workspace (64 KiB, the settings' floor) for groups of up to
+    // 32 members in full precision (f64: n * 256 * 8 bytes) and a few hundred with a format.
+    debug_assert!(two_shot_fits(stage_bytes, dtype, lp, n, units * unit), "workspace {stage_bytes} for {n}");
+    units * unit
+}
+
 /// Reduce-scatter then allgather over one chunk of `c` elements: member k reduces part k of
-/// every member's data, then everyone copies every part.
+/// every member's data, then everyone copies every part. With a transport format only the
+/// inputs travel encoded: each reducer decodes the parts, accumulates them in group-rank order
+/// and rounds once into the data dtype, and the result travels in the data dtype, so that
+/// every member holds what one member reducing everything would (the one-shot result).
 ///
 /// # Safety
 /// As [`allreduce`] for `c` elements.
@@ -463,8 +502,10 @@ unsafe fn two_shot<B: Backend + ?Sized>(
     p.stage_round = [0, 0];
     let stage = ctx.my_stage();
     let stage_off = ctx.st.stage.heap_offset();
+    // Encoded inputs are always staged; results, in the data dtype, may be pushed into a heap
+    // output whatever the transport (the input was encoded before any peer writes).
     let zc_in = if call.lp.is_none() { ctx.heap_offset_of(inp, c * size) } else { None };
-    let zc_out = if call.lp.is_none() { ctx.heap_offset_of(out, c * size) } else { None };
+    let zc_out = ctx.heap_offset_of(out, c * size);
     let src_off = match (zc_in, call.lp) {
         (Some(off), _) => off,
         (None, Some(lp)) => {
@@ -479,7 +520,16 @@ unsafe fn two_shot<B: Backend + ?Sized>(
             stage_off
         }
     };
-    let red_off = zc_out.unwrap_or(stage_off);
+    let (lo, hi) = part(c, ctx.n, ctx.me);
+    let len = hi - lo;
+    // Where my part of the result is, for the members that read it: in my heap output, else in
+    // my workspace (over my own part of my staged input, which only I read; with a format after
+    // the encoded chunk, as the result is wider than its encoding).
+    let stage_result = match call.lp {
+        Some(lp) => result_offset(lp, c),
+        None => lo * size,
+    };
+    let red_off = zc_out.map_or(stage_off + stage_result, |off| off + lo * size);
     // Members whose output is in their heap take every part pushed into it by its reducer
     // (one write, no read back); the others read each part from where its reducer left it.
     let push_to_me = zc_out.is_some();
@@ -490,10 +540,25 @@ unsafe fn two_shot<B: Backend + ?Sized>(
     let stores = Stores::for_bytes(call.count * size, ctx.st.tun.stream_min);
 
     // Reduce my part of every member's data.
-    let (lo, hi) = part(c, ctx.n, ctx.me);
-    let len = hi - lo;
     let mut tmps: Vec<Vec<u8>> = vec![Vec::new(); 2 * ctx.n];
     if len > 0 {
+        // My part goes into my output, into my workspace when a member reads it from there (my
+        // output is not in the heap and someone takes no pushes), and into the output of every
+        // member that takes pushes: directly where its heap is mapped, with `put` after the
+        // reduction otherwise.
+        let mut dsts = vec![out.wrapping_add(lo * size)];
+        if zc_out.is_none() && (0..ctx.n).any(|j| j != ctx.me && !pushed(j)) {
+            dsts.push(stage.wrapping_add(stage_result));
+        }
+        let mut puts = Vec::new();
+        for j in (0..ctx.n).filter(|&j| j != ctx.me && pushed(j)) {
+            // Member j published where its own part of its output is.
+            let off = ctx.read_fact(j, seq, RED) as usize - part(c, ctx.n, j).0 * size + lo * size;
+            match ctx.mapped {
+                Some(bases) => dsts.push(bases[j].0.wrapping_add(off)),
+                None => puts.push((ctx.group.ranks()[j], off)),
+            }
+        }
         match call.lp {
             Some(lp) => {
                 let ((e_off, e_len), (p_off, p_len)) = lowp::part_layout(lp, c, lo, len);
@@ -505,39 +570,19 @@ unsafe fn two_shot<B: Backend + ?Sized>(
                     let payload = ctx.fetch(j, base + p_off, p_len, &mut b[0])?;
                     parts.push(SubRun { exps: exps.cast(), payload });
                 }
-                let mut result = vec![0u8; len * size];
-                // SAFETY: every part holds `len` encoded elements; `result` holds `len`.
-                unsafe { lowp::reduce_encoded(call.dtype, lp, op, &parts, len, result.as_mut_ptr()) };
-                // My part of my staged run is read by me only: overwrite it with the result,
-                // encoded, and decode that encoding into my output like every peer will.
-                let mine = lowp::sub_run(stage, lp, c, lo, len);
-                // SAFETY: `mine` is my own part of the staged run (len elements).
-                unsafe {
-                    lowp::encode(call.dtype, lp, result.as_ptr(), len, mine.exps.cast_mut(), mine.payload.cast_mut());
-                    lowp::decode(call.dtype, lp, mine, len, out.add(lo * size));
-                }
+                // SAFETY: every part holds `len` encoded elements, in group-rank order. The
+                // destinations hold `len` elements each and are pairwise disjoint and disjoint
+                // from the encoded parts: my output part (user memory or my heap output, never
+                // the workspace), my workspace's result area (past the encoded chunk), and
+                // member j's output part `lo..hi`, which only I write this round (its input
+                // was encoded into its workspace before it published).
+                unsafe { lowp::reduce_encoded_fan_out(call.dtype, lp, op, &parts, len, &dsts, stores) };
             }
             None => {
                 let mut srcs = Vec::with_capacity(ctx.n);
                 for (j, tmp) in tmps.iter_mut().take(ctx.n).enumerate() {
                     let base = if j == ctx.me { src_off } else { ctx.read_fact(j, seq, SRC) as usize };
                     srcs.push(ctx.fetch(j, base + lo * size, len * size, tmp)?);
-                }
-                // My part goes into my output, into my workspace when a member reads it from
-                // there (my output is not in the heap and someone takes no pushes), and into
-                // the output of every member that takes pushes: directly where its heap is
-                // mapped, with `put` after the reduction otherwise.
-                let mut dsts = vec![out.wrapping_add(lo * size)];
-                if zc_out.is_none() && (0..ctx.n).any(|j| j != ctx.me && !pushed(j)) {
-                    dsts.push(stage.wrapping_add(lo * size));
-                }
-                let mut puts = Vec::new();
-                for j in (0..ctx.n).filter(|&j| j != ctx.me && pushed(j)) {
-                    let off = ctx.read_fact(j, seq, RED) as usize + lo * size;
-                    match ctx.mapped {
-                        Some(bases) => dsts.push(bases[j].0.wrapping_add(off)),
-                        None => puts.push((ctx.group.ranks()[j], off)),
-                    }
                 }
                 // SAFETY: sources hold `len` elements each. The destinations hold `len`
                 // elements each and are pairwise disjoint: my output part (identical to my own
@@ -546,41 +591,28 @@ unsafe fn two_shot<B: Backend + ?Sized>(
                 // is member j's source part (in place, read in the same block) or disjoint
                 // from every source.
                 unsafe { kernels::reduce_fan_out(call.dtype, op, &srcs, &dsts, len, stores) };
-                for (peer, off) in puts {
-                    // SAFETY: my output part holds the `len` reduced elements; member j
-                    // published its output, which holds the chunk, at `off - lo * size`.
-                    unsafe { ctx.b.put_bytes(peer, off, out.add(lo * size), len * size)? };
-                }
             }
+        }
+        for (peer, off) in puts {
+            // SAFETY: my output part holds the `len` reduced elements; member j published its
+            // output, which holds the chunk, at `off - lo * size`.
+            unsafe { ctx.b.put_bytes(peer, off, out.add(lo * size), len * size)? };
         }
     }
     ctx.signal_all(REDUCED, seq)?;
     ctx.wait_all(REDUCED, seq, "reduced")?;
 
-    // Gather every other member's part, unless they pushed it.
+    // Gather every other member's part, unless they pushed it: the result, in the data dtype.
     for k in (0..ctx.n).filter(|&k| k != ctx.me && !push_to_me) {
         let (lo, hi) = part(c, ctx.n, k);
         if hi == lo {
             continue;
         }
         let len = hi - lo;
-        let base = ctx.read_fact(k, seq, RED) as usize;
-        match call.lp {
-            Some(lp) => {
-                let ((e_off, e_len), (p_off, p_len)) = lowp::part_layout(lp, c, lo, len);
-                let (a, b) = tmps.split_at_mut(1);
-                let exps = ctx.fetch(k, base + e_off, e_len, &mut a[0])?;
-                let payload = ctx.fetch(k, base + p_off, p_len, &mut b[0])?;
-                // SAFETY: the part holds `len` encoded elements; `out` holds the chunk.
-                unsafe { lowp::decode(call.dtype, lp, SubRun { exps: exps.cast(), payload }, len, out.add(lo * size)) };
-            }
-            None => {
-                let src = ctx.fetch(k, base + lo * size, len * size, &mut tmps[0])?;
-                // SAFETY: `src` holds `len` elements of member k's result; `out` holds the
-                // chunk and is disjoint from member k's memory.
-                unsafe { copy(src, out.add(lo * size), len * size, stores) };
-            }
-        }
+        let src = ctx.fetch(k, ctx.read_fact(k, seq, RED) as usize, len * size, &mut tmps[0])?;
+        // SAFETY: `src` holds `len` elements of member k's result; `out` holds the chunk and is
+        // disjoint from member k's memory.
+        unsafe { copy(src, out.add(lo * size), len * size, stores) };
     }
     fence(stores);
     ctx.signal_all(DONE, seq)?;
@@ -985,4 +1017,40 @@ pub unsafe fn alltoall<B: Backend + ?Sized>(
         r += 1;
     }
     disagree.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two-shot chunks fit the workspace (the staged chunk, and with a format the widest result
+    /// part after it) in whole parts of blocks, and are not much smaller than what fits.
+    #[test]
+    fn two_shot_chunks_fit_the_workspace() {
+        let formats = [None, Some(DType::F16), Some(DType::BF16), Some(DType::F8E4M3), Some(DType::F8E5M2)];
+        for stage in [64 << 10, 256 << 10, (1 << 20) + 4096, 16 << 20] {
+            for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+                for lp in formats {
+                    for n in [1, 2, 3, 5, 8, 10, 32, 64] {
+                        // Groups too large for one part of a block each in this workspace.
+                        if !two_shot_fits(stage, dtype, lp, n, n * SCALE_BLOCK) {
+                            assert!(lp.is_none() && n > 32, "workspace {stage}, {dtype} via {lp:?}, {n} ranks");
+                            continue;
+                        }
+                        for count in [1, 1000, 100_003, 10_000_019] {
+                            let c = two_shot_chunk(stage, dtype, lp, n, count);
+                            let what = format!("workspace {stage}, {dtype} via {lp:?}, {n} ranks, count {count}");
+                            assert!(two_shot_fits(stage, dtype, lp, n, c), "{what}: chunk {c}");
+                            if c == count {
+                                continue;
+                            }
+                            let unit = n * SCALE_BLOCK;
+                            assert_eq!(c % unit, 0, "{what}: chunk {c}");
+                            assert!(!two_shot_fits(stage, dtype, lp, n, c + unit) || c + unit >= count, "{what}: {c}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -19,6 +19,7 @@ use std::sync::OnceLock;
 
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
+use super::copy::{copy, fence, Stores};
 use crate::dtype::{bf16, f16, DType, F8E4M3, F8E5M2};
 use crate::error::ArgError;
 use crate::op::ReduceOp;
@@ -674,6 +675,52 @@ unsafe fn reduce_as<D: Data, L: Format>(op: ReduceOp, srcs: &[SubRun], len: usiz
     }
 }
 
+/// Elements [`reduce_encoded_fan_out`] reduces before copying them out: a block of results
+/// that stays in L2 between its reduction and its copies.
+const FAN_ELEMENTS: usize = 64 * SCALE_BLOCK;
+
+/// [`reduce_encoded`] into `dsts[0]`, and the same values copied (with `stores`) into every
+/// other destination, a few blocks at a time: a reducer's part of a two-shot allreduce goes,
+/// in the data dtype, into its own output, its workspace (for members that read it) and the
+/// outputs of members that take pushes. Fences streaming stores before returning, so a release
+/// store that follows publishes the results.
+///
+/// # Safety
+/// As [`reduce_encoded`] for `dsts[0]`; every other destination is valid for `len` writes of
+/// `d`, and all of them are pairwise disjoint and disjoint from the sources.
+pub unsafe fn reduce_encoded_fan_out(
+    d: DType,
+    lp: DType,
+    op: ReduceOp,
+    srcs: &[SubRun],
+    len: usize,
+    dsts: &[*mut u8],
+    stores: Stores,
+) {
+    let size = d.size();
+    let mut parts: Vec<SubRun> = srcs.to_vec();
+    let mut lo = 0;
+    while lo < len {
+        let n = FAN_ELEMENTS.min(len - lo);
+        for (p, s) in parts.iter_mut().zip(srcs) {
+            *p =
+                SubRun { exps: s.exps.wrapping_add(lo / SCALE_BLOCK), payload: s.payload.wrapping_add(lo * lp.size()) };
+        }
+        // SAFETY: every source holds `len` elements from a block boundary, so elements
+        // lo..lo + n (lo a multiple of SCALE_BLOCK) are a part of it; the destinations hold
+        // `len` elements each and are disjoint from the sources and each other (contract).
+        unsafe {
+            let first = dsts[0].add(lo * size);
+            reduce_encoded(d, lp, op, &parts, n, first);
+            for &dst in &dsts[1..] {
+                copy(first, dst.add(lo * size), n * size, stores);
+            }
+        }
+        lo += n;
+    }
+    fence(stores);
+}
+
 /// Decodes `len` elements of a part into `dst` (dtype `d`).
 ///
 /// # Safety
@@ -991,6 +1038,40 @@ mod tests {
             })
             .collect();
         as_dtype(d, &values).0
+    }
+
+    /// The fan-out reduction writes, in every destination, what [`reduce_encoded`] writes, over
+    /// sizes around its block of blocks (one encoded run per source, with streaming stores too).
+    #[test]
+    fn fan_out_reduction_equals_the_reduction_in_every_destination() {
+        for (d, lp) in [(DType::F32, DType::BF16), (DType::BF16, DType::F8E4M3), (DType::F64, DType::F16)] {
+            for len in [1, 255, 257, FAN_ELEMENTS - 1, FAN_ELEMENTS + 300, 3 * FAN_ELEMENTS] {
+                let inputs: Vec<Vec<u8>> = (0..3).map(|k| as_dtype(d, &mixed_values(len, 40 + k)).0).collect();
+                let encoded: Vec<Vec<u8>> = inputs
+                    .iter()
+                    .map(|x| {
+                        let enc = vec![0u8; encoded_bytes(lp, len)];
+                        let run = sub_run(enc.as_ptr(), lp, len, 0, len);
+                        // SAFETY: `enc` holds an encoded run of len elements; `x` len of d.
+                        unsafe { encode(d, lp, x.as_ptr(), len, run.exps.cast_mut(), run.payload.cast_mut()) };
+                        enc
+                    })
+                    .collect();
+                let runs: Vec<SubRun> = encoded.iter().map(|e| sub_run(e.as_ptr(), lp, len, 0, len)).collect();
+                let mut want = vec![0u8; len * d.size()];
+                // SAFETY: every run holds len elements; `want` len of d.
+                unsafe { reduce_encoded(d, lp, ReduceOp::Sum, &runs, len, want.as_mut_ptr()) };
+                for stores in [Stores::Cached, Stores::Streaming] {
+                    let mut outs = vec![vec![0xa5u8; len * d.size()]; 3];
+                    let dsts: Vec<*mut u8> = outs.iter_mut().map(|o| o.as_mut_ptr()).collect();
+                    // SAFETY: as above, for three disjoint destinations.
+                    unsafe { reduce_encoded_fan_out(d, lp, ReduceOp::Sum, &runs, len, &dsts, stores) };
+                    for (k, o) in outs.iter().enumerate() {
+                        assert!(o == &want, "{d} via {lp}, {len} elements, {stores:?}: destination {k}");
+                    }
+                }
+            }
+        }
     }
 
     /// The 16-bit formats' conversions from f64 round correctly: around every tie between two
