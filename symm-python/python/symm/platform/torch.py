@@ -92,7 +92,11 @@ class TorchPlatform(Platform):
             shown = None
             if not contiguous:
                 shown = f"tensor of shape {tuple(_BASE.size(tensor))} with strides {_BASE.stride(tensor)}"
-            return (_BASE.data_ptr(tensor), numel, dtype, contiguous, device, shown, _storage(tensor))
+            storage = _storage(tensor)
+            # No memory behind the storage: the tensor's own address is not read (a FakeTensor
+            # warns when it is, and future torch raises).
+            ptr = _BASE.data_ptr(tensor) if storage[0] else 0
+            return (ptr, numel, dtype, contiguous, device, shown, storage)
 
     def dtype_name(self, dtype: Any) -> Optional[str]:
         if isinstance(dtype, torch.dtype):
@@ -150,10 +154,14 @@ _BASE = torch._C.TensorBase
 
 def _storage(tensor: Any) -> Tuple[int, int]:
     """``(address, bytes)`` of the storage ``tensor``'s data lies in; ``(0, 0)`` when it has none
-    that holds memory (a wrapper subclass, whose storage raises when read)."""
+    that holds memory: a meta storage (a FakeTensor's: its address is not read, which warns),
+    a wrapper subclass's (which raises when read), storage freed with ``resize_(0)``."""
     try:
         storage = _BASE.untyped_storage(tensor)
-        return (storage.data_ptr(), storage.nbytes())
+        if storage.device.type == "meta":
+            return (0, 0)
+        ptr = storage.data_ptr()
+        return (ptr, storage.nbytes()) if ptr else (0, 0)
     except (RuntimeError, NotImplementedError, TypeError):
         return (0, 0)
 
