@@ -1035,3 +1035,27 @@ pub fn init(
 pub(crate) fn dtype_names(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
     PyTuple::new(py, DType::ALL.iter().map(|d| d.name()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::check_storage;
+
+    #[test]
+    fn data_must_lie_within_its_storage() {
+        let storage = (0x1000, 64);
+        // Within: the whole storage, a part at its end, anything empty (even at address 0).
+        assert_eq!(check_storage(0x1000, 64, storage), None);
+        assert_eq!(check_storage(0x1030, 16, storage), None);
+        assert_eq!(check_storage(0, 0, (0, 0)), None);
+        assert_eq!(check_storage(0x5000, 0, storage), None);
+        // No memory behind it: a null pointer with elements, whatever the storage says.
+        assert!(check_storage(0, 4, (0, 0)).is_some_and(|w| w.contains("no memory behind it")));
+        assert!(check_storage(0, 4, (0, 64)).is_some_and(|w| w.contains("no memory behind it")));
+        // Outside: past the end, before the start, a storage freed to 0 bytes, no overflow.
+        for (ptr, bytes) in [(0x1030, 17), (0x1040, 1), (0xfff, 2), (0x2000, 4), (usize::MAX, 2)] {
+            let why = check_storage(ptr, bytes, storage);
+            assert!(why.as_deref().is_some_and(|w| w.contains("reaches outside its storage")), "{ptr:#x} {bytes}");
+        }
+        assert!(check_storage(0x1000, 4, (0x1000, 0)).is_some());
+    }
+}

@@ -1421,3 +1421,21 @@ fn def_name(def: &ffi::PyMethodDef) -> PyResult<&'static str> {
     let name = unsafe { std::ffi::CStr::from_ptr(def.ml_name) };
     name.to_str().map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::within_storage;
+    use symm_core::DType;
+
+    #[test]
+    fn the_fast_path_checks_offset_and_elements_against_the_storage() {
+        assert!(within_storage(0x1000, 16, DType::F32, 0, 64));
+        assert!(within_storage(0x1010, 12, DType::F32, 4, 64));
+        assert!(!within_storage(0x1010, 13, DType::F32, 4, 64)); // one element past the end
+        assert!(!within_storage(0x1000, 16, DType::F32, 0, 0)); // storage freed by resize_(0)
+        assert!(!within_storage(0, 16, DType::F32, 0, 64)); // no memory behind it
+        assert!(!within_storage(0x1000, 1, DType::F32, -1, 64)); // offsets are never negative
+        assert!(!within_storage(0x1000, 1, DType::F32, 0, -1));
+        assert!(!within_storage(0x1000, usize::MAX, DType::F32, 1, i64::MAX)); // no overflow
+    }
+}
