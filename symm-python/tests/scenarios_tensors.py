@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -74,7 +75,7 @@ def past(n, dtype=torch.float32):
 
 
 class BigSizes(torch.Tensor):
-    """Real storage of 1 element; its C++ sizes (custom sizes policy) claim ``claim``."""
+    """Real storage of 1 element; its C++ sizes (custom sizes policy) claim ``claim`` (more)."""
 
     claim = 1
 
@@ -99,7 +100,7 @@ class BigSizes(torch.Tensor):
 
 
 def big_sizes(n, dtype=torch.float32):
-    cls = type("BigSizes", (BigSizes,), {"claim": n})
+    cls = type("BigSizes", (BigSizes,), {"claim": n + 1})
     return cls(torch.ones(1, dtype=dtype))
 
 
@@ -187,29 +188,28 @@ def refused_everywhere(rank, world):
             t0 = time.monotonic()
             if rank == bad_rank:
                 if "full path" in op:
-                    fn = lambda: call(x)  # noqa: E731
+                    fn = partial(call, x)
                 else:
                     # The public function hands the call to the full path before doing anything.
-                    path = op.split(" ")[0].replace("alltoallv", "alltoall")
-                    fn = lambda: takes("full", call, x, kind=path)  # noqa: E731
+                    fn = partial(takes, "full", call, x, kind=op.split(" ")[0].replace("alltoallv", "alltoall"))
                 e = expect(symm.InvalidArgument, fn, f"{arg} = ", says, rank=rank)
                 assert "entry 0" in str(e) or arg != "send_tensor_list", str(e)
             else:
                 try:
-                    expect(symm.PeerRejected, lambda: call(x), f"global rank {bad_rank} rejected")
+                    expect(symm.PeerRejected, partial(call, x), f"global rank {bad_rank} rejected")
                 except AssertionError as e:
                     raise AssertionError(f"{kind} {op} {arg}: {e}") from e
             assert time.monotonic() - t0 < PROMPT, (kind, op, arg, time.monotonic() - t0)
             usable(world)
     # Every rank bad at once: every rank refuses its own, nobody waits.
-    for kind, (make, says) in BAD.items():
+    for make, says in BAD.values():
         t0 = time.monotonic()
-        expect(symm.InvalidArgument, lambda: symm.shmem_allreduce(make(8)), "tensor = ", says, rank=rank)
+        expect(symm.InvalidArgument, partial(symm.shmem_allreduce, make(8)), "tensor = ", says, rank=rank)
         assert time.monotonic() - t0 < PROMPT
     # Inside FakeTensorMode (as torch.compile traces): refused, as outside.
     with FakeTensorMode():
         t = torch.ones(8)
-        expect(symm.InvalidArgument, lambda: symm.shmem_allreduce(t), "tensor = ", NO_MEMORY, rank=rank)
+        expect(symm.InvalidArgument, partial(symm.shmem_allreduce, t), "tensor = ", NO_MEMORY, rank=rank)
     usable(world)
     dist.barrier()
     print(f"rank {rank}: reader {reader}: every refusal held", flush=True)
@@ -223,13 +223,13 @@ def point_to_point(rank, world):
     assert world == 2
     peer = 1 - rank
     # The public function hands each refused call to the full path before doing anything.
-    path = lambda f, *a, kind: takes("full", f, *a, kind=kind)  # noqa: E731
+    full = partial(takes, "full")
     for kind, (make, says) in BAD.items():
         data = torch.arange(8, dtype=torch.float32) + 10 * rank
         # A refused send: the receiver gets the next (good) message, promptly.
         t0 = time.monotonic()
         if rank == 0:
-            expect(symm.InvalidArgument, lambda: path(symm.shmem_send, make(8), 1, kind="send"), "tensor = ", says)
+            expect(symm.InvalidArgument, partial(full, symm.shmem_send, make(8), 1, kind="send"), "tensor = ", says)
             symm.shmem_send(data, 1)
         else:
             got = torch.zeros(8)
@@ -237,7 +237,7 @@ def point_to_point(rank, world):
             assert got.tolist() == list(range(8)), got
         # A refused recv consumes nothing: the message is still there for the next recv.
         if rank == 1:
-            expect(symm.InvalidArgument, lambda: path(symm.shmem_recv, make(8), 0, kind="recv"), "tensor = ", says)
+            expect(symm.InvalidArgument, partial(full, symm.shmem_recv, make(8), 0, kind="recv"), "tensor = ", says)
             got = torch.zeros(8)
             symm.shmem_recv(got, 0)
             assert got.tolist() == list(range(8)), got
@@ -248,9 +248,8 @@ def point_to_point(rank, world):
             got = torch.zeros(8)
             if rank == 0:
                 s, r = (make(8), got) if arg == "send_tensor" else (data, make(8))
-                expect(
-                    symm.InvalidArgument, lambda: path(symm.shmem_sendrecv, s, 1, r, 1, kind="sendrecv"), f"{arg} = ", says
-                )
+                call = partial(full, symm.shmem_sendrecv, s, 1, r, 1, kind="sendrecv")
+                expect(symm.InvalidArgument, call, f"{arg} = ", says, rank=rank)
             symm.shmem_sendrecv(data, peer, got, peer)
             assert got.tolist() == (torch.arange(8, dtype=torch.float32) + 10 * peer).tolist(), got
         assert time.monotonic() - t0 < PROMPT, (kind, time.monotonic() - t0)
@@ -270,24 +269,22 @@ def one_sided(rank, world):
     dist.barrier()
     peer = (rank + 1) % world
     good = torch.full((n,), float(rank))
-    for kind, (make, says) in BAD.items():
-        b = make(n)
+    put, get, pws = symm.shmem_put, symm.shmem_get, symm.shmem_put_with_signal
+    for make, says in BAD.values():
+        b, bi = make(n), make(1, torch.int64)
         calls = [
-            ("src", lambda: symm.shmem_put(s, 0, b, 0, n, peer)),
-            ("src", lambda: symm.shmem_get(s, 0, b, 0, n, peer)),
-            ("src", lambda: symm.shmem_put_with_signal(s, 0, b, 0, n, sig, 0, 1, 0, peer)),
-            ("target", lambda: symm.shmem_put(b, 0, good, 0, n, peer)),
-            ("target", lambda: symm.shmem_get(b, 0, good.clone(), 0, n, peer)),
-            ("target", lambda: symm.shmem_put_with_signal(b, 0, good, 0, n, sig, 0, 1, 0, peer)),
-        ]
-        bi = make(1, torch.int64)
-        calls += [
-            ("signal", lambda: symm.shmem_put_with_signal(s, 0, good, 0, n, bi, 0, 1, 0, peer)),
-            ("signal", lambda: symm.shmem_signal_op(bi, 0, 1, 0, peer)),
-            ("signal", lambda: symm.shmem_wait_for_signal(None, bi, 0, 0, timeout=1)),
+            ("src", partial(put, s, 0, b, 0, n, peer)),
+            ("src", partial(get, s, 0, b, 0, n, peer)),
+            ("src", partial(pws, s, 0, b, 0, n, sig, 0, 1, 0, peer)),
+            ("target", partial(put, b, 0, good, 0, n, peer)),
+            ("target", partial(get, b, 0, good.clone(), 0, n, peer)),
+            ("target", partial(pws, b, 0, good, 0, n, sig, 0, 1, 0, peer)),
+            ("signal", partial(pws, s, 0, good, 0, n, bi, 0, 1, 0, peer)),
+            ("signal", partial(symm.shmem_signal_op, bi, 0, 1, 0, peer)),
+            ("signal", partial(symm.shmem_wait_for_signal, None, bi, 0, 0, timeout=1)),
         ]
         for arg, call in calls:
-            expect(symm.InvalidArgument, call, f"{arg} = ", rank=rank)
+            expect(symm.InvalidArgument, call, f"{arg} = ", says, rank=rank)
     dist.barrier()
     assert s.tolist() == [-1.0] * n and sig.item() == 0, (s, sig)  # nothing arrived
     dist.barrier()
@@ -338,7 +335,7 @@ def misreporting_subclasses(rank, world):
         dist.barrier()
         src = torch.full((8,), 7.0)[:3].as_subclass(cls)
         symm.shmem_put(s, 0, src, 0, 3, (rank + 1) % world)
-        expect(symm.InvalidArgument, lambda: symm.shmem_put(s, 0, src, 0, 4, 0), "src_offset/size")
+        expect(symm.InvalidArgument, partial(symm.shmem_put, s, 0, src, 0, 4, 0), "src_offset/size")
         dist.barrier()
         assert s.tolist() == [7.0, 7.0, 7.0, -1.0], s
         symm.free(s)
