@@ -66,6 +66,13 @@ def freed(n, dtype=torch.float32):
     return t
 
 
+def freed_parameter(n, dtype=torch.float32):
+    """A parameter freed the way FSDP frees it (its storage resized to 0 bytes)."""
+    p = torch.nn.Parameter(torch.ones(n, dtype=dtype), requires_grad=False)
+    p.untyped_storage().resize_(0)
+    return p
+
+
 def past(n, dtype=torch.float32):
     """A contiguous view at storage offset ``n`` whose storage shrank to ``n`` elements."""
     base = torch.ones(2 * n, dtype=dtype)
@@ -106,6 +113,7 @@ def big_sizes(n, dtype=torch.float32):
 
 #: Each bad kind and what its refusal says.
 BAD = {"fake": (fake, NO_MEMORY), "wrapper": (wrapper, NO_MEMORY), "freed": (freed, NO_MEMORY)}
+BAD["freed_parameter"] = (freed_parameter, NO_MEMORY)
 BAD.update({"past": (past, OUTSIDE), "big_sizes": (big_sizes, OUTSIDE)})
 
 
@@ -201,6 +209,25 @@ def refused_everywhere(rank, world):
                     raise AssertionError(f"{kind} {op} {arg}: {e}") from e
             assert time.monotonic() - t0 < PROMPT, (kind, op, arg, time.monotonic() - t0)
             usable(world)
+    # Counts given as a tensor without data, an op given as one: refused as values. (Iterating
+    # over a wrapper gives its inner tensor's elements, which are counts like any others.)
+    for kind, (make, _) in BAD.items():
+        t0 = time.monotonic()
+        counts = make(world, torch.int64) if rank == bad_rank and kind != "wrapper" else [2] * world
+        call = partial(symm.shmem_alltoall, [torch.ones(2)] * world, torch.zeros(2 * world), counts)
+        if rank == bad_rank and kind != "wrapper":
+            expect(symm.InvalidArgument, call, "receive_list = ", rank=rank)
+        elif kind != "wrapper":
+            expect(symm.PeerRejected, call, f"global rank {bad_rank} rejected")
+        assert time.monotonic() - t0 < PROMPT, (kind, time.monotonic() - t0)
+        t0 = time.monotonic()
+        op = make(1, torch.int64) if rank == bad_rank else "sum"
+        if rank == bad_rank:
+            expect(symm.InvalidArgument, partial(symm.shmem_allreduce, torch.ones(2), op), "op = ", rank=rank)
+        else:
+            expect(symm.PeerRejected, partial(symm.shmem_allreduce, torch.ones(2), op), "rejected")
+        assert time.monotonic() - t0 < PROMPT, (kind, time.monotonic() - t0)
+        usable(world)
     # Every rank bad at once: every rank refuses its own, nobody waits.
     for make, says in BAD.values():
         t0 = time.monotonic()
@@ -285,6 +312,16 @@ def one_sided(rank, world):
         ]
         for arg, call in calls:
             expect(symm.InvalidArgument, call, f"{arg} = ", says, rank=rank)
+        # Sizes, offsets, ranks and values given as tensors without data are refused as values,
+        # naming the argument (torch itself would read past the storage of some).
+        bad = make(1, torch.int64)
+        for arg, call in [
+            ("size", partial(put, s, 0, good, 0, bad, peer)),
+            ("target_offset", partial(put, s, bad, good, 0, n, peer)),
+            ("target_rank", partial(get, s, 0, good.clone(), 0, n, bad)),
+            ("signal_value", partial(symm.shmem_signal_op, sig, 0, bad, 0, peer)),
+        ]:
+            expect(symm.InvalidArgument, call, f"{arg} = ", rank=rank)
     dist.barrier()
     assert s.tolist() == [-1.0] * n and sig.item() == 0, (s, sig)  # nothing arrived
     dist.barrier()

@@ -106,14 +106,19 @@ class TorchPlatform(Platform):
         return None
 
     def scalar(self, value: Any) -> Any:
-        if (
-            isinstance(value, torch.Tensor)
-            and value.numel() == 1
-            and not value.is_floating_point()
-            and not value.is_complex()
-        ):
-            return int(value.item())
-        return value
+        if not isinstance(value, torch.Tensor):
+            return value
+        with torch._C.DisableTorchFunction():
+            if _BASE.numel(value) != 1 or _BASE.is_floating_point(value) or _BASE.is_complex(value):
+                return value  # the caller's check refuses it (without reading its data)
+            if _BASE.device.__get__(value).type == "cpu" and not _readable(self.describe(value), value):
+                # torch would read past the storage (or raise): refused by the caller's check,
+                # which names the argument, as any value that is not an integer.
+                return _NoData(value)
+            try:
+                return int(_BASE.item(value))
+            except (RuntimeError, NotImplementedError):  # no data on its device (a meta tensor)
+                return _NoData(value)
 
     def wrap(self, block: Any, shape: Sequence[int], dtype: Any) -> Any:
         torch_dtype = getattr(torch, block.dtype)
@@ -164,6 +169,25 @@ def _storage(tensor: Any) -> Tuple[int, int]:
         return (ptr, storage.nbytes()) if ptr else (0, 0)
     except (RuntimeError, NotImplementedError, TypeError):
         return (0, 0)
+
+
+def _readable(d: Optional[Desc], tensor: Any) -> bool:
+    """Whether the one element of ``tensor`` (described as ``d``) lies within its storage."""
+    if d is None:
+        return False
+    ptr, (base, nbytes) = d[0], d[6]
+    return ptr != 0 and base <= ptr and ptr + _BASE.element_size(tensor) <= base + nbytes
+
+
+class _NoData:
+    """Stands in for a one-element tensor given as a value (an offset, a size, a rank, a code)
+    whose element cannot be read: what the native side shows when it refuses it."""
+
+    def __init__(self, tensor: Any) -> None:
+        self.text = f"<a one-element {type(tensor).__name__} without data to read>"
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 #: The functions of torch's stable C shim that the fast path calls (``aoti_torch_<name>``).
