@@ -19,9 +19,9 @@
 //! - the tensor's exact type is compared by identity with the types the platform handed over
 //!   once ([`FastSpec`]); its layout, device, dtype, contiguity, size and address, and where it
 //!   lies in its storage (offset, storage size: its data must lie within the storage, see
-//!   [`within_storage`]) are read through torch's stable C shim ([`Shim`]: C calls on the `at::Tensor` that the tensor
-//!   object holds, at an offset found by probing at start-up, or else on one read through the
-//!   `_cdata` attribute), or, where the shim is missing or does not read the probe tensors
+//!   [`within_storage`]) are read through torch's stable C shim ([`Shim`]: C calls on the
+//!   `at::Tensor` that the tensor object holds, at an offset found by probing at start-up, or
+//!   else on one read through the `_cdata` attribute), or, where the shim is missing or does not read the probe tensors
 //!   right, by calling the C functions behind the tensor type's descriptors ([`Attr`]: what
 //!   `Tensor.data_ptr(t)` calls, without an attribute lookup per call; an instance attribute
 //!   shadowing one of those methods is not consulted);
@@ -38,11 +38,12 @@
 //! this rank belongs to; no low-precision format; an op by name or code; a source rank as an `int`
 //! of the group, and so a peer's rank; lists given as a `list` or `tuple`, of tensors, or of counts
 //! as `int`s) and plain contiguous CPU tensors of supported dtypes whose data lies within their
-//! storage (two tensors: the same dtype, and the element counts the operation relates). Anything else goes to the full path **before
-//! anything was done** (no round joined, nothing rejected, no error raised) with the arguments as
-//! given, so every error keeps its class and message, a rejected round still lets the peers fail at
-//! once instead of waiting, and profiler ranges are recorded. Errors of the collective itself
-//! (Mismatch, Timeout, PeerRejected, ...) come from the core call both paths end in.
+//! storage (two tensors: the same dtype, and the element counts the operation relates). Anything
+//! else goes to the full path **before anything was done** (no round joined, nothing rejected, no
+//! error raised) with the arguments as given, so every error keeps its class and message, a
+//! rejected round still lets the peers fail at once instead of waiting, and profiler ranges are
+//! recorded. Errors of the collective itself (Mismatch, Timeout, PeerRejected, ...) come from the
+//! core call both paths end in.
 //!
 //! The collective runs exactly as on the full path: the same core call
 //! ([`PyCommunicator::run_allreduce`] and its siblings), which for small messages keeps the GIL
