@@ -233,6 +233,17 @@ def refused_everywhere(rank, world):
         t0 = time.monotonic()
         expect(symm.InvalidArgument, partial(symm.shmem_allreduce, make(8)), "tensor = ", says, rank=rank)
         assert time.monotonic() - t0 < PROMPT
+    # Strides reaching outside a shrunk storage: such a view is not contiguous, and refused as
+    # such before its memory is considered; a contiguous one with a size-1 dimension whose
+    # stride is huge only spans its elements, and works.
+    base = torch.ones(16)
+    strided = base[::4]
+    base.untyped_storage().resize_(8)
+    expect(symm.InvalidArgument, partial(symm.shmem_allreduce, strided), "tensor = ", "contiguous", rank=rank)
+    wide = torch.ones(8).as_strided((1, 4), (1000, 1), 2)
+    assert wide.is_contiguous()
+    symm.shmem_allreduce(wide)
+    assert wide.tolist() == [[float(world)] * 4], wide
     # Inside FakeTensorMode (as torch.compile traces): refused, as outside.
     with FakeTensorMode():
         t = torch.ones(8)
