@@ -50,10 +50,10 @@
 //! while it spins and releases it when it is about to block (a collective may wait for its peers;
 //! holding the GIL then would stall every other Python thread for as long as the slowest peer
 //! takes). Releasing and retaking the GIL (about 40 ns) was most of what a call cost beyond the
-//! core's own work (on one rank about 60 ns, of which the GIL ~40, the shim's six reads ~15, the
-//! profiler flag ~4 before its dict's version spared the look-up; the call itself and its loop
-//! in the caller's Python code, ~30-45 ns more, are the interpreter's); a call whose peers are
-//! already there no longer pays it.
+//! core's own work (on one rank about 60 ns, of which the GIL ~40, the shim's six reads ~15 (the
+//! storage check's two more, ~3), the profiler flag ~4 before its dict's version spared the
+//! look-up; the call itself and its loop in the caller's Python code, ~30-45 ns more, are the
+//! interpreter's); a call whose peers are already there no longer pays it.
 //!
 //! The table of operations is [`Kind`]: its parameters, the Python function of its full path
 //! (registered by `symm._api` with [`set_full_path`]) and how its common case runs. Another
