@@ -33,18 +33,55 @@ pub(crate) struct Shared {
 }
 
 /// A tensor as the platform adapter describes it:
-/// `(data_ptr, numel, dtype, is_contiguous, device, layout)`.
+/// `(data_ptr, numel, dtype, is_contiguous, device, layout, (storage_ptr, storage_nbytes))`.
 ///
 /// `dtype` is the framework's spelling (`"torch.bfloat16"`, `"bfloat16"`); `device` the device
 /// type (`"cpu"`); `layout` a description of shape and strides, given for non-contiguous
-/// tensors so that the error can show it.
+/// tensors so that the error can show it; the storage is the memory the tensor's data lies in
+/// as the framework allocated it (read from the framework's own tensor, not from methods a
+/// subclass may override): `(0, 0)` for a tensor without real storage (a FakeTensor, a wrapper
+/// subclass, storage freed by `untyped_storage().resize_(0)`).
 ///
-/// SAFETY contract of the private native API: `data_ptr` is valid for `numel` elements of
-/// `dtype`, in host memory when `device` is `"cpu"`, for as long as the call runs; the adapter
-/// guarantees it by describing a tensor object that the public function's caller holds (the
-/// argument itself) for the duration of the call.
+/// SAFETY contract of the private native API: for as long as the call runs, the storage range
+/// is host memory (when `device` is `"cpu"`) that the tensor object the public function's
+/// caller holds (the argument itself) keeps alive. [`PyCommunicator::local`] accepts
+/// `data_ptr` for `numel` elements of `dtype` only when they lie within that range (see
+/// [`check_storage`]), so a descriptor that misreports the pointer or the element count is
+/// refused instead of read.
 #[derive(Debug, FromPyObject)]
-pub(crate) struct Desc(usize, usize, String, bool, String, Option<String>);
+pub(crate) struct Desc(usize, usize, String, bool, String, Option<String>, (usize, usize));
+
+/// Why `bytes` bytes at `ptr` are not memory a tensor may be read or written at, given the
+/// storage range `storage` (address, bytes) it must lie in; `None` when they are (an empty
+/// range always is: nothing is read or written).
+///
+/// A null pointer with elements is a tensor without real storage (FakeTensor, meta and wrapper
+/// subclasses, storage freed with `resize_(0)`); a range past its storage is a view whose
+/// storage shrank, or metadata (`numel`, `data_ptr`, `storage_offset`) that misreports it.
+pub(crate) fn check_storage(ptr: usize, bytes: usize, storage: (usize, usize)) -> Option<String> {
+    if bytes == 0 {
+        return None;
+    }
+    let (base, size) = storage;
+    if ptr == 0 {
+        return Some(
+            "has no memory behind it (data pointer 0 with elements to move): a tensor without real storage \
+             (a FakeTensor as torch.compile traces with, a meta tensor, a wrapper subclass such as DTensor: pass \
+             its local tensor; or storage freed with untyped_storage().resize_(0)) cannot be communicated"
+                .into(),
+        );
+    }
+    let start = ptr.wrapping_sub(base);
+    if ptr < base || start > size || bytes > size - start {
+        return Some(format!(
+            "reaches outside its storage: bytes [{ptr:#x}, {:#x}) against a storage of {size} bytes at {base:#x} \
+             (a view whose storage was shrunk or freed with untyped_storage().resize_(), or a tensor whose \
+             numel()/data_ptr()/storage_offset() misreport)",
+            ptr as u128 + bytes as u128
+        ));
+    }
+    None
+}
 
 /// A checked local memory range: address, elements, dtype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,7 +197,7 @@ impl PyCommunicator {
     }
 
     /// Checks a tensor the operation reads or writes locally: host memory, contiguous, a
-    /// supported dtype.
+    /// supported dtype, its elements within its storage ([`check_storage`]).
     pub(crate) fn local(&self, py: Python<'_>, d: &Desc, arg: &'static str) -> PyResult<Local> {
         self.local_at(py, d, arg, None)
     }
@@ -175,7 +212,7 @@ impl PyCommunicator {
         entry: Option<usize>,
     ) -> PyResult<Local> {
         let rank = self.rank_id();
-        let Desc(ptr, len, dtype, contiguous, device, layout) = d;
+        let Desc(ptr, len, dtype, contiguous, device, layout, storage) = d;
         let at = entry.map(|i| format!("entry {i}: ")).unwrap_or_default();
         if device != "cpu" {
             let err = Error::Unsupported {
@@ -202,8 +239,11 @@ impl PyCommunicator {
             let accepted = DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ");
             invalid(py, rank, arg, format!("{at}{dtype}"), &format!("unsupported dtype; supported: {accepted}"))
         })?;
-        if len.checked_mul(dtype.size()).is_none() {
+        let Some(bytes) = len.checked_mul(dtype.size()) else {
             return Err(invalid(py, rank, arg, format!("{at}{len}"), "too many elements"));
+        };
+        if let Some(why) = check_storage(*ptr, bytes, *storage) {
+            return Err(invalid(py, rank, arg, format!("{at}{len} x {dtype} at {ptr:#x}"), &why));
         }
         Ok(Local { ptr: *ptr, len: *len, dtype })
     }
@@ -1041,4 +1081,28 @@ pub fn init(
 /// The dtype names the library moves (canonical spelling).
 pub(crate) fn dtype_names(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
     PyTuple::new(py, DType::ALL.iter().map(|d| d.name()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_storage;
+
+    #[test]
+    fn data_must_lie_within_its_storage() {
+        let storage = (0x1000, 64);
+        // Within: the whole storage, a part at its end, anything empty (even at address 0).
+        assert_eq!(check_storage(0x1000, 64, storage), None);
+        assert_eq!(check_storage(0x1030, 16, storage), None);
+        assert_eq!(check_storage(0, 0, (0, 0)), None);
+        assert_eq!(check_storage(0x5000, 0, storage), None);
+        // No memory behind it: a null pointer with elements, whatever the storage says.
+        assert!(check_storage(0, 4, (0, 0)).is_some_and(|w| w.contains("no memory behind it")));
+        assert!(check_storage(0, 4, (0, 64)).is_some_and(|w| w.contains("no memory behind it")));
+        // Outside: past the end, before the start, a storage freed to 0 bytes, no overflow.
+        for (ptr, bytes) in [(0x1030, 17), (0x1040, 1), (0xfff, 2), (0x2000, 4), (usize::MAX, 2)] {
+            let why = check_storage(ptr, bytes, storage);
+            assert!(why.as_deref().is_some_and(|w| w.contains("reaches outside its storage")), "{ptr:#x} {bytes}");
+        }
+        assert!(check_storage(0x1000, 4, (0x1000, 0)).is_some());
+    }
 }

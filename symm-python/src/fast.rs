@@ -17,10 +17,11 @@
 //!   *binding*: Python's TypeErrors for calls that do not bind, then [`Kind::call`]), whose
 //!   name, signature and documentation the entry point shares;
 //! - the tensor's exact type is compared by identity with the types the platform handed over
-//!   once ([`FastSpec`]); its layout, device, dtype, contiguity, size and address are read
-//!   through torch's stable C shim ([`Shim`]: C calls on the `at::Tensor` that the tensor
-//!   object holds, at an offset found by probing at start-up, or else on one read through the
-//!   `_cdata` attribute), or, where the shim is missing or does not read the probe tensors
+//!   once ([`FastSpec`]); its layout, device, dtype, contiguity, size and address, and where it
+//!   lies in its storage (offset, storage size: its data must lie within the storage, see
+//!   [`within_storage`]) are read through torch's stable C shim ([`Shim`]: C calls on the
+//!   `at::Tensor` that the tensor object holds, at an offset found by probing at start-up, or
+//!   else on one read through the `_cdata` attribute), or, where the shim is missing or does not read the probe tensors
 //!   right, by calling the C functions behind the tensor type's descriptors ([`Attr`]: what
 //!   `Tensor.data_ptr(t)` calls, without an attribute lookup per call; an instance attribute
 //!   shadowing one of those methods is not consulted);
@@ -36,22 +37,23 @@
 //! argument given as a value it recognises (`group` None or a group the API already resolved, that
 //! this rank belongs to; no low-precision format; an op by name or code; a source rank as an `int`
 //! of the group, and so a peer's rank; lists given as a `list` or `tuple`, of tensors, or of counts
-//! as `int`s) and plain contiguous CPU tensors of supported dtypes (two tensors: the same dtype,
-//! and the element counts the operation relates). Anything else goes to the full path **before
-//! anything was done** (no round joined, nothing rejected, no error raised) with the arguments as
-//! given, so every error keeps its class and message, a rejected round still lets the peers fail at
-//! once instead of waiting, and profiler ranges are recorded. Errors of the collective itself
-//! (Mismatch, Timeout, PeerRejected, ...) come from the core call both paths end in.
+//! as `int`s) and plain contiguous CPU tensors of supported dtypes whose data lies within their
+//! storage (two tensors: the same dtype, and the element counts the operation relates). Anything
+//! else goes to the full path **before anything was done** (no round joined, nothing rejected, no
+//! error raised) with the arguments as given, so every error keeps its class and message, a
+//! rejected round still lets the peers fail at once instead of waiting, and profiler ranges are
+//! recorded. Errors of the collective itself (Mismatch, Timeout, PeerRejected, ...) come from the
+//! core call both paths end in.
 //!
 //! The collective runs exactly as on the full path: the same core call
 //! ([`PyCommunicator::run_allreduce`] and its siblings), which for small messages keeps the GIL
 //! while it spins and releases it when it is about to block (a collective may wait for its peers;
 //! holding the GIL then would stall every other Python thread for as long as the slowest peer
 //! takes). Releasing and retaking the GIL (about 40 ns) was most of what a call cost beyond the
-//! core's own work (on one rank about 60 ns, of which the GIL ~40, the shim's six reads ~15, the
-//! profiler flag ~4 before its dict's version spared the look-up; the call itself and its loop
-//! in the caller's Python code, ~30-45 ns more, are the interpreter's); a call whose peers are
-//! already there no longer pays it.
+//! core's own work (on one rank about 60 ns, of which the GIL ~40, the shim's six reads ~15 (the
+//! storage check's two more, ~3), the profiler flag ~4 before its dict's version spared the
+//! look-up; the call itself and its loop in the caller's Python code, ~30-45 ns more, are the
+//! interpreter's); a call whose peers are already there no longer pays it.
 //!
 //! The table of operations is [`Kind`]: its parameters, the Python function of its full path
 //! (registered by `symm._api` with [`set_full_path`]) and how its common case runs. Another
@@ -174,6 +176,10 @@ struct Attrs {
     is_contiguous: Attr,
     numel: Attr,
     data_ptr: Attr,
+    /// `storage_offset()` and `untyped_storage()`: the data must lie within the storage
+    /// ([`within_storage`]).
+    storage_offset: Attr,
+    untyped_storage: Attr,
 }
 
 impl Attrs {
@@ -184,6 +190,8 @@ impl Attrs {
             is_contiguous: Attr::find(ty, "is_contiguous", true)?,
             numel: Attr::find(ty, "numel", true)?,
             data_ptr: Attr::find(ty, "data_ptr", true)?,
+            storage_offset: Attr::find(ty, "storage_offset", true)?,
+            untyped_storage: Attr::find(ty, "untyped_storage", true)?,
         })
     }
 
@@ -195,9 +203,24 @@ impl Attrs {
             (&self.is_contiguous, &other.is_contiguous),
             (&self.numel, &other.numel),
             (&self.data_ptr, &other.data_ptr),
+            (&self.storage_offset, &other.storage_offset),
+            (&self.untyped_storage, &other.untyped_storage),
         ];
         pairs.iter().all(|(a, b)| a.descr.is(&b.descr))
     }
+}
+
+/// Whether `len` (> 0) elements of `dtype` at `ptr`, `offset` elements into a storage of `nbytes`
+/// bytes, lie within that storage: the check of every tensor the fast path reads (what
+/// [`crate::comm::check_storage`] checks on the full path). A null pointer is a tensor without
+/// real storage (storage freed with `untyped_storage().resize_(0)`, as FSDP frees parameters);
+/// a range past the storage's end a view whose storage shrank. Either takes the full path,
+/// which reads the tensor again and refuses it, naming the argument.
+#[inline(always)]
+fn within_storage(ptr: usize, len: usize, dtype: DType, offset: i64, nbytes: i64) -> bool {
+    let (Ok(offset), Ok(nbytes)) = (usize::try_from(offset), usize::try_from(nbytes)) else { return false };
+    let end = offset.checked_add(len).and_then(|e| e.checked_mul(dtype.size()));
+    ptr != 0 && end.is_some_and(|e| e <= nbytes)
 }
 
 /// A function of torch's stable C shim (`torch/csrc/inductor/aoti_torch/c/shim.h`, the C ABI
@@ -205,7 +228,8 @@ impl Attrs {
 type ShimRead<T> = unsafe extern "C" fn(*mut c_void, *mut T) -> i32;
 
 /// Reads a tensor's metadata through torch's stable C shim: plain C calls on the tensor's
-/// `at::Tensor` that read its layout, device, dtype, contiguity, size and address, without
+/// `at::Tensor` that read its layout, device, dtype, contiguity, size, address, storage offset
+/// and storage size, without
 /// torch's Python binding around each (about 35 ns a read through the descriptors, a few ns
 /// through the shim).
 ///
@@ -239,6 +263,10 @@ struct Shim {
     is_contiguous: ShimRead<bool>,
     numel: ShimRead<i64>,
     data_ptr: ShimRead<*mut c_void>,
+    /// The element offset of the data in its storage, and the storage's size in bytes: the
+    /// data must lie within the storage ([`within_storage`]).
+    storage_offset: ShimRead<i64>,
+    storage_size: ShimRead<i64>,
     /// The shim's codes of the strided layout and of the CPU device type.
     strided: i32,
     cpu: i32,
@@ -251,8 +279,16 @@ struct Shim {
 const MAX_DTYPE_CODE: usize = 1023;
 
 /// The shim functions [`Shim`] calls, by their names in shim.h (without `aoti_torch_`).
-const SHIM_FUNCTIONS: [&str; 6] =
-    ["get_layout", "get_device_type", "get_dtype", "is_contiguous", "get_numel", "get_data_ptr"];
+const SHIM_FUNCTIONS: [&str; 8] = [
+    "get_layout",
+    "get_device_type",
+    "get_dtype",
+    "is_contiguous",
+    "get_numel",
+    "get_data_ptr",
+    "get_storage_offset",
+    "get_storage_size",
+];
 
 impl Shim {
     /// The shim described by the platform (`FastPath.shim`): `functions` (name -> address),
@@ -295,11 +331,13 @@ impl Shim {
         // T* out)`, `AOTITorchError` being `int32_t`). Non-null, checked above.
         let f = |i: usize| unsafe { std::mem::transmute::<*const (), ShimRead<i32>>(addr[i] as *const ()) };
         // SAFETY: as above, for the functions whose output is not an `int32_t`.
-        let (is_contiguous, numel, data_ptr) = unsafe {
+        let (is_contiguous, numel, data_ptr, storage_offset, storage_size) = unsafe {
             (
                 std::mem::transmute::<*const (), ShimRead<bool>>(addr[3] as *const ()),
                 std::mem::transmute::<*const (), ShimRead<i64>>(addr[4] as *const ()),
                 std::mem::transmute::<*const (), ShimRead<*mut c_void>>(addr[5] as *const ()),
+                std::mem::transmute::<*const (), ShimRead<i64>>(addr[6] as *const ()),
+                std::mem::transmute::<*const (), ShimRead<i64>>(addr[7] as *const ()),
             )
         };
         Ok(Some(Shim {
@@ -312,6 +350,8 @@ impl Shim {
             is_contiguous,
             numel,
             data_ptr,
+            storage_offset,
+            storage_size,
             strided: strided.extract()?,
             cpu: cpu.extract()?,
             dtypes: table,
@@ -364,6 +404,7 @@ impl Shim {
     #[inline(always)]
     unsafe fn read(&self, handle: *mut c_void) -> Option<Local> {
         let (mut code, mut contiguous, mut numel, mut ptr) = (0i32, false, 0i64, std::ptr::null_mut());
+        let (mut offset, mut nbytes) = (0i64, 0i64);
         // SAFETY: `handle` is an `AtenTensorHandle` (the caller's contract). Each read writes
         // its one output, which points to a local of the right type, and returns 0 on success
         // (a C++ exception is turned into a non-zero code, never thrown through). Layout and
@@ -388,6 +429,14 @@ impl Shim {
             let len = usize::try_from(numel).ok()?;
             len.checked_mul(dtype.size())?;
             if (self.data_ptr)(handle, &mut ptr) != 0 {
+                return None;
+            }
+            // An empty tensor moves nothing: its storage is not read (two calls fewer).
+            if len != 0
+                && ((self.storage_offset)(handle, &mut offset) != 0
+                    || (self.storage_size)(handle, &mut nbytes) != 0
+                    || !within_storage(ptr as usize, len, dtype, offset, nbytes))
+            {
                 return None;
             }
             Some(Local { ptr: ptr as usize, len, dtype })
@@ -454,6 +503,10 @@ pub(crate) struct FastSpec {
     types: Vec<Py<PyType>>,
     /// How tensors of those types are read (the same descriptors for every type).
     attrs: Attrs,
+    /// The exact type of the storages `untyped_storage()` gives and its `nbytes()` (found on a
+    /// probe); `None`: the descriptors cannot check storages, and every tensor they read takes
+    /// the full path.
+    storage: Option<(Py<PyType>, Attr)>,
     /// The faster way, through torch's C shim, when the platform offers it and it reads the
     /// probe tensors right.
     shim: Option<Shim>,
@@ -502,9 +555,19 @@ impl FastSpec {
             Some(spec) => Shim::new(&first, &spec)?,
             None => None,
         };
+        let types: Vec<_> = types.map(Bound::unbind).collect();
+        let storage = probes
+            .iter()
+            .filter(|p| types.iter().any(|k| k.as_ptr().cast() == p.get_type_ptr()))
+            .find_map(|p| attrs.untyped_storage.read(p).ok())
+            .and_then(|st| {
+                let ty = st.get_type();
+                Attr::find(&ty, "nbytes", true).map(|nbytes| (ty.unbind(), nbytes))
+            });
         let mut spec = FastSpec {
-            types: types.map(Bound::unbind).collect(),
+            types,
             attrs,
+            storage,
             shim: None,
             dtypes: table,
             profiler: profiler.map(|(o, k)| (o.unbind(), k.unbind())),
@@ -593,7 +656,8 @@ impl FastSpec {
     }
 
     /// `tensor` as a checked local range when it is a plain contiguous CPU tensor of a supported
-    /// dtype (what `Platform.describe` and the communicator check on the full path); `None`
+    /// dtype whose data lies within its storage (what `Platform.describe` and the communicator
+    /// check on the full path); `None`
     /// for anything else, including a tensor whose attributes raise (the exception is dropped:
     /// the full path reads the tensor again and reports it).
     #[inline(always)]
@@ -626,6 +690,18 @@ impl FastSpec {
         let len = usize::try_from(a.numel.read(tensor).ok()?.extract::<i64>().ok()?).ok()?;
         len.checked_mul(dtype.size())?;
         let ptr = usize::try_from(a.data_ptr.read(tensor).ok()?.extract::<i64>().ok()?).ok()?;
+        if len != 0 {
+            let offset = a.storage_offset.read(tensor).ok()?.extract::<i64>().ok()?;
+            let (ty, nbytes) = self.storage.as_ref()?;
+            let storage = a.untyped_storage.read(tensor).ok()?;
+            if storage.get_type_ptr() != ty.as_ptr().cast() {
+                return None;
+            }
+            let nbytes = nbytes.read(&storage).ok()?.extract::<i64>().ok()?;
+            if !within_storage(ptr, len, dtype, offset, nbytes) {
+                return None;
+            }
+        }
         Some(Local { ptr, len, dtype })
     }
 }
@@ -1345,4 +1421,22 @@ fn def_name(def: &ffi::PyMethodDef) -> PyResult<&'static str> {
     // SAFETY: `ml_name` is a static NUL-terminated string (a definition PyO3 made).
     let name = unsafe { std::ffi::CStr::from_ptr(def.ml_name) };
     name.to_str().map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within_storage;
+    use symm_core::DType;
+
+    #[test]
+    fn the_fast_path_checks_offset_and_elements_against_the_storage() {
+        assert!(within_storage(0x1000, 16, DType::F32, 0, 64));
+        assert!(within_storage(0x1010, 12, DType::F32, 4, 64));
+        assert!(!within_storage(0x1010, 13, DType::F32, 4, 64)); // one element past the end
+        assert!(!within_storage(0x1000, 16, DType::F32, 0, 0)); // storage freed by resize_(0)
+        assert!(!within_storage(0, 16, DType::F32, 0, 64)); // no memory behind it
+        assert!(!within_storage(0x1000, 1, DType::F32, -1, 64)); // offsets are never negative
+        assert!(!within_storage(0x1000, 1, DType::F32, 0, -1));
+        assert!(!within_storage(0x1000, usize::MAX, DType::F32, 1, i64::MAX)); // no overflow
+    }
 }

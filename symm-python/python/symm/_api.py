@@ -557,8 +557,13 @@ def _counts(st: _State, value: Any, arg: str) -> List[Any]:
     """A list of counts given as a sequence of ints or a 1-D integer tensor."""
     try:
         items = list(value)
-    except TypeError:
-        raise _invalid(st.comm.rank, arg, repr(value), "expected a sequence of ints or a 1-D integer tensor") from None
+    except (TypeError, RuntimeError, NotImplementedError):
+        # Not a sequence, or a tensor whose elements cannot be read (no real storage).
+        try:
+            shown = repr(value)
+        except Exception:  # a tensor without data may fail to print as well
+            shown = f"<{type(value).__name__}>"
+        raise _invalid(st.comm.rank, arg, shown, "expected a sequence of ints or a 1-D integer tensor") from None
     return [st.platform.scalar(v) for v in items]
 
 
@@ -586,7 +591,7 @@ def _shmem_allreduce(tensor: Any, op: Any = "sum", group: Any = None, low_precis
     st = _current()
     g = _native_group(st, group)
     t, lp = _prepared(st, g, lambda: (_desc(st, tensor, "tensor"), _low_precision(st, low_precision_dtype)))
-    st.comm.allreduce(g, t, op, lp)
+    st.comm.allreduce(g, t, st.platform.scalar(op), lp)
 
 
 # The public function is native: it runs the common case (a plain contiguous CPU tensor, group
@@ -615,7 +620,7 @@ def _shmem_reduce_scatter(
             _low_precision(st, low_precision_dtype),
         ),
     )
-    st.comm.reduce_scatter(g, o, i, op, lp)
+    st.comm.reduce_scatter(g, o, i, st.platform.scalar(op), lp)
 
 
 _symm.set_full_path("reduce_scatter", _shmem_reduce_scatter)

@@ -1,14 +1,16 @@
 """Type stubs of the native module ``symm._symm`` (private: use ``symm``).
 
 Tensors cross this boundary as descriptors built by the platform adapter:
-``(data_ptr, numel, dtype_name, is_contiguous, device_type, layout_or_None)``. The address must
-stay valid for the duration of the call (the adapter describes a tensor the caller holds).
+``(data_ptr, numel, dtype_name, is_contiguous, device_type, layout_or_None, (storage_ptr,
+storage_nbytes))``. The storage must stay valid for the duration of the call (the adapter
+describes a tensor the caller holds); the native side refuses (InvalidArgument) a descriptor whose
+``numel`` elements at ``data_ptr`` do not lie within it, a null ``data_ptr`` with elements included.
 """
 
 import datetime
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-Desc = Tuple[int, int, str, bool, str, Optional[str]]
+Desc = Tuple[int, int, str, bool, str, Optional[str], Tuple[int, int]]
 Index = Any  # an int, or anything with __index__
 
 __version__: str

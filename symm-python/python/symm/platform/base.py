@@ -15,8 +15,11 @@ import abc
 import contextlib
 from typing import Any, ContextManager, Dict, Hashable, NamedTuple, Optional, Sequence, Tuple
 
-# (data_ptr, numel, dtype name, is_contiguous, device type, layout shown in errors or None)
-Desc = Tuple[int, int, str, bool, str, Optional[str]]
+# (data_ptr, numel, dtype name, is_contiguous, device type, layout shown in errors or None,
+#  (storage address, storage bytes)): the storage is the memory the tensor's data lies in, as the
+# framework allocated it, read from the framework's own tensor (not from methods a subclass may
+# override); (0, 0) when the tensor has no real storage. The native side moves data only within it.
+Desc = Tuple[int, int, str, bool, str, Optional[str], Tuple[int, int]]
 
 
 class FastPath(NamedTuple):
@@ -104,7 +107,12 @@ class Platform(abc.ABC):
     # -- tensors ---------------------------------------------------------------------------
     @abc.abstractmethod
     def describe(self, tensor: Any) -> Optional[Desc]:
-        """The descriptor of a framework tensor, or None when ``tensor`` is not one."""
+        """The descriptor of a framework tensor, or None when ``tensor`` is not one.
+
+        Every field comes from the framework's own tensor, not from methods a subclass may
+        override, and the storage field bounds the memory the native side may touch: a tensor
+        whose data does not lie within it (no real storage, storage shrunk under a view) is
+        refused with InvalidArgument, never read."""
 
     @abc.abstractmethod
     def dtype_name(self, dtype: Any) -> Optional[str]:

@@ -95,15 +95,26 @@ class TorchPlatform(Platform):
     def describe(self, tensor: Any) -> Optional[Desc]:
         if not isinstance(tensor, torch.Tensor) or isinstance(tensor, FreedTensor):
             return None
-        dtype = str(tensor.dtype)
-        device = tensor.device.type
-        if tensor.layout != torch.strided:
-            return (0, tensor.numel(), dtype, False, device, f"a {tensor.layout} tensor")
-        contiguous = tensor.is_contiguous()
-        layout = None
-        if not contiguous:
-            layout = f"tensor of shape {tuple(tensor.shape)} with strides {tensor.stride()}"
-        return (tensor.data_ptr(), tensor.numel(), dtype, contiguous, device, layout)
+        # Read what the C++ tensor holds, not what Python says of it: with torch functions off,
+        # the base class's own descriptors run (a subclass's numel() or data_ptr() overrides and
+        # its __torch_function__, or a TorchFunctionMode, cannot change what is read), and the
+        # storage's address and size bound the memory the native side will touch.
+        with torch._C.DisableTorchFunction():
+            dtype = str(_BASE.dtype.__get__(tensor))
+            device = _BASE.device.__get__(tensor).type
+            layout = _BASE.layout.__get__(tensor)
+            numel = _BASE.numel(tensor)
+            if layout != torch.strided:
+                return (0, numel, dtype, False, device, f"a {layout} tensor", (0, 0))
+            contiguous = _BASE.is_contiguous(tensor)
+            shown = None
+            if not contiguous:
+                shown = f"tensor of shape {tuple(_BASE.size(tensor))} with strides {_BASE.stride(tensor)}"
+            storage = _storage(tensor)
+            # No memory behind the storage: the tensor's own address is not read (a FakeTensor
+            # warns when it is, and future torch raises).
+            ptr = _BASE.data_ptr(tensor) if storage[0] else 0
+            return (ptr, numel, dtype, contiguous, device, shown, storage)
 
     def dtype_name(self, dtype: Any) -> Optional[str]:
         if isinstance(dtype, torch.dtype):
@@ -113,14 +124,19 @@ class TorchPlatform(Platform):
         return None
 
     def scalar(self, value: Any) -> Any:
-        if (
-            isinstance(value, torch.Tensor)
-            and value.numel() == 1
-            and not value.is_floating_point()
-            and not value.is_complex()
-        ):
-            return int(value.item())
-        return value
+        if not isinstance(value, torch.Tensor):
+            return value
+        with torch._C.DisableTorchFunction():
+            if _BASE.numel(value) != 1 or _BASE.is_floating_point(value) or _BASE.is_complex(value):
+                return value  # the caller's check refuses it (without reading its data)
+            if _BASE.device.__get__(value).type == "cpu" and not _readable(self.describe(value), value):
+                # torch would read past the storage (or raise): refused by the caller's check,
+                # which names the argument, as any value that is not an integer.
+                return _NoData(value)
+            try:
+                return int(_BASE.item(value))
+            except (RuntimeError, NotImplementedError):  # no data on its device (a meta tensor)
+                return _NoData(value)
 
     def wrap(self, block: Any, shape: Sequence[int], dtype: Any) -> Any:
         torch_dtype = getattr(torch, block.dtype)
@@ -161,15 +177,61 @@ class TorchPlatform(Platform):
         return torch.profiler.record_function(name)
 
 
+#: torch's tensor base class, whose descriptors read the C++ tensor (see ``describe``).
+_BASE = torch._C.TensorBase
+
+
+def _storage(tensor: Any) -> Tuple[int, int]:
+    """``(address, bytes)`` of the storage ``tensor``'s data lies in; ``(0, 0)`` when it has none
+    that holds memory: a meta storage (a FakeTensor's: its address is not read, which warns),
+    a wrapper subclass's (which raises when read), storage freed with ``resize_(0)``."""
+    try:
+        storage = _BASE.untyped_storage(tensor)
+        if storage.device.type == "meta":
+            return (0, 0)
+        ptr = storage.data_ptr()
+        return (ptr, storage.nbytes()) if ptr else (0, 0)
+    except (RuntimeError, NotImplementedError, TypeError):
+        return (0, 0)
+
+
+def _readable(d: Optional[Desc], tensor: Any) -> bool:
+    """Whether the one element of ``tensor`` (described as ``d``) lies within its storage."""
+    if d is None:
+        return False
+    ptr, (base, nbytes) = d[0], d[6]
+    return ptr != 0 and base <= ptr and ptr + _BASE.element_size(tensor) <= base + nbytes
+
+
+class _NoData:
+    """Stands in for a one-element tensor given as a value (an offset, a size, a rank, a code)
+    whose element cannot be read: what the native side shows when it refuses it."""
+
+    def __init__(self, tensor: Any) -> None:
+        self.text = f"<a one-element {type(tensor).__name__} without data to read>"
+
+    def __repr__(self) -> str:
+        return self.text
+
+
 #: The functions of torch's stable C shim that the fast path calls (``aoti_torch_<name>``).
-_SHIM_FUNCTIONS = ("get_layout", "get_device_type", "get_dtype", "is_contiguous", "get_numel", "get_data_ptr")
+_SHIM_FUNCTIONS = (
+    "get_layout",
+    "get_device_type",
+    "get_dtype",
+    "is_contiguous",
+    "get_numel",
+    "get_data_ptr",
+    "get_storage_offset",
+    "get_storage_size",
+)
 
 
 def _c_shim(dtype_names: Any) -> Optional[Dict[str, Any]]:
     """torch's stable C shim (``torch/csrc/inductor/aoti_torch/c/shim.h``: the C ABI that
     AOTInductor-compiled code calls, exported by libtorch): the addresses of the functions that
-    read a tensor's layout, device, dtype, contiguity, size and address, and the codes they
-    give; None when this torch lacks them."""
+    read a tensor's layout, device, dtype, contiguity, size, address, storage offset and storage
+    size, and the codes they give; None when this torch lacks them."""
     try:
         # torch._C's dependencies include libtorch_cpu, where the shim lives; it is loaded already.
         lib = ctypes.CDLL(torch._C.__file__)
@@ -200,7 +262,9 @@ def _c_shim(dtype_names: Any) -> Optional[Dict[str, Any]]:
 
 def _probes() -> Tuple[Any, ...]:
     """Tensors the shim must read as the descriptors do before the fast path uses it: every
-    dtype, views with an offset, non-contiguous and empty tensors, other devices and layouts."""
+    dtype, views with an offset, non-contiguous and empty tensors, other devices and layouts,
+    tensors without real storage (freed with ``resize_(0)``) and a view past its shrunk storage
+    (which both must refuse)."""
     base = torch.arange(24, dtype=torch.float64)
     out = [
         torch.zeros(3, dtype=d)
@@ -218,6 +282,12 @@ def _probes() -> Tuple[Any, ...]:
     ]
     out += [base, base[5:17], base.view(4, 6).t(), base.view(4, 6)[1], torch.empty(0), torch.ones(2, 3)[:, 1:]]
     out += [torch.nn.Parameter(torch.ones(4)), torch.ones(2, 2).to_sparse(), torch.ones(3, device="meta")]
+    freed = torch.ones(5)
+    freed.untyped_storage().resize_(0)
+    shrunk = torch.ones(8)
+    past = shrunk[4:]
+    shrunk.untyped_storage().resize_(8)
+    out += [freed, past]
     for extra in ("float8_e4m3fn", "float8_e5m2"):
         if hasattr(torch, extra):
             out.append(torch.zeros(2, dtype=getattr(torch, extra)))
