@@ -325,3 +325,131 @@ impl fmt::Debug for Bootstrap {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{Condvar, Mutex};
+
+    use super::*;
+
+    /// A store anyone can write to, as torch's TCPStore is.
+    #[derive(Default)]
+    struct OpenStore {
+        map: Mutex<HashMap<String, Vec<u8>>>,
+        changed: Condvar,
+    }
+
+    impl Store for OpenStore {
+        fn set(&self, key: &str, value: &[u8]) -> Result<(), BootstrapError> {
+            self.map.lock().unwrap().insert(key.into(), value.into());
+            self.changed.notify_all();
+            Ok(())
+        }
+
+        fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>, BootstrapError> {
+            let deadline = Instant::now() + timeout;
+            let mut map = self.map.lock().unwrap();
+            loop {
+                if let Some(v) = map.get(key) {
+                    return Ok(v.clone());
+                }
+                let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                    return Err(BootstrapError::Timeout { what: format!("store key {key:?}"), timeout });
+                };
+                map = self.changed.wait_timeout(map, left).unwrap().0;
+            }
+        }
+    }
+
+    fn secret(text: &str) -> Option<JobSecret> {
+        Some(JobSecret::new(text.as_bytes()).unwrap())
+    }
+
+    fn boot(store: &Arc<OpenStore>, rank: u32, s: Option<JobSecret>, timeout: Duration) -> Bootstrap {
+        Bootstrap::new(Rank(rank), 2, store.clone(), "symm", timeout).with_secret(s)
+    }
+
+    #[test]
+    fn a_forged_record_is_not_taken_and_the_genuine_one_is() {
+        let store = Arc::new(OpenStore::default());
+        let s = secret("a secret of this job, 32 bytes..");
+        // Someone writes rank 1's hello before rank 1 is there.
+        store.set("symm/0/hello/1", b"forged").unwrap();
+        let b0 = boot(&store, 0, s.clone(), Duration::from_secs(10));
+        let b1 = boot(&store, 1, s, Duration::from_secs(10));
+        let t = std::thread::spawn(move || b0.allgather("hello", b"zero"));
+        std::thread::sleep(Duration::from_millis(200));
+        let got1 = b1.allgather("hello", b"one").unwrap();
+        let got0 = t.join().unwrap().unwrap();
+        assert_eq!(got0, [b"zero".to_vec(), b"one".to_vec()]);
+        assert_eq!(got1, got0);
+    }
+
+    #[test]
+    fn a_record_that_stays_forged_is_an_error_naming_it() {
+        let other = boot(&Arc::new(OpenStore::default()), 1, secret("another job's secret!"), Duration::ZERO);
+        // Garbage, then a record sealed under another secret.
+        for forged in [b"garbage".to_vec(), other.seal("symm/0/hello/1", b"x")] {
+            let store = Arc::new(OpenStore::default());
+            let b0 = boot(&store, 0, secret("a secret of this job, 32 bytes.."), Duration::from_millis(300));
+            store.set("symm/0/hello/1", &forged).unwrap();
+            let e = b0.allgather("hello", b"zero").unwrap_err();
+            assert!(matches!(e, BootstrapError::Forged { .. }), "{e:?}");
+            let text = e.to_string();
+            assert!(text.contains("\"symm/0/hello/1\"") && text.contains("SYMM_JOB_SECRET"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_record_under_another_key_does_not_verify() {
+        let store = Arc::new(OpenStore::default());
+        let s = secret("a secret of this job, 32 bytes..");
+        let b1 = boot(&store, 1, s.clone(), Duration::from_millis(200));
+        // A genuine record replayed under another key is not genuine there.
+        let replayed = b1.seal("symm/0/hello/0", b"rank 0's hello");
+        store.set("symm/0/hello/1", &replayed).unwrap();
+        let b0 = boot(&store, 0, s, Duration::from_millis(200));
+        assert!(matches!(b0.allgather("hello", b"zero"), Err(BootstrapError::Forged { .. })));
+    }
+
+    #[test]
+    fn a_peers_failure_ends_the_wait_at_once_and_a_forged_one_does_not() {
+        let store = Arc::new(OpenStore::default());
+        let s = secret("a secret of this job, 32 bytes..");
+        let b0 = boot(&store, 0, s.clone(), Duration::from_secs(1));
+        // A forged failure record is ignored: the wait runs to its timeout.
+        store.set("symm/abort", b"rank 1: forged").unwrap();
+        let e = b0.allgather("hello", b"zero").unwrap_err();
+        assert!(matches!(e, BootstrapError::Timeout { .. }), "{e:?}");
+        // A genuine one ends it within a slice.
+        boot(&store, 1, s, Duration::from_secs(1)).abort("rank 1: bad SYMMETRIC_MEMORY_HEAP_SIZE");
+        let b0 = Bootstrap::new(Rank(0), 2, store.clone(), "symm", Duration::from_secs(60))
+            .with_secret(secret("a secret of this job, 32 bytes.."));
+        let t = Instant::now();
+        let e = b0.allgather("hello", b"zero").unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert_eq!(e.to_string(), "a peer failed during start-up: rank 1: bad SYMMETRIC_MEMORY_HEAP_SIZE");
+    }
+
+    #[test]
+    fn ranks_that_disagree_on_having_a_secret_are_told_so() {
+        let store = Arc::new(OpenStore::default());
+        let with = boot(&store, 1, secret("a secret of this job, 32 bytes.."), Duration::from_millis(200));
+        let without = boot(&store, 0, None, Duration::from_millis(200));
+        let t = std::thread::spawn(move || with.allgather("hello", b"one"));
+        let e = without.allgather("hello", b"zero").unwrap_err().to_string();
+        assert!(e.contains("SYMM_JOB_SECRET") && e.contains("this rank has none"), "{e}");
+        let e = t.join().unwrap().unwrap_err();
+        assert!(matches!(e, BootstrapError::Forged { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn short_secrets_are_refused_without_showing_them() {
+        let e = JobSecret::new(b"short").unwrap_err().to_string();
+        assert!(e.contains("SYMM_JOB_SECRET") && e.contains("<5 bytes>") && !e.contains("short\""), "{e}");
+        let g = JobSecret::generate().unwrap();
+        assert_eq!(g.env_value().unwrap().len(), 64);
+        assert!(!format!("{g:?}").contains(g.env_value().unwrap()));
+    }
+}
