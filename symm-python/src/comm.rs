@@ -12,6 +12,7 @@ use std::time::Duration;
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple, PyType};
+use symm_core::bootstrap::JobSecret;
 use symm_core::buffer::{check_dtype, check_range};
 use symm_core::{
     ArgError, AtRank, Backend, Bootstrap, CmpOp, Communicator, DType, Error, Group, GroupError, HeapError, LocalMut,
@@ -984,9 +985,19 @@ pub fn init(
         return Err(errors::unranked_invalid(py, &format!("rank = {rank}: must lie in [0, world_size = {n})")));
     };
     let me = Rank(r);
-    let store = PyStore::new(store).map_err(|reason| invalid(py, me, "store", repr(store), &reason))?;
-    let config = SimConfig::from_env().at(me).py(py)?;
-    let boot = Bootstrap::new(me, n, Arc::new(store), prefix, config.timeout);
+    let store: Arc<PyStore> =
+        Arc::new(PyStore::new(store).map_err(|reason| invalid(py, me, "store", repr(store), &reason))?);
+    let secret = JobSecret::from_env().at(me).py(py)?;
+    let config = match SimConfig::from_env().at(me) {
+        Ok(c) => c,
+        Err(e) => {
+            // Tell the peers, whose waits would otherwise last their whole timeout.
+            let boot = Bootstrap::new(me, n, store, prefix, symm_core::env::DEFAULT_TIMEOUT).with_secret(secret);
+            py.detach(|| boot.abort(&e.to_string()));
+            return Err(e).py(py);
+        }
+    };
+    let boot = Bootstrap::new(me, n, store, prefix, config.timeout).with_secret(secret);
     let comm = py.detach(|| SimComm::init(&boot, config)).py(py)?;
     Ok(PyCommunicator { sh: Arc::new(Shared { comm, registry: Registry::default() }) })
 }
