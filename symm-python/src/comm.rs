@@ -963,18 +963,21 @@ impl Drop for HeapBlock {
 ///     store: a c10d-style key-value store shared by the ranks (`set`, `get`, optional `wait`).
 ///     prefix: keeps these keys apart from other users of the store; the same on every rank and
 ///         new for every `init` on the same store.
+///     secret: the job secret that authenticates the records (the same on every rank, at
+///         least 16 bytes); `SYMM_JOB_SECRET`, when set, takes its place. None: unauthenticated.
 ///
 /// Returns:
 ///     Communicator: heap size from `SYMMETRIC_MEMORY_HEAP_SIZE`, wait bound from
 ///     `SYMMETRIC_MEMORY_TIMEOUT`.
 #[pyfunction]
-#[pyo3(signature = (rank, world_size, store, *, prefix = "symm"))]
+#[pyo3(signature = (rank, world_size, store, *, prefix = "symm", secret = None))]
 pub fn init(
     py: Python<'_>,
     rank: i64,
     world_size: i64,
     store: &Bound<'_, PyAny>,
     prefix: &str,
+    secret: Option<&[u8]>,
 ) -> PyResult<PyCommunicator> {
     let n = usize::try_from(world_size).ok().filter(|&n| n > 0 && u32::try_from(n).is_ok());
     let Some(n) = n else {
@@ -987,7 +990,12 @@ pub fn init(
     let me = Rank(r);
     let store: Arc<PyStore> =
         Arc::new(PyStore::new(store).map_err(|reason| invalid(py, me, "store", repr(store), &reason))?);
-    let secret = JobSecret::from_env().at(me).py(py)?;
+    let secret = match JobSecret::from_env().at(me).py(py)? {
+        Some(s) => Some(s),
+        None => {
+            secret.map(JobSecret::new).transpose().map_err(|e| invalid(py, me, "secret", "<bytes>", &e.to_string()))?
+        }
+    };
     let config = match SimConfig::from_env().at(me) {
         Ok(c) => c,
         Err(e) => {

@@ -191,7 +191,19 @@ def init(group: Any = None) -> None:
         digest = hashlib.sha1(",".join(map(str, ranks)).encode()).hexdigest()[:16]
         store = platform.store(f"symm/{len(ranks)}-{digest}/")
         _attempts += 1
-        comm = _symm.init(ranks.index(me), len(ranks), store, prefix=f"boot{_attempts}")
+        # Every rank takes part (also one with SYMM_JOB_SECRET set, which then wins in the native
+        # init), so ranks that differ in that variable do not wait for each other here.
+        try:
+            secret = platform.share_secret(group, ranks)
+        except Exception as e:  # noqa: BLE001 - the exchange still runs, unauthenticated
+            secret = None
+            logging.getLogger("symm").warning(
+                "rank %d: no secret could be shared over the process group (%r): the start-up records "
+                "are not authenticated (set SYMM_JOB_SECRET on every rank)",
+                me,
+                e,
+            )
+        comm = _symm.init(ranks.index(me), len(ranks), store, prefix=f"boot{_attempts}", secret=secret)
         state = _State(platform, comm, ranks, key)
         if os.environ.get("SYMM_FAST_PATH", "1").strip() != "0":
             try:
