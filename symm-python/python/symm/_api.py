@@ -146,7 +146,9 @@ def init(group: Any = None) -> None:
     ``torchrun``); start-up data goes through the framework's key-value store under the prefix
     ``symm``. The heap size is ``SYMMETRIC_MEMORY_HEAP_SIZE`` (bytes, K/M/G suffixes, default
     1 GiB, the same on every rank); waits are bounded by ``SYMMETRIC_MEMORY_TIMEOUT`` (seconds,
-    default 120).
+    default 120). The start-up records are authenticated with ``SYMM_JOB_SECRET`` when it is
+    set, else with a fresh secret shared over the process group (see "Start-up security" in the
+    package's README); a rank whose start-up fails makes its peers fail at once.
 
     Args:
         group: the ranks that share symmetric memory: ``None`` for the whole job, or a process
