@@ -14,7 +14,8 @@ def test_a_forged_record_in_torchs_store_is_rejected_with_a_job_secret(tmp_path)
 
 def test_without_a_job_secret_the_process_group_shares_one(tmp_path):
     env = {"SYMM_LOG_LEVEL": "warn"}
-    results = run_ranks("scenarios_security.forged_hello_with_the_process_groups_secret", 2, tmp_path, store="tcp", env=env)
+    scenario = "scenarios_security.forged_hello_with_the_process_groups_secret"
+    results = run_ranks(scenario, 2, tmp_path, store="tcp", env=env)
     check_all_passed(results)
     assert "rejected the start-up record" in results[0].output, results[0].output[-3000:]
 
