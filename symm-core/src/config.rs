@@ -63,6 +63,14 @@ pub const RANK: Var = var("SYMM_RANK", "an integer from 0 to SYMM_WORLD_SIZE - 1
 pub const WORLD_SIZE: Var = var("SYMM_WORLD_SIZE", "an integer from 1 to 1048576", "none (required)", false, L);
 pub const RENDEZVOUS: Var = var("SYMM_RENDEZVOUS", "host:port of the start-up store", "none (required)", false, L);
 pub const RENDEZVOUS_HOSTED: Var = var("SYMM_RENDEZVOUS_HOSTED", "1 or 0", "0", false, L);
+// Ranks agree on it without ever sending it: a record made under another secret fails its MAC.
+pub const JOB_SECRET: Var = var(
+    "SYMM_JOB_SECRET",
+    "any text of at least 16 bytes (the same on every rank), or empty for none",
+    "none (Python: shared over the process group)",
+    false,
+    L,
+);
 pub const SPIN_US: Var = var("SYMM_SPIN_US", "microseconds from 0 to 1000000", "by placement", false, C);
 pub const YIELD_US: Var = var("SYMM_YIELD_US", "microseconds from 0 to 1000000", "by placement", false, C);
 pub const TEST_NAP_MS: Var = var("SYMM_TEST_NAP_MS", "milliseconds from 1 to 3600000", "100", false, C);
@@ -106,6 +114,7 @@ pub const VARS: &[Var] = &[
     WORLD_SIZE,
     RENDEZVOUS,
     RENDEZVOUS_HOSTED,
+    JOB_SECRET,
     SPIN_US,
     YIELD_US,
     TEST_NAP_MS,

@@ -227,6 +227,16 @@ pub enum BootstrapError {
     /// A peer sent something this version does not understand.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// A start-up record failed authentication until the deadline: someone other than the
+    /// job's ranks wrote it (or a rank runs with another job secret).
+    #[error("start-up record {key:?} was rejected: {reason}; see SYMM_JOB_SECRET in docs/errors.md")]
+    Forged { key: String, reason: String },
+    /// A peer's start-up failed (it published its error in the store).
+    #[error("a peer failed during start-up: {reason}")]
+    PeerFailed { reason: String },
+    /// The store refused a request (too large, too many connections, or not authenticated).
+    #[error("the start-up store refused {what}: {reason}")]
+    Refused { what: String, reason: String },
 }
 
 /// Every error of the library.

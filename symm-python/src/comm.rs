@@ -12,6 +12,7 @@ use std::time::Duration;
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple, PyType};
+use symm_core::bootstrap::JobSecret;
 use symm_core::buffer::{check_dtype, check_range};
 use symm_core::{
     ArgError, AtRank, Backend, Bootstrap, CmpOp, Communicator, DType, Error, Group, GroupError, HeapError, LocalMut,
@@ -1049,18 +1050,21 @@ impl Drop for HeapBlock {
 ///     store: a c10d-style key-value store shared by the ranks (`set`, `get`, optional `wait`).
 ///     prefix: keeps these keys apart from other users of the store; the same on every rank and
 ///         new for every `init` on the same store.
+///     secret: the job secret that authenticates the records (the same on every rank, at
+///         least 16 bytes); `SYMM_JOB_SECRET`, when set, takes its place. None: unauthenticated.
 ///
 /// Returns:
 ///     Communicator: heap size from `SYMMETRIC_MEMORY_HEAP_SIZE`, wait bound from
 ///     `SYMMETRIC_MEMORY_TIMEOUT`.
 #[pyfunction]
-#[pyo3(signature = (rank, world_size, store, *, prefix = "symm"))]
+#[pyo3(signature = (rank, world_size, store, *, prefix = "symm", secret = None))]
 pub fn init(
     py: Python<'_>,
     rank: i64,
     world_size: i64,
     store: &Bound<'_, PyAny>,
     prefix: &str,
+    secret: Option<&[u8]>,
 ) -> PyResult<PyCommunicator> {
     let n = usize::try_from(world_size).ok().filter(|&n| n > 0 && u32::try_from(n).is_ok());
     let Some(n) = n else {
@@ -1071,9 +1075,24 @@ pub fn init(
         return Err(errors::unranked_invalid(py, &format!("rank = {rank}: must lie in [0, world_size = {n})")));
     };
     let me = Rank(r);
-    let store = PyStore::new(store).map_err(|reason| invalid(py, me, "store", repr(store), &reason))?;
-    let config = SimConfig::from_env().at(me).py(py)?;
-    let boot = Bootstrap::new(me, n, Arc::new(store), prefix, config.timeout);
+    let store: Arc<PyStore> =
+        Arc::new(PyStore::new(store).map_err(|reason| invalid(py, me, "store", repr(store), &reason))?);
+    let secret = match JobSecret::from_env().at(me).py(py)? {
+        Some(s) => Some(s),
+        None => {
+            secret.map(JobSecret::new).transpose().map_err(|e| invalid(py, me, "secret", "<bytes>", &e.to_string()))?
+        }
+    };
+    let config = match SimConfig::from_env().at(me) {
+        Ok(c) => c,
+        Err(e) => {
+            // Tell the peers, whose waits would otherwise last their whole timeout.
+            let boot = Bootstrap::new(me, n, store, prefix, symm_core::env::DEFAULT_TIMEOUT).with_secret(secret);
+            py.detach(|| boot.abort(&e.to_string()));
+            return Err(e).py(py);
+        }
+    };
+    let boot = Bootstrap::new(me, n, store, prefix, config.timeout).with_secret(secret);
     let comm = py.detach(|| SimComm::init(&boot, config)).py(py)?;
     Ok(PyCommunicator { sh: Arc::new(Shared { comm, registry: Registry::default() }) })
 }

@@ -5,7 +5,9 @@
 //! - `set(key: str, value: bytes)`;
 //! - `wait(keys: list[str], timeout: datetime.timedelta)`: blocks until the keys exist, raises
 //!   after `timeout` (optional: without it `get` relies on the store's own timeout);
-//! - `get(key: str) -> bytes`.
+//! - `get(key: str) -> bytes`;
+//! - `check(keys: list[str]) -> bool`: whether the keys exist now (optional: without it a look
+//!   for a key is a `wait` of 1 ms; c10d reads a zero timeout as "no timeout").
 //!
 //! Start-up runs with the GIL released; each store call takes it back for its own duration only.
 
@@ -21,6 +23,7 @@ use symm_core::{BootstrapError, Store};
 pub(crate) struct PyStore {
     obj: Py<PyAny>,
     has_wait: bool,
+    has_check: bool,
 }
 
 impl PyStore {
@@ -32,7 +35,8 @@ impl PyStore {
                 return Err(format!("has no {method}() method; expected a c10d-style store (set, get, wait)"));
             }
         }
-        Ok(PyStore { obj: obj.clone().unbind(), has_wait: obj.hasattr("wait").unwrap_or(false) })
+        let has = |m: &str| obj.hasattr(m).unwrap_or(false);
+        Ok(PyStore { obj: obj.clone().unbind(), has_wait: has("wait"), has_check: has("check") })
     }
 }
 
@@ -68,13 +72,39 @@ impl Store for PyStore {
                 obj.call_method1("wait", (keys, timeout)).map_err(|e| err("wait", e))?;
             }
             let value = obj.call_method1("get", (key,)).map_err(|e| err("get", e))?;
-            match value.cast::<PyBytes>() {
-                Ok(b) => Ok(b.as_bytes().to_vec()),
-                Err(_) => Err(BootstrapError::Protocol(format!(
-                    "store.get({key:?}) returned {}, expected bytes",
-                    value.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
-                ))),
-            }
+            bytes_of(key, &value)
         })
+    }
+
+    fn try_get(&self, key: &str) -> Result<Option<Vec<u8>>, BootstrapError> {
+        if !self.has_check {
+            return match self.get(key, Duration::from_millis(1)) {
+                Ok(v) => Ok(Some(v)),
+                Err(BootstrapError::Timeout { .. }) => Ok(None),
+                Err(e) => Err(e),
+            };
+        }
+        Python::attach(|py| {
+            let obj = self.obj.bind(py);
+            let err = |op: &str, e: PyErr| store_error(py, op, key, Duration::ZERO, e);
+            let keys = PyList::new(py, [key]).map_err(|e| err("check", e))?;
+            let there = obj.call_method1("check", (keys,)).and_then(|b| b.is_truthy()).map_err(|e| err("check", e))?;
+            if !there {
+                return Ok(None);
+            }
+            let value = obj.call_method1("get", (key,)).map_err(|e| err("get", e))?;
+            bytes_of(key, &value).map(Some)
+        })
+    }
+}
+
+/// The bytes of a value `get` returned.
+fn bytes_of(key: &str, value: &Bound<'_, PyAny>) -> Result<Vec<u8>, BootstrapError> {
+    match value.cast::<PyBytes>() {
+        Ok(b) => Ok(b.as_bytes().to_vec()),
+        Err(_) => Err(BootstrapError::Protocol(format!(
+            "store.get({key:?}) returned {}, expected bytes",
+            value.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+        ))),
     }
 }

@@ -7,7 +7,7 @@
 //! memory.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
+use symm_core::bootstrap::JobSecret;
 use symm_core::config::{self, Config, ConfigError};
 use symm_core::dfx::{self, FlightRing, Op, Registration, StatsTable};
 use symm_core::{
@@ -247,8 +248,21 @@ fn socket_name(job: u64, rank: usize) -> String {
 
 impl SimComm {
     /// Starts this rank: exchanges identities through `boot`, creates its segment and maps the
-    /// segments of every rank on its host. Collective over the world.
+    /// segments of every rank on its host. Collective over the world. If this rank fails, it
+    /// says so in the store first, so that its peers fail at once too
+    /// ([`BootstrapError::PeerFailed`]) instead of at the timeout.
     pub fn init(boot: &Bootstrap, config: SimConfig) -> Result<SimComm> {
+        let started = Self::start(boot, config);
+        if let Err(e) = &started {
+            // A peer's failure is already in the store: keep its reason there.
+            if !matches!(e, Error::Bootstrap { source: BootstrapError::PeerFailed { .. }, .. }) {
+                boot.abort(&e.to_string());
+            }
+        }
+        started
+    }
+
+    fn start(boot: &Bootstrap, config: SimConfig) -> Result<SimComm> {
         let rank = boot.rank();
         let n = boot.world_size();
         let berr = |what: String, source: std::io::Error| Error::Bootstrap {
@@ -335,25 +349,28 @@ impl SimComm {
         boot.allgather("listening", b"").at(rank)?;
 
         let deadline = Instant::now() + boot.timeout();
+        let heap_key = heap_key(boot, job, &replies);
         let server = {
             let raw = fd.as_raw_fd();
-            let expected = local.len();
+            let handshake = HeapHandshake { rank, job, pids: &pids, key: &heap_key, deadline, boot };
             listener.set_nonblocking(true).map_err(|e| berr("configuring the start-up socket".into(), e))?;
             std::thread::scope(|s| {
-                let server = s.spawn(|| serve_fd(&listener, raw, expected, deadline));
+                let server = s.spawn(|| handshake.serve(&listener, raw, &local));
                 let mut maps: Vec<Option<Mapping>> = (0..n).map(|_| None).collect();
                 let mut result = Ok(());
                 for &p in &local {
-                    match fetch_peer(job, p, deadline, layout) {
+                    match handshake.fetch(p, layout) {
                         Ok(m) => maps[p] = Some(m),
                         Err(e) => {
-                            result = Err(berr(format!("mapping the heap of rank {p}"), e));
+                            result = Err(e);
                             break;
                         }
                     }
                 }
-                let served = server.join().unwrap_or_else(|_| Err(std::io::Error::other("start-up server panicked")));
-                result.and(served.map_err(|e| berr("handing the heap segment to peers".into(), e))).map(|_| maps)
+                let served = server.join().unwrap_or_else(|_| {
+                    Err(berr("handing the heap segment to peers".into(), std::io::Error::other("server panicked")))
+                });
+                result.and(served).map(|_| maps)
             })
         };
         let mut maps = server?;
@@ -1183,49 +1200,178 @@ impl Drop for SimComm {
     }
 }
 
-fn serve_fd(listener: &UnixListener, fd: i32, mut expected: usize, deadline: Instant) -> std::io::Result<()> {
-    while expected > 0 {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                stream.set_nonblocking(false)?;
-                sys::send_fd(&stream, fd)?;
-                expected -= 1;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("{expected} peer(s) never came for the heap segment"),
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+/// The key of the heap hand-over's proofs: derived from the job secret (when there is one) and
+/// from every rank's hello, so that it is fresh for every start-up.
+fn heap_key(boot: &Bootstrap, job: u64, replies: &[Vec<u8>]) -> JobSecret {
+    let base =
+        boot.secret().cloned().unwrap_or_else(|| JobSecret::new(b"symm without a job secret").expect("long enough"));
+    let mut parts: Vec<&[u8]> = vec![b"symm heap key"];
+    let job = job.to_le_bytes();
+    parts.push(&job);
+    parts.extend(replies.iter().map(Vec::as_slice));
+    JobSecret::new(&base.mac(&parts)).expect("a MAC is long enough")
 }
 
-fn fetch_peer(job: u64, peer: usize, deadline: Instant, layout: Layout) -> std::io::Result<Mapping> {
-    let addr = SocketAddr::from_abstract_name(socket_name(job, peer))?;
-    let stream = loop {
-        match UnixStream::connect_addr(&addr) {
-            Ok(s) => break s,
-            Err(e) if Instant::now() >= deadline => return Err(e),
-            Err(_) => std::thread::sleep(Duration::from_millis(1)),
-        }
-    };
-    stream.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;
-    let fd = sys::recv_fd(&stream)?;
-    let map = Mapping::map(&fd, layout.total)?;
-    let ctrl = Control::of(&map, layout);
-    // Acquire: pairs with the owner's release store of the magic after initialising its header.
-    let ok = ctrl.header().magic.load(Ordering::Acquire) == MAGIC
-        && ctrl.header().rank.load(Ordering::Relaxed) == peer as u64;
-    if !ok {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "segment header does not match the rank"));
+/// Domain of the proof a rank sends for a peer's heap.
+const HEAP_PROOF_DOMAIN: &[u8] = b"symm heap request";
+/// How long an accepted connection may take to send its proof.
+const PROOF_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often the hand-over looks for a peer's failure in the store.
+const ABORT_POLL: Duration = Duration::from_millis(100);
+
+/// The hand-over of heap segments between the ranks of one host. A rank's segment goes only to
+/// a connection that (1) comes from a process of this user whose pid a rank announced in the
+/// exchange (`SO_PEERCRED`: kernel-recorded, unforgeable), (2) names that rank, and (3) proves
+/// knowledge of the heap key. A rank takes a segment only from the process its owner announced.
+struct HeapHandshake<'a> {
+    rank: Rank,
+    job: u64,
+    pids: &'a [u32],
+    key: &'a JobSecret,
+    deadline: Instant,
+    boot: &'a Bootstrap,
+}
+
+impl HeapHandshake<'_> {
+    fn err(&self, what: String, source: std::io::Error) -> Error {
+        Error::Bootstrap { rank: self.rank, source: BootstrapError::Io { what, source } }
     }
-    Ok(map)
+
+    /// What a rank's request for `owner`'s segment proves: that `client` knows the heap key.
+    fn proof_parts(client: usize, owner: usize) -> [Vec<u8>; 3] {
+        [HEAP_PROOF_DOMAIN.to_vec(), (client as u64).to_le_bytes().to_vec(), (owner as u64).to_le_bytes().to_vec()]
+    }
+
+    /// Serves this rank's segment `fd` to each rank of `peers` once; refuses (and logs) every
+    /// other connection, and keeps serving until every peer is served or the deadline.
+    fn serve(&self, listener: &UnixListener, fd: i32, peers: &[usize]) -> Result<()> {
+        let mut waiting: Vec<usize> = peers.to_vec();
+        let mut polled = Instant::now();
+        while !waiting.is_empty() {
+            match listener.accept() {
+                Ok((stream, _)) => match self.admit(&stream, &waiting) {
+                    Ok(peer) => {
+                        sys::send_fd(&stream, fd)
+                            .map_err(|e| self.err(format!("handing the heap segment to rank {peer}"), e))?;
+                        waiting.retain(|&p| p != peer);
+                    }
+                    Err(why) => symm_core::symm_log!(
+                        dfx::Level::Warn,
+                        self.rank,
+                        "refused a connection for this rank's heap segment: {why}"
+                    ),
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= self.deadline {
+                        return Err(self.err(
+                            "handing the heap segment to peers".into(),
+                            std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                format!("rank(s) {waiting:?} never came for the heap segment"),
+                            ),
+                        ));
+                    }
+                    if polled.elapsed() >= ABORT_POLL {
+                        self.boot.check_abort().at(self.rank)?;
+                        polled = Instant::now();
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => return Err(self.err("accepting on the start-up socket".into(), e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The rank of `waiting` that `stream` comes from, or why it is refused.
+    fn admit(&self, stream: &UnixStream, waiting: &[usize]) -> std::result::Result<usize, String> {
+        let cred = sys::peer_cred(stream).map_err(|e| format!("its credentials are unknown ({e})"))?;
+        let who = format!("pid {} (uid {})", cred.pid, cred.uid);
+        let uid = sys::effective_uid();
+        if cred.uid != uid {
+            return Err(format!("{who} is another user than this rank's (uid {uid})"));
+        }
+        if !waiting.iter().any(|&p| self.pids[p] == cred.pid) {
+            return Err(format!("{who} is no rank of this job still waiting for it (ranks {waiting:?})"));
+        }
+        let mut request = [0u8; 40];
+        stream
+            .set_nonblocking(false)
+            .and_then(|()| stream.set_read_timeout(Some(PROOF_TIMEOUT)))
+            .and_then(|()| (&*stream).read_exact(&mut request))
+            .map_err(|e| format!("{who} sent no request ({e})"))?;
+        let claimed = u64::from_le_bytes(request[..8].try_into().expect("8 bytes"));
+        let peer = usize::try_from(claimed).ok().filter(|p| waiting.contains(p));
+        let Some(peer) = peer.filter(|&p| self.pids[p] == cred.pid) else {
+            return Err(format!("{who} claims to be rank {claimed}, whose pid is not its own"));
+        };
+        let parts = Self::proof_parts(peer, self.rank.index());
+        if !self.key.verify(&parts.each_ref().map(Vec::as_slice), &request[8..]) {
+            return Err(format!("{who} (rank {peer}) does not prove knowledge of this job's exchange"));
+        }
+        Ok(peer)
+    }
+
+    /// Maps the segment of `peer`, received from the process it announced.
+    fn fetch(&self, peer: usize, layout: Layout) -> Result<Mapping> {
+        let what = || format!("mapping the heap of rank {peer}");
+        let io = |e: std::io::Error| self.err(what(), e);
+        let addr = SocketAddr::from_abstract_name(socket_name(self.job, peer)).map_err(io)?;
+        let mut polled = Instant::now();
+        let stream = loop {
+            match UnixStream::connect_addr(&addr) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() >= self.deadline => return Err(io(e)),
+                Err(_) => {
+                    if polled.elapsed() >= ABORT_POLL {
+                        self.boot.check_abort().at(self.rank)?;
+                        polled = Instant::now();
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        };
+        // The socket's owner is the kernel's record of who listens on it: a squatter that took
+        // the name first is refused before anything is sent or mapped.
+        let cred = sys::peer_cred(&stream).map_err(io)?;
+        let uid = sys::effective_uid();
+        if cred.uid != uid || cred.pid != self.pids[peer] {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "its socket is held by pid {} (uid {}), not by the pid {} (uid {uid}) rank {peer} announced",
+                    cred.pid, cred.uid, self.pids[peer]
+                ),
+            )));
+        }
+        let left = self.deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        stream.set_read_timeout(Some(left)).map_err(io)?;
+        let mut request = [0u8; 40];
+        request[..8].copy_from_slice(&(self.rank.index() as u64).to_le_bytes());
+        let parts = Self::proof_parts(self.rank.index(), peer);
+        request[8..].copy_from_slice(&self.key.mac(&parts.each_ref().map(Vec::as_slice)));
+        (&stream).write_all(&request).map_err(io)?;
+        let fd = sys::recv_fd(&stream).map_err(|e| {
+            let refused = e.kind() == std::io::ErrorKind::UnexpectedEof || e.kind() == std::io::ErrorKind::InvalidData;
+            io(if refused {
+                std::io::Error::new(e.kind(), format!("rank {peer} refused this rank's request ({e}); see its log"))
+            } else {
+                e
+            })
+        })?;
+        let map = Mapping::map(&fd, layout.total).map_err(io)?;
+        let ctrl = Control::of(&map, layout);
+        // Acquire: pairs with the owner's release store of the magic after initialising its header.
+        let ok = ctrl.header().magic.load(Ordering::Acquire) == MAGIC
+            && ctrl.header().rank.load(Ordering::Relaxed) == peer as u64;
+        if !ok {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "segment header does not match the rank",
+            )));
+        }
+        Ok(map)
+    }
 }
 
 #[cfg(test)]

@@ -5,11 +5,12 @@ use std::process::{Child, Command, ExitStatus};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use symm_core::bootstrap::{JobSecret, JOB_SECRET_VAR};
 use symm_core::config;
 use symm_core::{AtRank, Bootstrap, BootstrapError, Error, Rank, Result, Store};
 
 use crate::comm::{SimComm, SimConfig};
-use crate::store::{MemoryStore, TcpStore, TcpStoreServer};
+use crate::store::{MemoryStore, StoreLimits, TcpStore, TcpStoreServer};
 
 /// Rank of this process.
 pub const RANK_VAR: &str = config::RANK.name;
@@ -28,53 +29,95 @@ pub const RENDEZVOUS_HOSTED_VAR: &str = "SYMM_RENDEZVOUS_HOSTED";
 /// Start-ups through [`SimComm::from_env`] at a launcher's store made by this process so far.
 static HOSTED_START_UPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// How long a rank whose start-up failed tries to reach the store to tell its peers.
+const FAILURE_NOTICE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the ranks of a job meet, as far as a rank could tell before it failed.
+struct Meeting<'a> {
+    addr: &'a str,
+    hosted: bool,
+    prefix: &'a str,
+    secret: Option<&'a JobSecret>,
+}
+
+impl Meeting<'_> {
+    /// Publishes `err` as this rank's start-up failure, so that its peers' waits end at once
+    /// (best effort: a rank that cannot reach the store only reports its own error). Returns
+    /// `err`.
+    fn fail(&self, rank: Rank, n: usize, err: Error) -> Error {
+        // Rank 0 of a job without a launcher serves the store itself: it has none to reach.
+        if !self.hosted && rank.0 == 0 {
+            return err;
+        }
+        if let Ok(store) = TcpStore::connect_with(self.addr, FAILURE_NOTICE_TIMEOUT, self.secret) {
+            let boot = Bootstrap::new(rank, n.max(1), Arc::new(store), self.prefix, FAILURE_NOTICE_TIMEOUT)
+                .with_secret(self.secret.cloned());
+            boot.abort(&err.to_string());
+        }
+        err
+    }
+}
+
 impl SimComm {
     /// Starts this process as the rank named by `SYMM_RANK` of `SYMM_WORLD_SIZE`, meeting the
-    /// others at `SYMM_RENDEZVOUS` (rank 0 serves there, unless `SYMM_RENDEZVOUS_HOSTED=1`).
-    /// Collective over the world.
+    /// others at `SYMM_RENDEZVOUS` (rank 0 serves there, unless `SYMM_RENDEZVOUS_HOSTED=1`),
+    /// authenticated with `SYMM_JOB_SECRET` when it is set. Collective over the world. A rank
+    /// whose settings are bad tells its peers through the store (when it can reach it), so
+    /// that they fail at once too.
     pub fn from_env() -> Result<SimComm> {
         // An error names the rank when `SYMM_RANK` says it, else an unknown one.
         let said = config::environment(RANK_VAR).and_then(|v| v.trim().parse::<u32>().ok()).map_or(Rank::UNKNOWN, Rank);
-        let (rank, n) = config::rank_and_world_size(&config::environment).map_err(BootstrapError::from).at(said)?;
-        let rank_id = Rank(rank as u32);
         let addr = std::env::var(RENDEZVOUS_VAR).map_err(|_| BootstrapError::Env {
             var: RENDEZVOUS_VAR,
             value: None,
             reason: "expected host:port of the start-up store (served by rank 0 or the launcher)".into(),
         });
-        let addr = addr.at(rank_id)?;
-        let config = SimConfig::from_env().at(rank_id)?;
         let hosted = match std::env::var(RENDEZVOUS_HOSTED_VAR).as_deref().map(str::trim) {
-            Ok("1") => true,
-            Ok("0") | Ok("") | Err(_) => false,
-            Ok(other) => {
-                return Err(BootstrapError::Env {
-                    var: RENDEZVOUS_HOSTED_VAR,
-                    value: Some(other.into()),
-                    reason: "expected 1 (the launcher serves the store) or 0".into(),
-                })
-                .at(rank_id)
-            }
+            Ok("1") => Ok(true),
+            Ok("0") | Ok("") | Err(_) => Ok(false),
+            Ok(other) => Err(BootstrapError::Env {
+                var: RENDEZVOUS_HOSTED_VAR,
+                value: Some(other.into()),
+                reason: "expected 1 (the launcher serves the store) or 0".into(),
+            }),
         };
-        let server = if rank == 0 && !hosted {
-            Some(TcpStoreServer::bind(&addr).map_err(|e| Error::Bootstrap {
-                rank: rank_id,
-                source: BootstrapError::Io { what: format!("serving the rendezvous at {addr}"), source: e },
-            })?)
-        } else {
-            None
-        };
-        let store: Arc<dyn Store> = Arc::new(TcpStore::connect(&addr, config.timeout).at(rank_id)?);
         // A launcher's store outlives one start-up: there every start-up of this process (the
         // same sequence on every rank) takes its own keys, so a second one cannot read the
         // first's. Rank 0's own store is new for every start-up.
-        let prefix = if hosted {
+        let prefix = if matches!(hosted, Ok(true)) {
             // Relaxed: only distinct, ordered numbers are needed.
             format!("symm.{}", HOSTED_START_UPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
         } else {
             "symm".to_string()
         };
-        let boot = Bootstrap::new(rank_id, n, store.clone(), &prefix, config.timeout);
+        let secret = JobSecret::from_env();
+        let (addr, hosted) = match (addr, hosted) {
+            (Ok(a), Ok(h)) => (a, h),
+            (Err(e), _) | (_, Err(e)) => return Err(e).at(said),
+        };
+        // Without a valid secret this rank could not reach an authenticated store anyway.
+        let noticed = secret.as_ref().ok().cloned().flatten();
+        let meeting = Meeting { addr: &addr, hosted, prefix: &prefix, secret: noticed.as_ref() };
+        let (rank, n) = config::rank_and_world_size(&config::environment)
+            .map_err(BootstrapError::from)
+            .at(said)
+            .map_err(|e| meeting.fail(said, 1, e))?;
+        let rank_id = Rank(rank as u32);
+        let secret = secret.at(rank_id)?;
+        let config = SimConfig::from_env().at(rank_id).map_err(|e| meeting.fail(rank_id, n, e))?;
+        let server = if rank == 0 && !hosted {
+            Some(TcpStoreServer::bind_with(&addr, secret.clone(), StoreLimits::default()).map_err(|e| {
+                Error::Bootstrap {
+                    rank: rank_id,
+                    source: BootstrapError::Io { what: format!("serving the rendezvous at {addr}"), source: e },
+                }
+            })?)
+        } else {
+            None
+        };
+        let store: Arc<dyn Store> =
+            Arc::new(TcpStore::connect_with(&addr, config.timeout, secret.as_ref()).at(rank_id)?);
+        let boot = Bootstrap::new(rank_id, n, store.clone(), &prefix, config.timeout).with_secret(secret);
         let comm = SimComm::init(&boot, config)?;
         if let Some(server) = server {
             // Rank 0's server must outlive every rank's last read: wait until all are done.
@@ -115,7 +158,9 @@ pub fn run_in_process<R: Send>(n: usize, config: SimConfig, f: impl Fn(SimComm) 
 ///
 /// The launcher serves the start-up store itself, on a loopback port it holds from the moment
 /// it is chosen until every rank has exited (`SYMM_RENDEZVOUS_HOSTED=1`): jobs started at the
-/// same time cannot meet on each other's port.
+/// same time cannot meet on each other's port. It gives the job a fresh secret
+/// (`SYMM_JOB_SECRET`, unless `env` sets one): only the ranks can use the store, their records
+/// are authenticated, and their heaps go only to each other.
 pub fn spawn_ranks(
     n: usize,
     program: &std::path::Path,
@@ -123,7 +168,18 @@ pub fn spawn_ranks(
     env: &[(String, String)],
     grace: Duration,
 ) -> std::io::Result<Vec<ExitStatus>> {
-    let store = TcpStoreServer::bind("127.0.0.1:0")?;
+    let given = env.iter().rev().find(|(k, _)| k == JOB_SECRET_VAR).map(|(_, v)| v.as_str());
+    let secret = match given {
+        // An empty secret is none: the job runs unauthenticated (for comparison only).
+        Some("") => None,
+        Some(text) => Some(
+            JobSecret::new(text.as_bytes())
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?,
+        ),
+        None => Some(JobSecret::generate()?),
+    };
+    let secret_text = secret.as_ref().and_then(JobSecret::env_value).map(str::to_string);
+    let store = TcpStoreServer::bind_with("127.0.0.1:0", secret, StoreLimits::default())?;
     let rendezvous = store.local_addr().to_string();
     let mut children = Children(Vec::with_capacity(n));
     for r in 0..n {
@@ -133,6 +189,9 @@ pub fn spawn_ranks(
             .env(WORLD_SIZE_VAR, n.to_string())
             .env(RENDEZVOUS_VAR, &rendezvous)
             .env(RENDEZVOUS_HOSTED_VAR, "1");
+        if let Some(text) = &secret_text {
+            cmd.env(JOB_SECRET_VAR, text);
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }

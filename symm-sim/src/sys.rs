@@ -231,3 +231,42 @@ pub fn host_cores() -> usize {
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
 }
+
+/// Who is at the other end of a connected Unix socket, as the kernel recorded it when the
+/// connection (or, for a client, the server's `listen`) was made: it cannot be forged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerCred {
+    /// Process id, in this process's pid namespace (0 when the peer is outside it).
+    pub pid: u32,
+    /// Effective user id.
+    pub uid: u32,
+    /// Effective group id.
+    pub gid: u32,
+}
+
+/// The credentials of the peer of `sock` (`SO_PEERCRED`).
+pub fn peer_cred(sock: &UnixStream) -> io::Result<PeerCred> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes of the sizes passed; SO_PEERCRED fills a
+    // `ucred` on a connected Unix socket.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(PeerCred { pid: u32::try_from(cred.pid).unwrap_or(0), uid: cred.uid, gid: cred.gid })
+}
+
+/// This process's effective user id.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}

@@ -146,7 +146,9 @@ def init(group: Any = None) -> None:
     ``torchrun``); start-up data goes through the framework's key-value store under the prefix
     ``symm``. The heap size is ``SYMMETRIC_MEMORY_HEAP_SIZE`` (bytes, K/M/G suffixes, default
     1 GiB, the same on every rank); waits are bounded by ``SYMMETRIC_MEMORY_TIMEOUT`` (seconds,
-    default 120).
+    default 120). The start-up records are authenticated with ``SYMM_JOB_SECRET`` when it is
+    set, else with a fresh secret shared over the process group (see "Start-up security" in the
+    package's README); a rank whose start-up fails makes its peers fail at once.
 
     Args:
         group: the ranks that share symmetric memory: ``None`` for the whole job, or a process
@@ -191,7 +193,19 @@ def init(group: Any = None) -> None:
         digest = hashlib.sha1(",".join(map(str, ranks)).encode()).hexdigest()[:16]
         store = platform.store(f"symm/{len(ranks)}-{digest}/")
         _attempts += 1
-        comm = _symm.init(ranks.index(me), len(ranks), store, prefix=f"boot{_attempts}")
+        # Every rank takes part (also one with SYMM_JOB_SECRET set, which then wins in the native
+        # init), so ranks that differ in that variable do not wait for each other here.
+        try:
+            secret = platform.share_secret(group, ranks)
+        except Exception as e:  # noqa: BLE001 - the exchange still runs, unauthenticated
+            secret = None
+            logging.getLogger("symm").warning(
+                "rank %d: no secret could be shared over the process group (%r): the start-up records "
+                "are not authenticated (set SYMM_JOB_SECRET on every rank)",
+                me,
+                e,
+            )
+        comm = _symm.init(ranks.index(me), len(ranks), store, prefix=f"boot{_attempts}", secret=secret)
         state = _State(platform, comm, ranks, key)
         # _symm.init refused any SYMM_FAST_PATH but an on/off value (symm_core::config).
         if os.environ.get("SYMM_FAST_PATH", "").strip().lower() not in ("0", "false", "no", "off"):

@@ -80,6 +80,13 @@ class Platform(abc.ABC):
         and ``wait(keys, timeout: datetime.timedelta)`` (raises once the timeout passes).
         """
 
+    def share_secret(self, group: Any, ranks: Sequence[int]) -> Optional[bytes]:
+        """A fresh random secret, the same on every rank of ``ranks`` (``group``), carried over
+        the framework's own connections (never through the store). Collective. ``None``: the
+        framework cannot (the start-up records then go unauthenticated, unless
+        ``SYMM_JOB_SECRET`` is set)."""
+        return None
+
     # -- groups ----------------------------------------------------------------------------
     @abc.abstractmethod
     def group_key(self, group: Any) -> Hashable:

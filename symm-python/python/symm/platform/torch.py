@@ -60,6 +60,19 @@ class TorchPlatform(Platform):
         # prefix keeps symm's keys apart from torch's own.
         return dist.PrefixStore(prefix, dist.distributed_c10d._get_default_store())
 
+    def share_secret(self, group: Any, ranks: Sequence[int]) -> Optional[bytes]:
+        # Over the process group's connections, which the ranks set up through the store before
+        # symm starts: whoever can read or write the store afterwards never sees the secret.
+        # A plain uint8 tensor (broadcast_object_list needs numpy on the receivers).
+        import secrets
+
+        if self.rank() == ranks[0]:
+            buf = torch.tensor(list(secrets.token_bytes(32)), dtype=torch.uint8)
+        else:
+            buf = torch.zeros(32, dtype=torch.uint8)
+        dist.broadcast(buf, src=ranks[0], group=group)
+        return bytes(buf.tolist()).hex().encode()
+
     def group_key(self, group: Any) -> Hashable:
         # ProcessGroup objects hash by identity: one entry per group object.
         return group
