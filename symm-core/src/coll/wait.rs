@@ -1,11 +1,37 @@
 //! Waiting on several flags at once: a sendrecv serves both directions, a small-message round
 //! watches a peer's message and its round-protocol flag (whichever the peer uses).
+//!
+//! # News of a writer that will not send
+//! A collective's wait on a peer's flag also watches, in the same backend wait (so a change
+//! wakes the waiter at once, and nothing is read while the flag comes quickly), the words that
+//! tell that the peer is not in this call and so will never set the flag:
+//! - its [`FAILED`] word: it found the members out of step in one of its calls and takes no
+//!   more collectives in the group;
+//! - its small-broadcast slot for broadcast `bcasts + 1` (outside small broadcasts, whose own
+//!   waits judge those slots, see [`eager`](super::eager)): the peer made a small broadcast, as
+//!   its root, where this member makes another call. The root of a small broadcast returns
+//!   without waiting, so its message is all that shows where it went;
+//! - its slot for broadcast `bcasts`, when the peer is not that broadcast's root here: the peer
+//!   believed it was the root.
+//!
+//! Such a slot keeps its message until the reader has entered a later small broadcast (flow
+//! control), so it cannot be a message of another broadcast. A member that finds one of these
+//! raises `Mismatch` naming the peer and both calls, takes no more collectives in the group
+//! and publishes its own [`FAILED`] word, so that every member learns it, each at its next wait
+//! on it or at the start of its next collective of the group (which looks at the same words:
+//! a small broadcast's root, which does not wait, learns it there).
 
 use std::time::{Duration, Instant};
 
-use super::state::Ctx;
+use super::algo::Call;
+use super::eager;
+use super::state::{Ctx, FAILED};
 use crate::backend::{Backend, WaitSite};
+use crate::dfx::Op;
 use crate::error::{Error, Result, TimeoutError};
+
+/// News words per writer at most ([`Ctx::news_words`]).
+pub const NEWS_WORDS: usize = 3;
 
 /// A flag word in the caller's own heap, set by one writer, and the value awaited: the word
 /// at heap offset `offset`, written by member `writer`, at least `value`.
@@ -76,7 +102,18 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
         // The record waits for the poll: a call that waits a little reads no clock for it.
         self.record.blocked(self.b);
         // The backend's wait on every flag at once, when it has one; else one flag at a time.
-        let words: Vec<(usize, i64)> = flags.iter().map(|f| (f.offset, f.value as i64)).collect();
+        // With the news words of every writer (see the module documentation).
+        let mut words: Vec<(usize, i64)> = flags.iter().map(|f| (f.offset, f.value as i64)).collect();
+        let mut writers: Vec<usize> = flags.iter().map(|f| f.writer).collect();
+        writers.sort_unstable();
+        writers.dedup();
+        for &j in &writers {
+            let mut news = [(0, 0); NEWS_WORDS];
+            let k = self.news_words(j, &mut news);
+            words.extend_from_slice(&news[..k]);
+        }
+        // The news first: what the writer did after it is visible once it is.
+        let news = || writers.iter().find_map(|&j| self.news(j));
         let site = || WaitSite {
             op: format!("{} (round {})", self.op, flags[0].value),
             group: Some(self.group.ranks().to_vec()),
@@ -87,7 +124,10 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
                 .then(|| self.group.ranks()[flags[0].writer]),
         };
         match self.b.wait_any_signal_at(&words, deadline.saturating_duration_since(Instant::now()), &site) {
-            Ok(_) => return Ok(()),
+            Ok(_) => match news() {
+                Some(e) if !met() => return Err(self.diverge(e)),
+                _ => return Ok(()),
+            },
             Err(Error::Unsupported { .. }) => {}
             Err(Error::Timeout(_)) => return Err(self.timeout_any(flags, arrived, start.elapsed())),
             // A peer that did its part and then left is no failure.
@@ -111,8 +151,12 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
             };
             let f = flags[turn % flags.len()];
             // The same wait as any other, bounded by the slice: a slice that runs out is no error.
-            let bounded = Ctx { timeout: this.min(deadline - now), ..*self };
-            match bounded.wait_flag(f, &|_| f.offset) {
+            let bounded = Ctx { timeout: this.min(deadline - now), diverged: std::cell::Cell::new(false), ..*self };
+            let waited = bounded.wait_flag(f, &|_| f.offset);
+            if bounded.diverged.get() {
+                self.diverged.set(true);
+            }
+            match waited {
                 Ok(()) => return Ok(()),
                 Err(Error::Timeout(_)) => {}
                 Err(_) if met() => return Ok(()),
@@ -123,6 +167,109 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
             }
         }
         Err(self.timeout_any(flags, arrived, start.elapsed()))
+    }
+
+    /// Fills `out` with the news words of writer `j` (offset, value reached when there is news;
+    /// see the module documentation); how many. None for point-to-point calls.
+    pub(super) fn news_words(&self, j: usize, out: &mut [(usize, i64)]) -> usize {
+        if self.p2p || j == self.me {
+            return 0;
+        }
+        out[0] = (self.word_offset(j, FAILED), 1);
+        let mut k = 1;
+        if self.watch_eager {
+            let next = eager::message(self, j, self.bcasts + 1);
+            out[k] = (next.offset, next.value as i64);
+            k += 1;
+            if self.last_bcast.is_some_and(|l| l.root != j) {
+                let f = eager::message(self, j, self.bcasts);
+                out[k] = (f.offset, f.value as i64);
+                k += 1;
+            }
+        }
+        k
+    }
+
+    /// The news of writer `j`, if any (see the module documentation): the error it gives this
+    /// call.
+    pub(super) fn news(&self, j: usize) -> Option<Error> {
+        if self.p2p || j == self.me {
+            return None;
+        }
+        self.failed_news(j).or_else(|| {
+            if !self.watch_eager {
+                return None;
+            }
+            let b = self.bcasts;
+            let next = eager::message(self, j, b + 1);
+            if next.reached(self) {
+                let (sig, len) = eager::sent(self, next);
+                return Some(self.mismatch(
+                    j,
+                    format!("{} as collective call #{} of the group, after {b} small broadcasts", self.op, self.call),
+                    format!("{} as small broadcast #{} of the group, as its root", Call::describe(sig, len), b + 1),
+                ));
+            }
+            self.root_news(j)
+        })
+    }
+
+    /// At the start of a collective call: the news of every peer but those of its waits alone
+    /// (a message for the next small broadcast may be this very call's).
+    pub(super) fn news_at_entry(&self) -> Option<Error> {
+        (0..self.n).filter(|&j| j != self.me).find_map(|j| self.failed_news(j).or_else(|| self.root_news(j)))
+    }
+
+    /// `j`'s `FAILED` word, when set.
+    fn failed_news(&self, j: usize) -> Option<Error> {
+        let failed = self.read_word(j, FAILED);
+        (failed != 0).then(|| {
+            let op = Op::from_code((failed & 0xff) as u8).map_or("?", Op::name);
+            self.mismatch(
+                j,
+                format!("{} as collective call #{} of the group", self.op, self.call),
+                format!(
+                    "{op} as its collective call #{}, in which it found the members out of step and stopped taking \
+                     collectives in this group (see the error on that rank)",
+                    failed >> 8
+                ),
+            )
+        })
+    }
+
+    /// Whether `j` also sent small broadcast `bcasts` as its root, when this member ran it with
+    /// another root.
+    fn root_news(&self, j: usize) -> Option<Error> {
+        let last = self.last_bcast.filter(|l| l.root != j)?;
+        let b = self.bcasts;
+        let f = eager::message(self, j, b);
+        f.reached(self).then(|| {
+            let (sig, len) = eager::sent(self, f);
+            self.mismatch(
+                j,
+                format!("{} as small broadcast #{b} of the group", Call::describe(last.sig, last.count as i64)),
+                format!("{} as small broadcast #{b} of the group, as its root", Call::describe(sig, len)),
+            )
+        })
+    }
+
+    fn mismatch(&self, j: usize, mine: String, theirs: String) -> Error {
+        Error::Mismatch { rank: self.b.rank(), op: self.op.into(), peer: self.group.ranks()[j], mine, theirs }
+    }
+
+    /// Marks the call as having found the members out of step (see [`Ctx::diverged`]).
+    pub(super) fn diverge(&self, e: Error) -> Error {
+        self.diverged.set(true);
+        e
+    }
+
+    /// Tells every peer that this member found the members out of step in call `op` (its
+    /// [`FAILED`] word, which their waits watch). Best effort: the call fails anyway.
+    pub(super) fn publish_failure(&self, op: Op) {
+        let word = (self.call << 8) | u64::from(op.code());
+        for j in (0..self.n).filter(|&j| j != self.me) {
+            let _ = self.signal(j, FAILED, word);
+        }
     }
 
     /// Polls `met` for [`POLL_FOR`] spinning, or, where waiters share cores, for
