@@ -42,8 +42,13 @@
 //! is the root). So members that disagree fail instead of waiting out the timeout: when some
 //! member believes it is the root, its message reaches every other member; when none does,
 //! every member waits, and so announces itself on every peer. The root,
-//! which never waits for the members, does not learn of a disagreement: its call succeeds, as
-//! an eager MPI send does, and the members report it. Round-protocol calls carry the group's
+//! which never waits for the members, does not learn of a disagreement in the call: its call
+//! succeeds, as an eager MPI send does, and the members report it. Its next collective of the
+//! group learns it (see [`wait`](super::wait)): a member that found the disagreement has
+//! published it, or a peer's message for the same broadcast shows another self-declared root
+//! (so where every member that disagrees names itself the root, and nobody waits, each finds the
+//! others' messages). A member in another collective learns of a root's broadcast from the
+//! root's message for the group's next small broadcast, in its waits. Round-protocol calls carry the group's
 //! broadcast count in their signature, so members that disagree on how many broadcasts were
 //! made fail at their next collective. A member that ends up running the call as a round takes
 //! its announcement back (`EAGER_WAIT = b - 1`), so that no peer reads it as its part in the

@@ -327,7 +327,7 @@ pub trait Collectives: Communicator {
     /// 256 bytes (8 KiB where ranks outnumber cores) returns at the root once its message is in
     /// every member's heap, without waiting for the members (up to 64 such broadcasts ahead of
     /// the slowest): a member whose arguments disagree with the root's fails, the root does not
-    /// (see `docs/design.md`).
+    /// in that call but in a later collective of the group (see `docs/design.md`).
     fn broadcast(&self, group: &Group, mut buf: LocalMut<'_>, root: usize, opts: &CollOptions) -> Result<()> {
         let n = group.size();
         if root >= n {

@@ -7,15 +7,16 @@
 //! | fact  | meaning                                                                 |
 //! |-------|-------------------------------------------------------------------------|
 //! | `SRC` | alltoall: elements this member sends to the reader; others: its count   |
-//! | `RED` | alltoall: elements this member expects from the reader                  |
+//! | `RED` | alltoall: elements this member expects from the reader; others: its call signature (kind, dtype, op, format, root) |
 //! | `SIG` | [`VALIDATION_SIG`], which no ordinary round uses                        |
 //! | `LEN` | this member's collective call number in the group                       |
 //! | `MAX` | op code, dtype, "rejected its arguments" flag                           |
 //!
 //! and every member checks: the peer is in a validation round too (else the members do not run
 //! the same sequence of rounds: one of them skipped or repeated a call, or `SYMM_VALIDATE`
-//! differs between ranks), the call numbers agree, the operations agree, broadcast counts and dtypes
-//! agree (a small broadcast's root would not see it otherwise, see [`eager`](super::eager)), and for alltoall the
+//! differs between ranks), the call numbers agree, the operations agree, signatures and counts
+//! agree (a small broadcast's root would not see a disagreement otherwise, see
+//! [`eager`](super::eager), not even on the root itself), and for alltoall the
 //! split sizes agree pairwise (what j sends to i is what i expects from j). Call numbers and
 //! operations are seen alike by every member, so they all fail alike. Alltoall sizes are
 //! pairwise, so a second round shares each member's verdict and every member fails with the
