@@ -7,6 +7,9 @@
 //! - a small broadcast on one rank against an allreduce on the others: the others get
 //!   `Mismatch` naming the broadcast within 2 s, not at the 60 s wait bound, and the
 //!   broadcaster gets it in its next collective;
+//! - the same with the broadcaster making the others' call 100 ms later: the calls pair as
+//!   before (the allreduces fail naming the broadcasts made before them) and the group stays
+//!   usable;
 //! - under `SYMM_VALIDATE=1`, a rank that skipped a broadcast whose root differs from the next
 //!   one's: every rank gets `Mismatch` in that call, naming both roots.
 //!
@@ -61,6 +64,12 @@ fn self_declared_broadcast_roots_fail_in_the_broadcast_under_validation() {
 fn a_small_broadcast_against_an_allreduce_fails_within_two_seconds_on_every_rank() {
     run_job("other-call", 2, &[]);
     run_job("other-call", 3, &[]);
+}
+
+#[test]
+fn a_root_that_makes_the_others_call_soon_after_pairs_as_before_and_the_group_stays_usable() {
+    run_job("late-order", 2, &[]);
+    run_job("late-order", 3, &[]);
 }
 
 #[test]

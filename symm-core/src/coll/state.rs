@@ -584,50 +584,37 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
             watch: if self.p2p { vec![self.group.ranks()[writer]] } else { Vec::new() },
             waiting_on: Some(self.group.ranks()[writer]),
         };
-        let start = std::time::Instant::now();
+        let deadline = std::time::Instant::now() + self.timeout;
         // With the words that tell that the writer will not send it (see `wait`): the backend
         // wakes on any of them.
-        let mut words = [(flag.offset, flag.value as i64); 1 + super::wait::NEWS_WORDS];
-        let extra = self.news_words(writer, &mut words[1..]);
-        loop {
-            let timeout = self.timeout.saturating_sub(start.elapsed());
-            let waited = match extra {
-                0 => None,
-                k => match self.b.wait_any_signal_at(&words[..=k], timeout, &site) {
-                    Err(Error::Unsupported { .. }) => None,
-                    Err(Error::Timeout(mut t)) => {
-                        // Described as the wait on the flag alone.
-                        t.condition = format!("signal >= {}", flag.value);
-                        t.last_observed = self.read_at(flag.offset).to_string();
-                        Some(Err(Error::Timeout(t)))
-                    }
-                    other => Some(other.map(|_| ())),
-                },
-            };
-            let waited = waited.unwrap_or_else(|| {
-                self.b
-                    .wait_signal_at(flag.offset, SignalWidth::W64, CmpOp::Ge, flag.value as i64, timeout, &site)
-                    .map(|_| ())
-            });
-            return match waited {
-                Ok(()) => {
-                    // The news first: what the writer did after it is visible once it is.
-                    let news = self.news(writer);
-                    if flag.reached(self) {
-                        Ok(())
-                    } else if let Some(e) = news {
-                        Err(self.diverge(e))
-                    } else {
-                        continue;
-                    }
-                }
-                Err(Error::Timeout(mut t)) => {
-                    let arrived = |k: usize| self.read_at(same_word(k)) >= flag.value as i64;
-                    super::validate::explain_timeout(self, &mut t, writer, &arrived);
-                    Err(Error::Timeout(t))
-                }
-                Err(e) => Err(e),
-            };
+        let waited = match self.wait_with_news(
+            &[(flag.offset, flag.value as i64)],
+            &[writer],
+            &|| flag.reached(self),
+            deadline,
+            &site,
+        ) {
+            Err(Error::Unsupported { .. }) => self
+                .b
+                .wait_signal_at(flag.offset, SignalWidth::W64, CmpOp::Ge, flag.value as i64, self.timeout, &site)
+                .map(|_| ()),
+            Err(Error::Timeout(mut t)) => {
+                // Described as the wait on the flag alone.
+                t.condition = format!("signal >= {}", flag.value);
+                t.last_observed = self.read_at(flag.offset).to_string();
+                t.waited = self.timeout.saturating_sub(deadline.saturating_duration_since(std::time::Instant::now()));
+                Err(Error::Timeout(t))
+            }
+            other => other,
+        };
+        match waited {
+            Ok(()) => Ok(()),
+            Err(Error::Timeout(mut t)) => {
+                let arrived = |k: usize| self.read_at(same_word(k)) >= flag.value as i64;
+                super::validate::explain_timeout(self, &mut t, writer, &arrived);
+                Err(Error::Timeout(t))
+            }
+            Err(e) => Err(e),
         }
     }
 

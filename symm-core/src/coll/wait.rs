@@ -10,7 +10,10 @@
 //! - its small-broadcast slot for broadcast `bcasts + 1` (outside small broadcasts, whose own
 //!   waits judge those slots, see [`eager`](super::eager)): the peer made a small broadcast, as
 //!   its root, where this member makes another call. The root of a small broadcast returns
-//!   without waiting, so its message is all that shows where it went;
+//!   without waiting, so its message is all that shows where it went. It fails the wait only
+//!   after [`GRACE`]: the root may make this member's call next, and calls in different orders
+//!   then pair as before (the round-based call fails on every member, naming the broadcasts
+//!   made before it; the broadcast delivers; the group stays usable);
 //! - its slot for broadcast `bcasts`, when the peer is not that broadcast's root here: the peer
 //!   believed it was the root.
 //!
@@ -31,7 +34,19 @@ use crate::dfx::Op;
 use crate::error::{Error, Result, TimeoutError};
 
 /// News words per writer at most ([`Ctx::news_words`]).
-pub const NEWS_WORDS: usize = 3;
+const NEWS_WORDS: usize = 3;
+/// How long a root's message for the next small broadcast must have been in the caller's heap,
+/// without the awaited flags, before a wait fails on it ([`Ctx::wait_with_news`]).
+const GRACE: Duration = Duration::from_millis(500);
+
+/// What a writer's news words show ([`Ctx::news`]).
+enum News {
+    /// It will not send: the error now.
+    Now(Error),
+    /// It made a small broadcast that the caller has not: the error once it has been so for
+    /// [`GRACE`].
+    Grace(Error),
+}
 
 /// A flag word in the caller's own heap, set by one writer, and the value awaited: the word
 /// at heap offset `offset`, written by member `writer`, at least `value`.
@@ -103,17 +118,10 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
         self.record.blocked(self.b);
         // The backend's wait on every flag at once, when it has one; else one flag at a time.
         // With the news words of every writer (see the module documentation).
-        let mut words: Vec<(usize, i64)> = flags.iter().map(|f| (f.offset, f.value as i64)).collect();
+        let words: Vec<(usize, i64)> = flags.iter().map(|f| (f.offset, f.value as i64)).collect();
         let mut writers: Vec<usize> = flags.iter().map(|f| f.writer).collect();
         writers.sort_unstable();
         writers.dedup();
-        for &j in &writers {
-            let mut news = [(0, 0); NEWS_WORDS];
-            let k = self.news_words(j, &mut news);
-            words.extend_from_slice(&news[..k]);
-        }
-        // The news first: what the writer did after it is visible once it is.
-        let news = || writers.iter().find_map(|&j| self.news(j));
         let site = || WaitSite {
             op: format!("{} (round {})", self.op, flags[0].value),
             group: Some(self.group.ranks().to_vec()),
@@ -123,11 +131,8 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
             waiting_on: (flags.iter().all(|f| f.writer == flags[0].writer))
                 .then(|| self.group.ranks()[flags[0].writer]),
         };
-        match self.b.wait_any_signal_at(&words, deadline.saturating_duration_since(Instant::now()), &site) {
-            Ok(_) => match news() {
-                Some(e) if !met() => return Err(self.diverge(e)),
-                _ => return Ok(()),
-            },
+        match self.wait_with_news(&words, &writers, &met, deadline, &site) {
+            Ok(()) => return Ok(()),
             Err(Error::Unsupported { .. }) => {}
             Err(Error::Timeout(_)) => return Err(self.timeout_any(flags, arrived, start.elapsed())),
             // A peer that did its part and then left is no failure.
@@ -171,16 +176,18 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
 
     /// Fills `out` with the news words of writer `j` (offset, value reached when there is news;
     /// see the module documentation); how many. None for point-to-point calls.
-    pub(super) fn news_words(&self, j: usize, out: &mut [(usize, i64)]) -> usize {
+    fn news_words(&self, j: usize, out: &mut [(usize, i64)], next: bool) -> usize {
         if self.p2p || j == self.me {
             return 0;
         }
         out[0] = (self.word_offset(j, FAILED), 1);
         let mut k = 1;
         if self.watch_eager {
-            let next = eager::message(self, j, self.bcasts + 1);
-            out[k] = (next.offset, next.value as i64);
-            k += 1;
+            if next {
+                let f = eager::message(self, j, self.bcasts + 1);
+                out[k] = (f.offset, f.value as i64);
+                k += 1;
+            }
             if self.last_bcast.is_some_and(|l| l.root != j) {
                 let f = eager::message(self, j, self.bcasts);
                 out[k] = (f.offset, f.value as i64);
@@ -190,28 +197,91 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
         k
     }
 
-    /// The news of writer `j`, if any (see the module documentation): the error it gives this
-    /// call.
-    pub(super) fn news(&self, j: usize) -> Option<Error> {
+    /// The news of writer `j`, if any (see the module documentation).
+    fn news(&self, j: usize) -> Option<News> {
         if self.p2p || j == self.me {
             return None;
         }
-        self.failed_news(j).or_else(|| {
-            if !self.watch_eager {
-                return None;
-            }
-            let b = self.bcasts;
-            let next = eager::message(self, j, b + 1);
-            if next.reached(self) {
-                let (sig, len) = eager::sent(self, next);
-                return Some(self.mismatch(
-                    j,
-                    format!("{} as collective call #{} of the group, after {b} small broadcasts", self.op, self.call),
-                    format!("{} as small broadcast #{} of the group, as its root", Call::describe(sig, len), b + 1),
-                ));
-            }
-            self.root_news(j)
+        if let Some(e) = self.failed_news(j) {
+            return Some(News::Now(e));
+        }
+        if !self.watch_eager {
+            return None;
+        }
+        if let Some(e) = self.root_news(j) {
+            return Some(News::Now(e));
+        }
+        let b = self.bcasts;
+        let next = eager::message(self, j, b + 1);
+        next.reached(self).then(|| {
+            let (sig, len) = eager::sent(self, next);
+            News::Grace(self.mismatch(
+                j,
+                format!("{} as collective call #{} of the group, after {b} small broadcasts", self.op, self.call),
+                format!("{} as small broadcast #{} of the group, as its root", Call::describe(sig, len), b + 1),
+            ))
         })
+    }
+
+    /// Waits in the backend until one of `words` (the caller's flags, `met` once one is
+    /// reached) is reached, or a news word of one of `writers` (see the module documentation)
+    /// tells that it will not be: then the error of that news. A root's message for the next
+    /// small broadcast fails the wait only once it has been there for [`GRACE`] (a quarter of
+    /// the call's timeout if less) without the flags coming: the root may still make this call
+    /// next (calls in different orders, a small broadcast against a round-based call, complete
+    /// as before when it does). `Unsupported` where the backend cannot wait on several words.
+    pub(super) fn wait_with_news(
+        &self,
+        words: &[(usize, i64)],
+        writers: &[usize],
+        met: &dyn Fn() -> bool,
+        deadline: Instant,
+        site: crate::backend::DescribeWait<'_>,
+    ) -> Result<()> {
+        let grace = GRACE.min(self.timeout / 4);
+        // Since when a root's message for the next small broadcast has been seen.
+        let mut seen: Option<Instant> = None;
+        let mut all = Vec::with_capacity(words.len() + NEWS_WORDS * writers.len());
+        loop {
+            all.clear();
+            all.extend_from_slice(words);
+            for &j in writers {
+                let mut news = [(0, 0); NEWS_WORDS];
+                let k = self.news_words(j, &mut news, seen.is_none());
+                all.extend_from_slice(&news[..k]);
+            }
+            let until = seen.map_or(deadline, |t0| deadline.min(t0 + grace));
+            let r = self.b.wait_any_signal_at(&all, until.saturating_duration_since(Instant::now()), site);
+            if let Err(Error::Unsupported { .. }) = r {
+                return r.map(|_| ());
+            }
+            // The news first: what the writer did after it is visible once it is.
+            let mut news = None;
+            for &j in writers {
+                match self.news(j) {
+                    Some(n @ News::Now(_)) => {
+                        news = Some(n);
+                        break;
+                    }
+                    Some(n) if news.is_none() => news = Some(n),
+                    _ => {}
+                }
+            }
+            if met() {
+                return Ok(());
+            }
+            match (news, r) {
+                (Some(News::Now(e)), _) => return Err(self.diverge(e)),
+                (Some(News::Grace(e)), _) if seen.is_some_and(|t0| t0.elapsed() >= grace) => {
+                    return Err(self.diverge(e))
+                }
+                (Some(News::Grace(_)), Ok(_) | Err(Error::Timeout(_))) if Instant::now() < deadline => {
+                    seen.get_or_insert_with(Instant::now);
+                }
+                (_, Ok(_)) => {}
+                (_, Err(e)) => return Err(e),
+            }
+        }
     }
 
     /// At the start of a collective call: the news of every peer but those of its waits alone

@@ -16,6 +16,11 @@
 //! - `other-call`: rank 0 broadcasts from root 0 while the others run an allreduce, then rank 0
 //!   runs an allreduce once the others' limit has passed. The others expect `Mismatch` naming rank 0 and its broadcast in their
 //!   allreduce, rank 0 expects `Mismatch` in its broadcast or in its allreduce.
+//! - `late-order`: rank 0 broadcasts and 100 ms later runs an allreduce; the others run the
+//!   allreduce first, then take the broadcast: a root that makes the others' call soon after
+//!   (within the grace a waiter gives it) pairs as before: the allreduces fail on every rank
+//!   naming the broadcasts made before them, the broadcast delivers, and the group stays
+//!   usable (a third, agreeing allreduce gives the right sum).
 //! - `skip` (run with `SYMM_VALIDATE=1`): rank 0 broadcasts from root 0 and then from root 1;
 //!   rank 1 skipped the first and broadcasts from root 1. Every rank expects `Mismatch` in its
 //!   first call naming both roots.
@@ -127,12 +132,13 @@ fn main() {
         "roots" => roots(comm, c),
         "other-call" => other_call(comm, c),
         "skip" => skip(comm, c),
+        "late-order" => late_order(comm, c),
         _ => usage(&args),
     }
 }
 
 fn usage(args: &[String]) -> ! {
-    say(format!("usage: symm-protocol-rank <roots|other-call|skip> <limit-ms> (got {args:?})"));
+    say(format!("usage: symm-protocol-rank <roots|other-call|late-order|skip> <limit-ms> (got {args:?})"));
     std::process::exit(2)
 }
 
@@ -175,6 +181,32 @@ fn other_call(comm: SimComm, mut c: Checks) -> ! {
         let a = c.timed("allreduce", || allreduce(&comm));
         c.mismatch("allreduce", &a, &[Rank(0)], &["broadcast(count=4", "root=0", "allreduce"]);
     }
+    c.exit(&comm)
+}
+
+/// Mode `late-order` (see the module documentation).
+fn late_order(comm: SimComm, mut c: Checks) -> ! {
+    let me = comm.rank();
+    let mut data = vec![if me == Rank(0) { 5.0f32 } else { 0.0 }; 4];
+    let mut bcast = |c: &mut Checks| {
+        c.timed("broadcast", || comm.broadcast(&comm.world(), LocalMut::from(&mut data), 0, &CollOptions::default()))
+    };
+    let (b, a) = if me == Rank(0) {
+        let b = bcast(&mut c);
+        std::thread::sleep(Duration::from_millis(100));
+        (b, c.timed("allreduce", || allreduce(&comm)))
+    } else {
+        let a = c.timed("allreduce", || allreduce(&comm));
+        (bcast(&mut c), a)
+    };
+    c.check(b.is_ok(), || format!("the broadcast itself agrees: {b:?}"));
+    c.check(data == vec![5.0f32; 4], || format!("broadcast data: {data:?}"));
+    let peers: Vec<Rank> = (0..comm.world_size() as u32).map(Rank).filter(|&r| r != me).collect();
+    c.mismatch("allreduce", &a, &peers, &["small broadcasts"]);
+    let mut buf = vec![1.0f32; 16];
+    let r = comm.allreduce(&comm.world(), LocalMut::from(&mut buf), ReduceOp::Sum, &CollOptions::default());
+    let n = comm.world_size() as f32;
+    c.check(r.is_ok() && buf[0] == n, || format!("the group is usable afterwards: {r:?}, {}", buf[0]));
     c.exit(&comm)
 }
 
