@@ -587,13 +587,13 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
         let deadline = std::time::Instant::now() + self.timeout;
         // With the words that tell that the writer will not send it (see `wait`): the backend
         // wakes on any of them.
-        let waited = match self.wait_with_news(
-            &[(flag.offset, flag.value as i64)],
-            &[writer],
-            &|| flag.reached(self),
-            deadline,
-            &site,
-        ) {
+        // Point-to-point calls have no news: the backend's wait on the flag alone.
+        let news = if self.p2p {
+            Err(Error::Unsupported { rank: self.b.rank(), backend: "symm-core", what: String::new() })
+        } else {
+            self.wait_with_news(&[(flag.offset, flag.value as i64)], &[writer], &|| flag.reached(self), deadline, &site)
+        };
+        let waited = match news {
             Err(Error::Unsupported { .. }) => self
                 .b
                 .wait_signal_at(flag.offset, SignalWidth::W64, CmpOp::Ge, flag.value as i64, self.timeout, &site)
