@@ -10,6 +10,8 @@
 //! - the same with the broadcaster making the others' call 100 ms later: the calls pair as
 //!   before (the allreduces fail naming the broadcasts made before them) and the group stays
 //!   usable;
+//! - a rank whose collective timed out (and which then takes no more collectives in the group):
+//!   its late peer gets a `Timeout` naming it within 2 s, not at the 60 s wait bound;
 //! - under `SYMM_VALIDATE=1`, a rank that skipped a broadcast whose root differs from the next
 //!   one's: every rank gets `Mismatch` in that call, naming both roots.
 //!
@@ -70,6 +72,11 @@ fn a_small_broadcast_against_an_allreduce_fails_within_two_seconds_on_every_rank
 fn a_root_that_makes_the_others_call_soon_after_pairs_as_before_and_the_group_stays_usable() {
     run_job("late-order", 2, &[]);
     run_job("late-order", 3, &[]);
+}
+
+#[test]
+fn a_rank_whose_collective_timed_out_tells_its_late_peer_at_once() {
+    run_job("gave-up", 2, &[]);
 }
 
 #[test]

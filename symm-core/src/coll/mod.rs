@@ -572,7 +572,11 @@ fn with_state<C: Communicator + ?Sized, T>(
         validate::annotate(&ctx, e);
     }
     let collective = !p2p && !st.tun.validate;
-    if let (true, Err(e @ (Error::Timeout(_) | Error::PeerLost { .. } | Error::PeerExited { .. }))) = (collective, &r) {
+    // (A call that found the members out of step is handled below, whatever its error.)
+    let diverged = ctx.diverged.get();
+    if let (true, false, Err(e @ (Error::Timeout(_) | Error::PeerLost { .. } | Error::PeerExited { .. }))) =
+        (collective, diverged, &r)
+    {
         // This member left the call mid-round; a member still in it would pair its rounds with
         // this member's next collective (a multi-round call then mixes two calls' data), so the
         // group takes no more collectives here. In validation mode the next call's validation
@@ -585,18 +589,24 @@ fn with_state<C: Communicator + ?Sized, T>(
             plan.op.name(),
             e.code()
         ));
+        // A peer still waiting for this member's part would wait out its own timeout: told
+        // now. (A lost or exited peer is seen by every member itself.)
+        if let Error::Timeout(_) = e {
+            ctx.publish_failure(plan.op, wait::FAILED_TIMEOUT);
+        }
     }
-    if let (true, Err(e)) = (ctx.diverged.get(), &r) {
+    if let (true, Err(e)) = (diverged, &r) {
         // The members are out of step (a peer in another call): whichever way this member
         // went on, its rounds would pair with the wrong calls. Every peer learns it at its next
         // wait on this member or its next collective of the group.
         progress.out_of_step = Some(format!(
-            "its members are out of step since {} #{call} found a peer in another collective call ({}): this \
-             group takes no more collectives (point-to-point calls, the heap and other groups still work)",
+            "its members are out of step since {} #{call} found a peer in another collective call or gone from \
+             the group's collectives ({}): this group takes no more collectives (point-to-point calls, the heap \
+             and other groups still work)",
             plan.op.name(),
             e.code()
         ));
-        ctx.publish_failure(plan.op);
+        ctx.publish_failure(plan.op, wait::FAILED_OUT_OF_STEP);
     }
     dfx::finish(c, &ev, started, &mut r);
     r

@@ -94,9 +94,10 @@ pub const EAGER_WAIT: usize = 19;
 /// The writer's signature and count in that broadcast (written before [`EAGER_WAIT`]).
 pub const EAGER_SIG: usize = 20;
 pub const EAGER_LEN: usize = 21;
-/// Nonzero once the writer found the group's members out of step (a peer in another
-/// collective, or that disagrees on a small broadcast's root) and took no more collectives:
-/// its collective call number (bits 8 and up) and op code (bits 0-7). See [`wait`](super::wait).
+/// Nonzero once the writer takes no more collectives in the group: it found the members out of
+/// step (a peer in another collective, or that disagrees on a small broadcast's root), or its
+/// collective timed out. Its collective call number (bits 16 and up), why (bits 8-15) and op
+/// code (bits 0-7). See [`wait`](super::wait).
 pub const FAILED: usize = 24;
 const _: () = assert!(READY_EVEN + FACTS_OFFSET + FACT_WORDS <= DONE && READY_ODD + FACTS_OFFSET + FACT_WORDS <= 16);
 const _: () = assert!(REDUCED < READY_ODD && EAGER_LEN < 24 && EAGER_LEN < RECORD_WORDS);

@@ -5,8 +5,9 @@
 //! A collective's wait on a peer's flag also watches, in the same backend wait (so a change
 //! wakes the waiter at once, and nothing is read while the flag comes quickly), the words that
 //! tell that the peer is not in this call and so will never set the flag:
-//! - its [`FAILED`] word: it found the members out of step in one of its calls and takes no
-//!   more collectives in the group;
+//! - its [`FAILED`] word: it found the members out of step in one of its calls, or one of its
+//!   calls timed out, and it takes no more collectives in the group (`Mismatch`, or `Timeout`
+//!   naming it, at once);
 //! - its small-broadcast slot for broadcast `bcasts + 1` (outside small broadcasts, whose own
 //!   waits judge those slots, see [`eager`](super::eager)): the peer made a small broadcast, as
 //!   its root, where this member makes another call. The root of a small broadcast returns
@@ -38,6 +39,11 @@ const NEWS_WORDS: usize = 3;
 /// How long a root's message for the next small broadcast must have been in the caller's heap,
 /// without the awaited flags, before a wait fails on it ([`Ctx::wait_with_news`]).
 const GRACE: Duration = Duration::from_millis(500);
+
+/// Why a member published its [`FAILED`] word: it found the members out of step.
+pub const FAILED_OUT_OF_STEP: u64 = 0;
+/// Why a member published its [`FAILED`] word: its own call timed out.
+pub const FAILED_TIMEOUT: u64 = 1;
 
 /// What a writer's news words show ([`Ctx::news`]).
 enum News {
@@ -198,11 +204,11 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
     }
 
     /// The news of writer `j`, if any (see the module documentation).
-    fn news(&self, j: usize) -> Option<News> {
+    fn news(&self, j: usize, waited: Duration) -> Option<News> {
         if self.p2p || j == self.me {
             return None;
         }
-        if let Some(e) = self.failed_news(j) {
+        if let Some(e) = self.failed_news(j, waited) {
             return Some(News::Now(e));
         }
         if !self.watch_eager {
@@ -238,7 +244,7 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
         deadline: Instant,
         site: crate::backend::DescribeWait<'_>,
     ) -> Result<()> {
-        let grace = GRACE.min(self.timeout / 4);
+        let (grace, begun) = (GRACE.min(self.timeout / 4), Instant::now());
         // Since when a root's message for the next small broadcast has been seen.
         let mut seen: Option<Instant> = None;
         let mut all = Vec::with_capacity(words.len() + NEWS_WORDS * writers.len());
@@ -258,7 +264,7 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
             // The news first: what the writer did after it is visible once it is.
             let mut news = None;
             for &j in writers {
-                match self.news(j) {
+                match self.news(j, begun.elapsed()) {
                     Some(n @ News::Now(_)) => {
                         news = Some(n);
                         break;
@@ -287,24 +293,47 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
     /// At the start of a collective call: the news of every peer but those of its waits alone
     /// (a message for the next small broadcast may be this very call's).
     pub(super) fn news_at_entry(&self) -> Option<Error> {
-        (0..self.n).filter(|&j| j != self.me).find_map(|j| self.failed_news(j).or_else(|| self.root_news(j)))
+        (0..self.n)
+            .filter(|&j| j != self.me)
+            .find_map(|j| self.failed_news(j, Duration::ZERO).or_else(|| self.root_news(j)))
     }
 
-    /// `j`'s `FAILED` word, when set.
-    fn failed_news(&self, j: usize) -> Option<Error> {
+    /// `j`'s `FAILED` word, when set: a `Mismatch` when it found the members out of step, a
+    /// `Timeout` naming it when its own call timed out (this call cannot complete either;
+    /// `waited`: how long this call has waited for it).
+    fn failed_news(&self, j: usize, waited: Duration) -> Option<Error> {
         let failed = self.read_word(j, FAILED);
-        (failed != 0).then(|| {
-            let op = Op::from_code((failed & 0xff) as u8).map_or("?", Op::name);
-            self.mismatch(
-                j,
-                format!("{} as collective call #{} of the group", self.op, self.call),
+        if failed == 0 {
+            return None;
+        }
+        let op = Op::from_code((failed & 0xff) as u8).map_or("?", Op::name);
+        let (why, call) = ((failed >> 8) & 0xff, failed >> 16);
+        let peer = self.group.ranks()[j];
+        if why as u64 == FAILED_TIMEOUT {
+            let mut t = TimeoutError::new(
+                self.b.rank(),
+                self.op.into(),
+                Some(self.group.ranks().to_vec()),
                 format!(
-                    "{op} as its collective call #{}, in which it found the members out of step and stopped taking \
-                     collectives in this group (see the error on that rank)",
-                    failed >> 8
+                    "global rank {peer}, which gave up on the group: its collective call #{call} ({op}) timed out \
+                     there, and it takes no more collectives in this group"
                 ),
-            )
-        })
+                "its part of the call".into(),
+                "its notice of the timeout".into(),
+                vec![peer],
+                waited,
+            );
+            t.sequence = Some(self.call);
+            return Some(Error::Timeout(Box::new(t)));
+        }
+        Some(self.mismatch(
+            j,
+            format!("{} as collective call #{} of the group", self.op, self.call),
+            format!(
+                "{op} as its collective call #{call}, in which it found the members out of step and stopped taking \
+                 collectives in this group (see the error on that rank)"
+            ),
+        ))
     }
 
     /// Whether `j` also sent small broadcast `bcasts` as its root, when this member ran it with
@@ -333,10 +362,11 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
         e
     }
 
-    /// Tells every peer that this member found the members out of step in call `op` (its
-    /// [`FAILED`] word, which their waits watch). Best effort: the call fails anyway.
-    pub(super) fn publish_failure(&self, op: Op) {
-        let word = (self.call << 8) | u64::from(op.code());
+    /// Tells every peer that this member takes no more collectives in the group since call
+    /// `op` (its [`FAILED`] word, which their waits watch), and why ([`FAILED_OUT_OF_STEP`],
+    /// [`FAILED_TIMEOUT`]). Best effort: the call fails anyway.
+    pub(super) fn publish_failure(&self, op: Op, why: u64) {
+        let word = (self.call << 16) | (why << 8) | u64::from(op.code());
         for j in (0..self.n).filter(|&j| j != self.me) {
             let _ = self.signal(j, FAILED, word);
         }

@@ -21,6 +21,10 @@
 //!   (within the grace a waiter gives it) pairs as before: the allreduces fail on every rank
 //!   naming the broadcasts made before them, the broadcast delivers, and the group stays
 //!   usable (a third, agreeing allreduce gives the right sum).
+//! - `gave-up` (2 ranks): rank 0's second allreduce times out after 300 ms (rank 1 is 1 s
+//!   late), and rank 0 then makes no call in the group; rank 1 expects its second allreduce to
+//!   fail with a `Timeout` naming rank 0 and saying that it gave up, within the limit (not at
+//!   the job's wait bound).
 //! - `skip` (run with `SYMM_VALIDATE=1`): rank 0 broadcasts from root 0 and then from root 1;
 //!   rank 1 skipped the first and broadcasts from root 1. Every rank expects `Mismatch` in its
 //!   first call naming both roots.
@@ -133,12 +137,13 @@ fn main() {
         "other-call" => other_call(comm, c),
         "skip" => skip(comm, c),
         "late-order" => late_order(comm, c),
+        "gave-up" => gave_up(comm, c),
         _ => usage(&args),
     }
 }
 
 fn usage(args: &[String]) -> ! {
-    say(format!("usage: symm-protocol-rank <roots|other-call|late-order|skip> <limit-ms> (got {args:?})"));
+    say(format!("usage: symm-protocol-rank <roots|other-call|late-order|gave-up|skip> <limit-ms> (got {args:?})"));
     std::process::exit(2)
 }
 
@@ -207,6 +212,35 @@ fn late_order(comm: SimComm, mut c: Checks) -> ! {
     let r = comm.allreduce(&comm.world(), LocalMut::from(&mut buf), ReduceOp::Sum, &CollOptions::default());
     let n = comm.world_size() as f32;
     c.check(r.is_ok() && buf[0] == n, || format!("the group is usable afterwards: {r:?}, {}", buf[0]));
+    c.exit(&comm)
+}
+
+/// Mode `gave-up` (see the module documentation).
+fn gave_up(comm: SimComm, mut c: Checks) -> ! {
+    let me = comm.rank();
+    let first = allreduce(&comm);
+    c.check(first.is_ok(), || format!("first allreduce: {first:?}"));
+    let mut buf = vec![1.0f32; 16];
+    if me == Rank(0) {
+        let opts = CollOptions { timeout: Some(Duration::from_millis(300)), ..CollOptions::default() };
+        let r = comm.allreduce(&comm.world(), LocalMut::from(&mut buf), ReduceOp::Sum, &opts);
+        c.check(matches!(r, Err(Error::Timeout(_))), || format!("the second allreduce should time out: {r:?}"));
+        // No more calls in the group until rank 1 has had its limit.
+        std::thread::sleep(c.limit + Duration::from_millis(1500));
+    } else {
+        std::thread::sleep(Duration::from_secs(1));
+        let r = c.timed("second allreduce", || {
+            comm.allreduce(&comm.world(), LocalMut::from(&mut buf), ReduceOp::Sum, &CollOptions::default())
+        });
+        match &r {
+            Err(e @ Error::Timeout(t)) => {
+                let text = e.to_string();
+                c.check(t.pending == vec![Rank(0)], || format!("pending {:?}, expected [0]: {text}", t.pending));
+                c.check(text.contains("global rank 0") && text.contains("gave up"), || format!("{text}"));
+            }
+            other => c.check(false, || format!("expected a timeout naming rank 0, got {other:?}")),
+        }
+    }
     c.exit(&comm)
 }
 
