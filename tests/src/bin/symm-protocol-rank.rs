@@ -236,7 +236,9 @@ fn gave_up(comm: SimComm, mut c: Checks) -> ! {
             Err(e @ Error::Timeout(t)) => {
                 let text = e.to_string();
                 c.check(t.pending == vec![Rank(0)], || format!("pending {:?}, expected [0]: {text}", t.pending));
-                c.check(text.contains("global rank 0") && text.contains("gave up"), || format!("{text}"));
+                c.check(text.contains("global rank 0") && text.contains("gave up"), || {
+                    format!("no rank 0 or \"gave up\" in {text}")
+                });
             }
             other => c.check(false, || format!("expected a timeout naming rank 0, got {other:?}")),
         }
