@@ -11,7 +11,8 @@
 //!   before (the allreduces fail naming the broadcasts made before them) and the group stays
 //!   usable;
 //! - a rank whose collective timed out (and which then takes no more collectives in the group):
-//!   its late peer gets a `Timeout` naming it within 2 s, not at the 60 s wait bound;
+//!   its late peer completes that call and gets a `Timeout` naming it in the next one within
+//!   2 s, not at the 60 s wait bound;
 //! - under `SYMM_VALIDATE=1`, a rank that skipped a broadcast whose root differs from the next
 //!   one's: every rank gets `Mismatch` in that call, naming both roots.
 //!

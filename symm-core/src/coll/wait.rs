@@ -208,7 +208,7 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
         if self.p2p || j == self.me {
             return None;
         }
-        if let Some(e) = self.failed_news(j, waited) {
+        if let Some(e) = self.failed_news(j, waited, false) {
             return Some(News::Now(e));
         }
         if !self.watch_eager {
@@ -295,13 +295,14 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
     pub(super) fn news_at_entry(&self) -> Option<Error> {
         (0..self.n)
             .filter(|&j| j != self.me)
-            .find_map(|j| self.failed_news(j, Duration::ZERO).or_else(|| self.root_news(j)))
+            .find_map(|j| self.failed_news(j, Duration::ZERO, true).or_else(|| self.root_news(j)))
     }
 
     /// `j`'s `FAILED` word, when set: a `Mismatch` when it found the members out of step, a
     /// `Timeout` naming it when its own call timed out (this call cannot complete either;
-    /// `waited`: how long this call has waited for it).
-    fn failed_news(&self, j: usize, waited: Duration) -> Option<Error> {
+    /// `waited`: how long this call has waited for it), except at the start (`at_entry`) of
+    /// the call that timed out there.
+    fn failed_news(&self, j: usize, waited: Duration, at_entry: bool) -> Option<Error> {
         let failed = self.read_word(j, FAILED);
         if failed == 0 {
             return None;
@@ -309,6 +310,11 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
         let op = Op::from_code((failed & 0xff) as u8).map_or("?", Op::name);
         let (why, call) = ((failed >> 8) & 0xff, failed >> 16);
         let peer = self.group.ranks()[j];
+        if why as u64 == FAILED_TIMEOUT && at_entry && call as u64 >= self.call {
+            // It timed out in this very call: it may have sent its part before it gave up (a
+            // late member completes with it); the waits tell.
+            return None;
+        }
         if why as u64 == FAILED_TIMEOUT {
             let mut t = TimeoutError::new(
                 self.b.rank(),
