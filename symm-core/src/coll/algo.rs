@@ -87,7 +87,7 @@ impl Call {
         self.bcasts = p.bcasts;
     }
 
-    fn describe(sig: i64, len: i64) -> String {
+    pub(super) fn describe(sig: i64, len: i64) -> String {
         if super::validate::is_validation(sig) {
             return super::validate::describe_validation(len);
         }

@@ -42,8 +42,13 @@
 //! is the root). So members that disagree fail instead of waiting out the timeout: when some
 //! member believes it is the root, its message reaches every other member; when none does,
 //! every member waits, and so announces itself on every peer. The root,
-//! which never waits for the members, does not learn of a disagreement: its call succeeds, as
-//! an eager MPI send does, and the members report it. Round-protocol calls carry the group's
+//! which never waits for the members, does not learn of a disagreement in the call: its call
+//! succeeds, as an eager MPI send does, and the members report it. Its next collective of the
+//! group learns it (see [`wait`](super::wait)): a member that found the disagreement has
+//! published it, or a peer's message for the same broadcast shows another self-declared root
+//! (so where every member that disagrees names itself the root, and nobody waits, each finds the
+//! others' messages). A member in another collective learns of a root's broadcast from the
+//! root's message for the group's next small broadcast, in its waits. Round-protocol calls carry the group's
 //! broadcast count in their signature, so members that disagree on how many broadcasts were
 //! made fail at their next collective. A member that ends up running the call as a round takes
 //! its announcement back (`EAGER_WAIT = b - 1`), so that no peer reads it as its part in the
@@ -60,7 +65,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use super::algo::{mismatch, Call};
 use super::ll;
-use super::state::{fast_spins, ready, Ctx, Flag, Progress, EAGER_LEN, EAGER_SIG, EAGER_WAIT};
+use super::state::{fast_spins, ready, Ctx, Flag, LastBcast, Progress, EAGER_LEN, EAGER_SIG, EAGER_WAIT};
 use crate::backend::{Backend, SignalWidth};
 use crate::error::Result;
 use crate::op::SignalOp;
@@ -157,7 +162,7 @@ fn slot_offset<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, writer: usize, b: u64) -> 
 }
 
 /// The flag of `writer`'s message for broadcast `b` in the caller's heap.
-fn message(ctx: &Ctx<'_, impl Backend + ?Sized>, writer: usize, b: u64) -> Flag {
+pub(super) fn message(ctx: &Ctx<'_, impl Backend + ?Sized>, writer: usize, b: u64) -> Flag {
     Flag { writer, offset: slot_offset(ctx, writer, b), value: b, what: "broadcast message" }
 }
 
@@ -183,6 +188,7 @@ pub unsafe fn root<B: Backend + ?Sized>(
     let b = p.bcasts + 1;
     // Counted whatever the outcome, as the members count it.
     p.bcasts = b;
+    p.last_bcast = Some(LastBcast { root: ctx.me, sig, count });
     // Without mapped peers: the slot's words after its flag, put with the flag (built once; an
     // empty `Vec` allocates nothing).
     let mut staged = Vec::new();
@@ -273,6 +279,7 @@ pub unsafe fn member<B: Backend + ?Sized>(
     // Counted from here, errors included: every member counts the broadcast, whatever its
     // outcome, so that peers keep agreeing on the count.
     p.bcasts = b;
+    let before = p.last_bcast.replace(LastBcast { root: call.root, sig, count });
     let f = message(ctx, call.root, b);
     if !f.reached(ctx) {
         // About to wait: every peer may look for it (see `arrival`, `reject`).
@@ -280,7 +287,7 @@ pub unsafe fn member<B: Backend + ?Sized>(
         if let Arrival::Rounds = arrival(ctx, p, call, f, b)? {
             // Not a small broadcast after all: taken back, so that no peer reads this
             // announcement as this member's part in the group's next small broadcast.
-            p.bcasts = b - 1;
+            (p.bcasts, p.last_bcast) = (b - 1, before);
             announce(ctx, b - 1, sig, count, None)?;
             return Ok(Arrival::Rounds);
         }
@@ -309,7 +316,7 @@ pub unsafe fn member<B: Backend + ?Sized>(
 }
 
 /// The signature and count a writer sent with message `f`, which has arrived (`f` reached).
-fn sent<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, f: Flag) -> (i64, i64) {
+pub(super) fn sent<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, f: Flag) -> (i64, i64) {
     let words = ctx.base.wrapping_add(f.offset).cast::<i64>();
     // SAFETY: the writer's slot in the caller's heap; its words were written before the flag
     // seen (acquire), and the writer rewrites the slot only after this member has entered a
@@ -460,6 +467,11 @@ pub fn reject<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress) -> Result
                 watch.remove(k);
             } else {
                 p.bcasts = b;
+                // The root, where its message shows it (a member's announcement does not).
+                p.last_bcast = (sign == Sign::Sent).then(|| {
+                    let (sig, count) = sent(ctx, f);
+                    LastBcast { root: f.writer, sig, count: count as usize }
+                });
                 return Ok(true);
             }
         }

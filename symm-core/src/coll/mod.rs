@@ -207,10 +207,17 @@ pub trait Collectives: Communicator {
             return reject(self, group, Op::ReduceScatter, e);
         }
         let call = Call::new(K::ReduceScatter, input.dtype(), Some(op), lp, 0, output.len());
-        with_state(self, group, st, opts, Plan::new(Op::ReduceScatter, input.len(), input.dtype()), |ctx, p| {
-            // SAFETY: sizes and overlap validated above; contracts of LocalRef/LocalMut.
-            unsafe { algo::reduce_scatter(ctx, p, call, input.as_ptr(), output.as_mut_ptr()) }
-        })
+        with_state(
+            self,
+            group,
+            st,
+            opts,
+            Plan::new(Op::ReduceScatter, input.len(), input.dtype()).of(&call),
+            |ctx, p| {
+                // SAFETY: sizes and overlap validated above; contracts of LocalRef/LocalMut.
+                unsafe { algo::reduce_scatter(ctx, p, call, input.as_ptr(), output.as_mut_ptr()) }
+            },
+        )
     }
 
     /// Member r's `input` lands in part r of every member's `output` (`group.size()` parts).
@@ -229,7 +236,7 @@ pub trait Collectives: Communicator {
             return reject(self, group, Op::AllGather, e);
         }
         let call = Call::new(K::AllGather, input.dtype(), None, None, 0, input.len());
-        with_ctx(self, group, opts, Plan::new(Op::AllGather, input.len(), input.dtype()), |ctx, p| {
+        with_ctx(self, group, opts, Plan::new(Op::AllGather, input.len(), input.dtype()).of(&call), |ctx, p| {
             // SAFETY: validated sizes; LocalRef/LocalMut contracts.
             unsafe { algo::allgather(ctx, p, call, input.as_ptr(), output.as_mut_ptr()) }
         })
@@ -320,7 +327,7 @@ pub trait Collectives: Communicator {
     /// 256 bytes (8 KiB where ranks outnumber cores) returns at the root once its message is in
     /// every member's heap, without waiting for the members (up to 64 such broadcasts ahead of
     /// the slowest): a member whose arguments disagree with the root's fails, the root does not
-    /// (see `docs/design.md`).
+    /// in that call but in a later collective of the group (see `docs/design.md`).
     fn broadcast(&self, group: &Group, mut buf: LocalMut<'_>, root: usize, opts: &CollOptions) -> Result<()> {
         let n = group.size();
         if root >= n {
@@ -332,7 +339,7 @@ pub trait Collectives: Communicator {
             );
         }
         let call = Call::new(K::Broadcast, buf.dtype(), None, None, root, buf.len());
-        with_ctx(self, group, opts, Plan::new(Op::Broadcast, buf.len(), buf.dtype()), |ctx, p| {
+        with_ctx(self, group, opts, Plan::new(Op::Broadcast, buf.len(), buf.dtype()).of(&call), |ctx, p| {
             // SAFETY: LocalMut contract.
             unsafe { algo::broadcast(ctx, p, call, buf.as_mut_ptr()) }
         })
@@ -543,10 +550,21 @@ fn with_state<C: Communicator + ?Sized, T>(
     st.busy.store(u64::from(plan.op.code()) | (call << 8), Ordering::Relaxed);
     let mut ctx = Ctx::new(c, group, st, opts.timeout.unwrap_or(c.default_timeout()), plan.op.name());
     (ctx.call, ctx.p2p, ev.seq) = (call, p2p, call);
+    (ctx.bcasts, ctx.last_bcast) = (progress.bcasts, progress.last_bcast);
+    // A small broadcast's own waits judge the peers' small-broadcast slots (see `eager`).
+    let small_bcast = plan.op == Op::Broadcast && plan.bytes <= st.eager_max;
+    ctx.watch_eager = !p2p && !plan.rejected && !small_bcast;
     let started = dfx::start(c, &ev);
     ctx.record = started;
     let validate = st.tun.validate && !p2p;
-    let checked = if validate { validate::round(&ctx, &mut progress, &plan) } else { Ok(()) };
+    // What peers published since this member's last call (see `wait`): a small broadcast's
+    // root, which never waits, learns there that its members disagree.
+    let news = if p2p || plan.rejected { None } else { ctx.news_at_entry().map(|e| ctx.diverge(e)) };
+    let checked = match news {
+        Some(e) => Err(e),
+        None if validate => validate::round(&ctx, &mut progress, &plan),
+        None => Ok(()),
+    };
     let mut r = match checked {
         Ok(()) => f(&ctx, &mut progress),
         Err(e) => Err(e),
@@ -555,7 +573,11 @@ fn with_state<C: Communicator + ?Sized, T>(
         validate::annotate(&ctx, e);
     }
     let collective = !p2p && !st.tun.validate;
-    if let (true, Err(e @ (Error::Timeout(_) | Error::PeerLost { .. } | Error::PeerExited { .. }))) = (collective, &r) {
+    // (A call that found the members out of step is handled below, whatever its error.)
+    let diverged = ctx.diverged.get();
+    if let (true, false, Err(e @ (Error::Timeout(_) | Error::PeerLost { .. } | Error::PeerExited { .. }))) =
+        (collective, diverged, &r)
+    {
         // This member left the call mid-round; a member still in it would pair its rounds with
         // this member's next collective (a multi-round call then mixes two calls' data), so the
         // group takes no more collectives here. In validation mode the next call's validation
@@ -568,6 +590,24 @@ fn with_state<C: Communicator + ?Sized, T>(
             plan.op.name(),
             e.code()
         ));
+        // A peer still waiting for this member's part would wait out its own timeout: told
+        // now. (A lost or exited peer is seen by every member itself.)
+        if let Error::Timeout(_) = e {
+            ctx.publish_failure(plan.op, wait::FAILED_TIMEOUT);
+        }
+    }
+    if let (true, Err(e)) = (diverged, &r) {
+        // The members are out of step (a peer in another call): whichever way this member
+        // went on, its rounds would pair with the wrong calls. Every peer learns it at its next
+        // wait on this member or its next collective of the group.
+        progress.out_of_step = Some(format!(
+            "its members are out of step since {} #{call} found a peer in another collective call or gone from \
+             the group's collectives ({}): this group takes no more collectives (point-to-point calls, the heap \
+             and other groups still work)",
+            plan.op.name(),
+            e.code()
+        ));
+        ctx.publish_failure(plan.op, wait::FAILED_OUT_OF_STEP);
     }
     dfx::finish(c, &ev, started, &mut r);
     r
@@ -610,7 +650,7 @@ unsafe fn run_allreduce<C: Communicator + ?Sized>(
     };
     let call = Call::new(K::AllReduce, dtype, Some(op), lp, 0, len);
     // SAFETY: forwarded.
-    with_state(c, group, st, opts, Plan::new(Op::AllReduce, len, dtype), |ctx, p| unsafe {
+    with_state(c, group, st, opts, Plan::new(Op::AllReduce, len, dtype).of(&call), |ctx, p| unsafe {
         algo::allreduce(ctx, p, call, inp, out)
     })
 }

@@ -9,7 +9,8 @@
 //!   written before `READY`, on the same cache line), [`ACK`]
 //!   (point-to-point acknowledgements), [`CALLS`] (the writer's collective call number, validation
 //!   mode only), [`EAGER_WAIT`], [`EAGER_SIG`], [`EAGER_LEN`] (small broadcasts, see
-//!   [`eager`](super::eager)).
+//!   [`eager`](super::eager)), and, alone on the record's last line, [`FAILED`] (the writer
+//!   found the members out of step, see [`wait`](super::wait)).
 //! - `ll`: two small-message slots per member (see [`ll`](super::ll)).
 //! - `eager`: a ring of small-broadcast slots per member (see [`eager`](super::eager)).
 //! - `stage`: staging area for inputs that are not in the heap, encoded low-precision data,
@@ -53,7 +54,8 @@ pub use super::wait::Flag;
 ///
 /// Layout, by 64-byte line: (0) `READY` of even rounds, the facts of even rounds, [`DONE`],
 /// [`REDUCED`]; (1) `READY` of odd rounds, the facts of odd rounds; (2) the point-to-point
-/// counters and [`CALLS`]. A round's flag and facts share one line, so a reader that sees the
+/// counters, [`CALLS`] and the small-broadcast words; (3) [`FAILED`], written at most once, so
+/// that the line stays in its readers' caches (every call reads it). A round's flag and facts share one line, so a reader that sees the
 /// flag has the facts in the same transfer.
 pub const RECORD_WORDS: usize = 32;
 /// Round number of the writer's published data, for even rounds (see [`ready`]).
@@ -91,8 +93,14 @@ pub const EAGER_WAIT: usize = 19;
 /// The writer's signature and count in that broadcast (written before [`EAGER_WAIT`]).
 pub const EAGER_SIG: usize = 20;
 pub const EAGER_LEN: usize = 21;
+/// Nonzero once the writer takes no more collectives in the group: it found the members out of
+/// step (a peer in another collective, or that disagrees on a small broadcast's root), or its
+/// collective timed out. Its collective call number (bits 16 and up), why (bits 8-15) and op
+/// code (bits 0-7). See [`wait`](super::wait).
+pub const FAILED: usize = 24;
 const _: () = assert!(READY_EVEN + FACTS_OFFSET + FACT_WORDS <= DONE && READY_ODD + FACTS_OFFSET + FACT_WORDS <= 16);
 const _: () = assert!(REDUCED < READY_ODD && EAGER_LEN < 24 && EAGER_LEN < RECORD_WORDS);
+const _: () = assert!(FAILED % 8 == 0 && FAILED < RECORD_WORDS);
 
 /// The word that carries `READY = seq` (the round's published data).
 pub const fn ready(seq: u64) -> usize {
@@ -222,11 +230,24 @@ pub struct Progress {
     pub bcasts: u64,
     /// The latest `EAGER_WAIT` seen from each member (a root's view of which slots are free).
     pub eager_seen: Vec<u64>,
+    /// Small broadcast `bcasts` as this member ran it: its root and its signature and count
+    /// (see [`wait`](super::wait): a peer that wrote that broadcast's message too disagrees on
+    /// the root).
+    pub last_bcast: Option<LastBcast>,
     /// Where small-message reductions gather the peers' messages (grown on demand).
     pub inbox: Vec<u8>,
     /// Why the group takes no more collectives: one timed out, or lost a peer, on this member
     /// (the message its later collectives fail with).
     pub out_of_step: Option<String>,
+}
+
+/// A small broadcast as one member ran it ([`Progress::last_bcast`]; `None` there: none yet, or
+/// its root is unknown to this member).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LastBcast {
+    pub root: usize,
+    pub sig: i64,
+    pub count: usize,
 }
 
 /// The collectives' state for one group on one rank.
@@ -390,13 +411,40 @@ pub struct Ctx<'a, B: Backend + ?Sized> {
     pub p2p: bool,
     /// The call's flight record, told when a wait blocks ([`Ctx::blocking`]).
     pub record: Started,
+    /// Small broadcasts made in the group before this call ([`Progress::bcasts`]) and the last
+    /// of them: what the call's waits compare peers' small-broadcast slots with.
+    pub bcasts: u64,
+    pub last_bcast: Option<LastBcast>,
+    /// Whether the call's waits look at peers' small-broadcast slots (not in small broadcasts,
+    /// whose own waits do, nor in point-to-point calls or rejections).
+    pub watch_eager: bool,
+    /// Set when the call found the members out of step ([`Ctx::news`]): the group then takes
+    /// no more collectives here, and the peers are told.
+    pub diverged: std::cell::Cell<bool>,
 }
 
 impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
     /// A context for `op` in `group` (whose collective state is `st`).
     pub fn new(b: &'a B, group: &'a Group, st: &'a CollState, timeout: Duration, op: &'static str) -> Self {
         let (me, mapped, base) = (st.me, st.mapped.as_deref(), st.base.0);
-        Ctx { b, group, st, me, n: group.size(), timeout, op, mapped, base, call: 0, p2p: false, record: Started::NONE }
+        Ctx {
+            b,
+            group,
+            st,
+            me,
+            n: group.size(),
+            timeout,
+            op,
+            mapped,
+            base,
+            call: 0,
+            p2p: false,
+            record: Started::NONE,
+            bcasts: 0,
+            last_bcast: None,
+            watch_eager: false,
+            diverged: std::cell::Cell::new(false),
+        }
     }
 
     /// Called by a wait of the call that stops spinning: runs the caller's hook (see
@@ -525,8 +573,31 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
             watch: if self.p2p { vec![self.group.ranks()[writer]] } else { Vec::new() },
             waiting_on: Some(self.group.ranks()[writer]),
         };
-        match self.b.wait_signal_at(flag.offset, SignalWidth::W64, CmpOp::Ge, flag.value as i64, self.timeout, &site) {
-            Ok(_) => Ok(()),
+        let deadline = std::time::Instant::now() + self.timeout;
+        // With the words that tell that the writer will not send it (see `wait`): the backend
+        // wakes on any of them.
+        // Point-to-point calls have no news: the backend's wait on the flag alone.
+        let news = if self.p2p {
+            Err(Error::Unsupported { rank: self.b.rank(), backend: "symm-core", what: String::new() })
+        } else {
+            self.wait_with_news(&[(flag.offset, flag.value as i64)], &[writer], &|| flag.reached(self), deadline, &site)
+        };
+        let waited = match news {
+            Err(Error::Unsupported { .. }) => self
+                .b
+                .wait_signal_at(flag.offset, SignalWidth::W64, CmpOp::Ge, flag.value as i64, self.timeout, &site)
+                .map(|_| ()),
+            Err(Error::Timeout(mut t)) => {
+                // Described as the wait on the flag alone.
+                t.condition = format!("signal >= {}", flag.value);
+                t.last_observed = self.read_at(flag.offset).to_string();
+                t.waited = self.timeout.saturating_sub(deadline.saturating_duration_since(std::time::Instant::now()));
+                Err(Error::Timeout(t))
+            }
+            other => other,
+        };
+        match waited {
+            Ok(()) => Ok(()),
             Err(Error::Timeout(mut t)) => {
                 let arrived = |k: usize| self.read_at(same_word(k)) >= flag.value as i64;
                 super::validate::explain_timeout(self, &mut t, writer, &arrived);

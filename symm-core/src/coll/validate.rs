@@ -7,15 +7,16 @@
 //! | fact  | meaning                                                                 |
 //! |-------|-------------------------------------------------------------------------|
 //! | `SRC` | alltoall: elements this member sends to the reader; others: its count   |
-//! | `RED` | alltoall: elements this member expects from the reader                  |
+//! | `RED` | alltoall: elements this member expects from the reader; others: its call signature (kind, dtype, op, format, root) |
 //! | `SIG` | [`VALIDATION_SIG`], which no ordinary round uses                        |
 //! | `LEN` | this member's collective call number in the group                       |
 //! | `MAX` | op code, dtype, "rejected its arguments" flag                           |
 //!
 //! and every member checks: the peer is in a validation round too (else the members do not run
 //! the same sequence of rounds: one of them skipped or repeated a call, or `SYMM_VALIDATE`
-//! differs between ranks), the call numbers agree, the operations agree, broadcast counts and dtypes
-//! agree (a small broadcast's root would not see it otherwise, see [`eager`](super::eager)), and for alltoall the
+//! differs between ranks), the call numbers agree, the operations agree, signatures and counts
+//! agree (a small broadcast's root would not see a disagreement otherwise, see
+//! [`eager`](super::eager), not even on the root itself), and for alltoall the
 //! split sizes agree pairwise (what j sends to i is what i expects from j). Call numbers and
 //! operations are seen alike by every member, so they all fail alike. Alltoall sizes are
 //! pairwise, so a second round shares each member's verdict and every member fails with the
@@ -25,6 +26,7 @@
 //!
 //! Cost: one extra round (two for alltoall) per collective call, plus one signal per peer.
 
+use super::algo::Call;
 use super::state::{ready, Ctx, Progress, CALLS, DONE, FACT_WORDS, LEN, MAX, RED, SIG, SRC};
 use crate::backend::Backend;
 use crate::dfx::Op;
@@ -50,17 +52,25 @@ pub struct Plan<'a> {
     pub pairs: Option<(&'a [usize], &'a [usize])>,
     /// This member rejected its arguments (it joins only to tell the peers).
     pub rejected: bool,
+    /// The call's signature (kind, dtype, op, format, root; 0: none, alltoall and rejected
+    /// calls), compared with the count by the validation round.
+    pub sig: i64,
 }
 
 impl Plan<'_> {
     /// A call of `op` on `count` elements of `dtype`.
     pub fn new(op: Op, count: usize, dtype: DType) -> Plan<'static> {
-        Plan { op, count, dtype: Some(dtype), bytes: count * dtype.size(), pairs: None, rejected: false }
+        Plan { op, count, dtype: Some(dtype), bytes: count * dtype.size(), pairs: None, rejected: false, sig: 0 }
+    }
+
+    /// This plan for the call `call` (whose signature the validation round compares).
+    pub fn of(self, call: &Call) -> Self {
+        Plan { sig: call.sig(), ..self }
     }
 
     /// A call of `op` whose arguments this member rejected.
     pub fn rejected(op: Op) -> Plan<'static> {
-        Plan { op, count: 0, dtype: None, bytes: 0, pairs: None, rejected: true }
+        Plan { op, count: 0, dtype: None, bytes: 0, pairs: None, rejected: true, sig: 0 }
     }
 }
 
@@ -94,10 +104,10 @@ pub fn round<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, plan: &Pla
     let word = op_word(plan);
     for j in (0..ctx.n).filter(|&j| j != ctx.me) {
         let (a, b) = match plan.pairs {
-            Some((sends, expects)) => (sends[j], expects[j]),
-            None => (plan.count, 0),
+            Some((sends, expects)) => (sends[j], expects[j] as i64),
+            None => (plan.count, plan.sig),
         };
-        ctx.publish_to(j, seq, [a as i64, b as i64, VALIDATION_SIG, call as i64, word])?;
+        ctx.publish_to(j, seq, [a as i64, b, VALIDATION_SIG, call as i64, word])?;
     }
     ctx.wait_all(ready(seq), seq, "validation ready")?;
     let me = ctx.b.rank();
@@ -128,16 +138,14 @@ pub fn round<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, plan: &Pla
                 format!("{} as collective call #{call}", op_text(word)),
                 format!("{} as collective call #{len}", op_text(max)),
             ))
-        } else if plan.op == Op::Broadcast
-            && !plan.rejected
-            && (max >> 16) & 1 == 0
-            && (src as usize != plan.count || max != word)
-        {
-            // The root of a small broadcast does not wait for its members (see `eager`), so its
-            // first round would not show it a count or dtype that differs: compared here.
+        } else if plan.sig != 0 && red != 0 && (red != plan.sig || src as usize != plan.count) {
+            // The whole signature and count, before any data moves: the root of a small
+            // broadcast does not wait for its members (see `eager`), so its first round would
+            // not show it a disagreement (on the root itself, when every member that disagrees
+            // names itself).
             Some(mismatch(
-                format!("broadcast(count={}{}) as collective call #{call}", plan.count, dtype_text(word)),
-                format!("broadcast(count={src}{}) as collective call #{len}", dtype_text(max)),
+                format!("{} as collective call #{call}", Call::describe(plan.sig, plan.count as i64)),
+                format!("{} as collective call #{len}", Call::describe(red, src)),
             ))
         } else {
             if let (Some((sends, expects)), false, false) = (plan.pairs, plan.rejected, (max >> 16) & 1 == 1) {
