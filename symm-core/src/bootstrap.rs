@@ -45,7 +45,7 @@ pub trait Store: Send + Sync {
 /// The environment variable that holds the job secret: any text of at least
 /// [`JobSecret::MIN_LEN`] bytes, the same on every rank (and on the launcher that serves the
 /// store), known to nobody else. `symm_sim::spawn_ranks` sets a fresh one for every job.
-pub const JOB_SECRET_VAR: &str = "SYMM_JOB_SECRET";
+pub const JOB_SECRET_VAR: &str = crate::config::JOB_SECRET.name;
 
 /// The secret shared by the ranks of one job: it keys the MACs of the start-up records, the
 /// proof a client gives the Rust TCP store, and the proof a rank gives a peer for its heap.

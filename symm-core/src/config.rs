@@ -66,7 +66,7 @@ pub const RENDEZVOUS_HOSTED: Var = var("SYMM_RENDEZVOUS_HOSTED", "1 or 0", "0", 
 // Ranks agree on it without ever sending it: a record made under another secret fails its MAC.
 pub const JOB_SECRET: Var = var(
     "SYMM_JOB_SECRET",
-    "any text of at least 16 bytes (the same on every rank), or empty for none",
+    "any text of at least 16 bytes (the same on every rank); empty counts as unset",
     "none (Python: shared over the process group)",
     false,
     L,

@@ -121,10 +121,12 @@ def rendezvous_and_signal_pads(rank, world):
 
     # A tensor that is not symmetric (or no tensor) fails on its rank; its peers learn it at
     # once (PeerRejected), not at the timeout.
-    for bad_rank, bad in [(1, torch.zeros(4)), (0, "x")]:
+    freed = symm.empty(4, torch.float32)
+    symm.free(freed)
+    for bad_rank, bad, needle in [(1, torch.zeros(4), "tensor"), (0, "x", "tensor"), (2, freed, "symm.free()")]:
         t0 = time.monotonic()
         if rank == bad_rank:
-            expect(symm.InvalidArgument, lambda: symm.rendezvous(bad, None), "tensor", rank=rank)
+            expect(symm.InvalidArgument, lambda: symm.rendezvous(bad, None), needle, rank=rank)
         else:
             expect(symm.PeerRejected, lambda: symm.rendezvous(t, None), "rendezvous", rank=rank)
         assert time.monotonic() - t0 < 10, "a peer waited for the timeout"

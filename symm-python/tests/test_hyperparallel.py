@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import symm
+import torch
 from harness import check_all_passed, run_ranks
 
 
@@ -65,5 +66,11 @@ def test_signal_pad_size_is_validated_and_kept():
             assert symm.get_signal_pad_size() == 256
         with pytest.raises(symm.InvalidArgument, match="at most"):
             symm.set_signal_pad_size(1 << 70)
+        # A one-element tensor whose storage is gone (as FSDP frees parameters) is not read.
+        gone = torch.tensor(64)
+        gone.untyped_storage().resize_(0)
+        with pytest.raises(symm.InvalidArgument, match="size = <a one-element Tensor without data to read>"):
+            symm.set_signal_pad_size(gone)
+        assert symm.get_signal_pad_size() == 256
     finally:
         symm.set_signal_pad_size(symm.DEFAULT_SIGNAL_PAD_SIZE)

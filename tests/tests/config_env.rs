@@ -87,8 +87,9 @@ fn a_refused_value_on_one_rank_names_the_variable_the_value_and_what_is_accepted
         ("SYMM_COLL_WORKSPACE", "abc", "a byte size from 64K"),
         ("SYMMETRIC_MEMORY_TIMEOUT", "1e-9", "seconds from 0.001 to 1e9"),
     ] {
-        // The peers wait for it until their (short) bound.
+        // Its peer learns of it at once, from the failure it publishes in the start-up store.
         let (results, _) = run("refused", 2, &format!("1:{var}={value}"), "2");
+        assert!(results[0].contains("a peer failed during start-up"), "{}", results[0]);
         let text = &results[1];
         assert!(text.starts_with("SYMM_E_BOOTSTRAP\n"), "{text}");
         assert!(

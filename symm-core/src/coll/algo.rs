@@ -454,6 +454,14 @@ fn two_shot_fits(stage_bytes: usize, dtype: DType, lp: Option<DType>, n: usize, 
     }
 }
 
+/// The least staging area a group of `n` members works with, whatever `SYMM_COLL_WORKSPACE`
+/// says: one two-shot unit (a block of [`SCALE_BLOCK`] elements per member, 8 bytes each at
+/// most) and, with a format, the widest result part after it on its own cache line. Every
+/// member of a group computes the same, so they agree on the workspace's size.
+pub(super) fn min_stage_bytes(n: usize) -> usize {
+    (n + 1) * SCALE_BLOCK * 8 + 64
+}
+
 /// The two-shot chunk of an allreduce of `count` elements: all of them when they fit the
 /// workspace, else the most whole parts (`n` blocks of [`SCALE_BLOCK`]) that fit.
 fn two_shot_chunk(stage_bytes: usize, dtype: DType, lp: Option<DType>, n: usize, count: usize) -> usize {
@@ -470,8 +478,7 @@ fn two_shot_chunk(stage_bytes: usize, dtype: DType, lp: Option<DType>, n: usize,
     while units > 1 && !two_shot_fits(stage_bytes, dtype, lp, n, units * unit) {
         units -= 1;
     }
-    // One unit fits the smallest workspace (64 KiB, the settings' floor) for groups of up to
-    // 32 members in full precision (f64: n * 256 * 8 bytes) and a few hundred with a format.
+    // One unit always fits: a group's workspace is at least [`min_stage_bytes`].
     debug_assert!(two_shot_fits(stage_bytes, dtype, lp, n, units * unit), "workspace {stage_bytes} for {n}");
     units * unit
 }
@@ -1031,12 +1038,13 @@ mod tests {
         for stage in [64 << 10, 256 << 10, (1 << 20) + 4096, 16 << 20] {
             for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
                 for lp in formats {
-                    for n in [1, 2, 3, 5, 8, 10, 32, 64] {
-                        // Groups too large for one part of a block each in this workspace.
-                        if !two_shot_fits(stage, dtype, lp, n, n * SCALE_BLOCK) {
-                            assert!(lp.is_none() && n > 32, "workspace {stage}, {dtype} via {lp:?}, {n} ranks");
-                            continue;
-                        }
+                    for n in [1, 2, 3, 5, 8, 10, 32, 33, 64, 255, 1024] {
+                        // The group's workspace, as `CollState::of` sizes it.
+                        let stage = stage.max(min_stage_bytes(n));
+                        assert!(
+                            two_shot_fits(stage, dtype, lp, n, n * SCALE_BLOCK),
+                            "workspace {stage}, {dtype} via {lp:?}, {n} ranks: one unit does not fit"
+                        );
                         for count in [1, 1000, 100_003, 10_000_019] {
                             let c = two_shot_chunk(stage, dtype, lp, n, count);
                             let what = format!("workspace {stage}, {dtype} via {lp:?}, {n} ranks, count {count}");

@@ -294,11 +294,14 @@ impl CollState {
             super::hook::before_blocking();
             let rank = b.rank();
             let me = group.member().at(rank)?.index();
-            let tun = match b.settings() {
+            let mut tun = match b.settings() {
                 Some(c) => Tunables::from_config(c),
                 None => Tunables::from_env().at(rank)?,
             };
             let n = group.size();
+            // Large groups need more than the smallest `SYMM_COLL_WORKSPACE` for one block per
+            // member (reduce-scatter + allgather, reduce_scatter's per-member windows).
+            tun.stage_bytes = tun.stage_bytes.max(super::algo::min_stage_bytes(n));
             let eager_max = tun.bcast_eager_max.unwrap_or_else(|| super::eager::max_bytes(b.waiters_share_cores()));
             // Every member fails a collective allocation the same way, so a failure here can
             // give back what was taken and leave the group as it was.

@@ -823,9 +823,14 @@ def set_signal_pad_size(size: int) -> None:
         InvalidArgument: ``size`` is not a positive multiple of 4 (at most 2**48).
     """
     global _signal_pad_size
+    # A one-element tensor is read as every value is (one without readable data is refused).
+    size = get_platform().scalar(size)
     if isinstance(size, bool) or not hasattr(size, "__index__"):
         raise _invalid_argument("size", repr(size), "expected an int (bytes, a positive multiple of 4)")
-    n = size.__index__()
+    try:
+        n = size.__index__()
+    except (TypeError, ValueError, RuntimeError) as e:  # e.g. a one-element float tensor
+        raise _invalid_argument("size", repr(size), f"expected an int (bytes, a positive multiple of 4): {e}") from None
     if n <= 0 or n % 4 != 0:
         raise _invalid_argument("size", n, "must be a positive multiple of 4 (the signal pad is int32 words)")
     if n > _MAX_SIGNAL_PAD_SIZE:
@@ -892,10 +897,11 @@ def rendezvous(tensor: Any, group: Any = None) -> SymmetricMemory:
     """
     st = _current()
     g = _native_group(st, group)
-    d = st.platform.describe(tensor)
-    if d is None:
+    try:
+        d = _desc(st, tensor, "tensor")
+    except _symm.InvalidArgument:
         st.comm.reject(g)  # its peers are already waiting in the check
-        raise _invalid(st.comm.rank, "tensor", f"<{type(tensor).__name__}>", f"expected a {st.platform.name} tensor")
+        raise
     pad_bytes = _signal_pad_size
     st.comm.rendezvous(g, d, pad_bytes)
     pad = empty(pad_bytes // 4, "int32", group)
