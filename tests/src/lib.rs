@@ -12,6 +12,7 @@ pub mod cases;
 pub mod coll_cases;
 pub mod debris;
 pub mod gen;
+pub mod report;
 
 pub use cases::{run_case, CASES};
 pub use coll_cases::{run_coll_case, COLL_CASES};

@@ -34,32 +34,7 @@ use std::time::{Duration, Instant};
 use symm_core::dfx::{self, Level};
 use symm_core::{Backend, CollOptions, Collectives, Communicator, Error, LocalMut, LocalRef, Rank, ReduceOp};
 use symm_sim::SimComm;
-
-fn say(line: String) {
-    use std::io::Write;
-    // One write per line, so that the lines of several ranks do not interleave.
-    let _ = std::io::stdout().write_all(format!("{line}\n").as_bytes());
-}
-
-/// Exits 0 when every check passed, 1 otherwise.
-struct Checks {
-    me: Rank,
-    failed: bool,
-}
-
-impl Checks {
-    fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
-        if !ok {
-            say(format!("[rank {}] CHECK FAILED: {}", self.me, what()));
-            self.failed = true;
-        }
-    }
-
-    fn exit(self) -> ! {
-        say(format!("[rank {}] {}", self.me, if self.failed { "FAILED" } else { "ok" }));
-        std::process::exit(i32::from(self.failed));
-    }
-}
+use symm_tests::report::{say, Checks};
 
 /// An allreduce of 16 ones over the world; the sum it gave (the world size when right).
 fn allreduce(comm: &SimComm, timeout: Option<Duration>) -> symm_core::Result<f32> {
@@ -83,7 +58,7 @@ fn main() {
         std::process::exit(2)
     });
     let me = comm.rank();
-    let c = Checks { me, failed: false };
+    let c = Checks::new(me);
     match mode.as_str() {
         "kill" | "drop" | "exit" | "return" => leave(comm, c, &mode, victim, limit),
         "timeout" => timeout(comm, c, victim),
@@ -91,7 +66,7 @@ fn main() {
         "alltoall" => alltoall(comm, c, victim),
         "restart" => restart(comm, c, victim),
         "signal" => {
-            say("ready".into());
+            say("ready");
             std::thread::sleep(Duration::from_secs(2));
             drop(comm);
             c.exit()
@@ -166,18 +141,18 @@ fn leave(comm: SimComm, mut c: Checks, mode: &str, victim: Rank, limit: Duration
                 }
             }
             "drop" => {
-                say("[victim] dropping the communicator".into());
+                say("[victim] dropping the communicator");
                 drop(comm);
                 // Alive but gone from the group: only the closed mark tells the peers.
                 std::thread::sleep(limit + Duration::from_secs(1));
                 std::process::exit(0)
             }
             "exit" => {
-                say("[victim] std::process::exit(0) with the communicator open".into());
+                say("[victim] std::process::exit(0) with the communicator open");
                 std::process::exit(0)
             }
             _ => {
-                say("[victim] returning from main".into());
+                say("[victim] returning from main");
                 drop(comm);
                 std::process::exit(0)
             }

@@ -13,6 +13,7 @@
 
 use symm_core::{Backend, CollOptions, Collectives, Communicator, DType, Error, LocalMut, ReduceOp, SymmetricHeap};
 use symm_sim::SimComm;
+use symm_tests::report::say;
 
 /// A parent-side check failed (wrong sum, an error).
 const FAILED: i32 = 40;
@@ -20,11 +21,6 @@ const FAILED: i32 = 40;
 const CHILD_CALL_SUCCEEDED: i32 = 41;
 /// The child's call failed with another error than `Unsupported` naming fork.
 const CHILD_WRONG_ERROR: i32 = 42;
-
-fn say(line: String) {
-    use std::io::Write;
-    let _ = std::io::stdout().write_all(format!("{line}\n").as_bytes());
-}
 
 fn child(comm: SimComm, drop_it: bool) -> ! {
     let world = comm.world();

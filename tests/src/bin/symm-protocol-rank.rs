@@ -39,31 +39,31 @@ use std::time::{Duration, Instant};
 
 use symm_core::{Backend, CollOptions, Collectives, Communicator, Error, LocalMut, Rank, ReduceOp};
 use symm_sim::SimComm;
+use symm_tests::report::{say, Checks};
 
 /// What the news of a peer that found the members out of step says.
 const OUT_OF_STEP: &str = "found the members out of step";
 
-fn say(line: String) {
-    use std::io::Write;
-    // One write per line, so that the lines of several ranks do not interleave.
-    let _ = std::io::stdout().write_all(format!("{line}\n").as_bytes());
-}
-
-/// Exits 0 when every check passed, 1 otherwise.
-struct Checks {
-    me: Rank,
+/// The checks of a rank whose calls must also end within `limit`.
+struct Timed {
+    checks: Checks,
     limit: Duration,
-    failed: bool,
 }
 
-impl Checks {
-    fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
-        if !ok {
-            say(format!("[rank {}] CHECK FAILED: {}", self.me, what()));
-            self.failed = true;
-        }
+impl std::ops::Deref for Timed {
+    type Target = Checks;
+    fn deref(&self) -> &Checks {
+        &self.checks
     }
+}
 
+impl std::ops::DerefMut for Timed {
+    fn deref_mut(&mut self) -> &mut Checks {
+        &mut self.checks
+    }
+}
+
+impl Timed {
     /// Runs `f`, checking that it ends within the limit; its result.
     fn timed<T>(&mut self, what: &str, f: impl FnOnce() -> symm_core::Result<T>) -> symm_core::Result<T> {
         let start = Instant::now();
@@ -102,8 +102,7 @@ impl Checks {
     fn exit(mut self, comm: &SimComm) -> ! {
         let r = comm.barrier(&comm.world());
         self.check(r.is_ok(), || format!("final barrier: {r:?}"));
-        say(format!("[rank {}] {}", self.me, if self.failed { "FAILED" } else { "ok" }));
-        std::process::exit(i32::from(self.failed));
+        self.checks.exit()
     }
 }
 
@@ -131,7 +130,7 @@ fn main() {
         std::process::exit(2)
     });
     let me = comm.rank();
-    let c = Checks { me, limit, failed: false };
+    let c = Timed { checks: Checks::new(me), limit };
     match mode.as_str() {
         "roots" => roots(comm, c),
         "other-call" => other_call(comm, c),
@@ -148,7 +147,7 @@ fn usage(args: &[String]) -> ! {
 }
 
 /// Mode `roots` (see the module documentation).
-fn roots(comm: SimComm, mut c: Checks) -> ! {
+fn roots(comm: SimComm, mut c: Timed) -> ! {
     let (me, n) = (comm.rank().index(), comm.world_size());
     let everyone_self = std::env::var("SYMM_PROTOCOL_ROOTS").as_deref() == Ok("self");
     let root_of = |r: usize| if everyone_self || r == n - 1 { r } else { 0 };
@@ -169,7 +168,7 @@ fn roots(comm: SimComm, mut c: Checks) -> ! {
 }
 
 /// Mode `other-call` (see the module documentation).
-fn other_call(comm: SimComm, mut c: Checks) -> ! {
+fn other_call(comm: SimComm, mut c: Timed) -> ! {
     let me = comm.rank();
     if me == Rank(0) {
         let others: Vec<Rank> = (1..comm.world_size() as u32).map(Rank).collect();
@@ -190,10 +189,10 @@ fn other_call(comm: SimComm, mut c: Checks) -> ! {
 }
 
 /// Mode `late-order` (see the module documentation).
-fn late_order(comm: SimComm, mut c: Checks) -> ! {
+fn late_order(comm: SimComm, mut c: Timed) -> ! {
     let me = comm.rank();
     let mut data = vec![if me == Rank(0) { 5.0f32 } else { 0.0 }; 4];
-    let mut bcast = |c: &mut Checks| {
+    let mut bcast = |c: &mut Timed| {
         c.timed("broadcast", || comm.broadcast(&comm.world(), LocalMut::from(&mut data), 0, &CollOptions::default()))
     };
     let (b, a) = if me == Rank(0) {
@@ -216,7 +215,7 @@ fn late_order(comm: SimComm, mut c: Checks) -> ! {
 }
 
 /// Mode `gave-up` (see the module documentation).
-fn gave_up(comm: SimComm, mut c: Checks) -> ! {
+fn gave_up(comm: SimComm, mut c: Timed) -> ! {
     let me = comm.rank();
     let first = allreduce(&comm);
     c.check(first.is_ok(), || format!("first allreduce: {first:?}"));
@@ -249,7 +248,7 @@ fn gave_up(comm: SimComm, mut c: Checks) -> ! {
 }
 
 /// Mode `skip` (see the module documentation).
-fn skip(comm: SimComm, mut c: Checks) -> ! {
+fn skip(comm: SimComm, mut c: Timed) -> ! {
     let me = comm.rank();
     let peer = Rank(1 - me.0);
     let first = if me == Rank(0) { 0 } else { 1 };

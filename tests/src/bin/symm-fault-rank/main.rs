@@ -13,16 +13,11 @@ use std::time::{Duration, Instant};
 
 use symm_core::{Backend, CmpOp, Communicator, DType, Error, Rank, SymmetricHeap};
 use symm_sim::SimComm;
+use symm_tests::report::say;
 
 mod codes;
 
 use codes::{DETECTED, NO_ERROR, OTHER_ERROR, SETUP_FAILED, TOO_LATE, WRONG_PEER};
-
-fn say(line: String) {
-    use std::io::Write;
-    // One write per line, so the lines of the two survivors do not interleave.
-    let _ = std::io::stdout().write_all(format!("{line}\n").as_bytes());
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
