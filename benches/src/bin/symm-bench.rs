@@ -39,8 +39,8 @@
 //! divides in the accumulator type); the comparison is exact. With
 //! `SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE` set, reductions of float data travel in that format,
 //! and the values stay exact in it too: smaller integers, sums of at most its exact integers
-//! (with more ranks than that, the later ranks contribute zeros), and for `avg` (whose mean
-//! travels encoded) a common mean with rank offsets that cancel. `#wrong` is the number of
+//! (with more ranks than that, the later ranks contribute zeros), and for `avg` (whose mean the
+//! check must state exactly) a common mean with rank offsets that cancel. `#wrong` is the number of
 //! mismatching elements summed over the ranks; any mismatch makes the program exit with status 3
 //! (1: a call failed; 2: the ranks could not start).
 //!
@@ -1044,7 +1044,7 @@ impl<'c> Bench<'c> {
         let exact = self.exact::<T>();
         let m = if self.low_precision_average() {
             // A mean and offsets that cancel: every input, at most 2 (m - 1), is exact. Only
-            // inputs and the mean travel encoded; sums stay in the accumulator.
+            // inputs travel encoded; sums stay in the accumulator, results in the dtype.
             exact / 2
         } else if sums {
             exact / self.n as u32
@@ -1060,9 +1060,9 @@ impl<'c> Bench<'c> {
         self.lp.map_or(T::EXACT, |lp| T::EXACT.min(lowp::exact_integers(lp)))
     }
 
-    /// An average that travels in low precision, whose reduced parts travel encoded too
-    /// (two-shot): the average of arbitrary values need not be one the format carries (1/3 is
-    /// not), so the ranks' inputs are a common mean with offsets that cancel ([`Bench::value`]).
+    /// An average whose inputs travel in low precision: the exact check needs inputs the format
+    /// carries and an average it can state exactly (that of arbitrary values, 1/3 say, is not),
+    /// so the ranks' inputs are a common mean with offsets that cancel ([`Bench::value`]).
     fn low_precision_average(&self) -> bool {
         self.lp.is_some() && self.o.redop == ReduceOp::Avg
     }
