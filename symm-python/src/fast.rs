@@ -278,8 +278,9 @@ struct Shim {
 /// code takes the full path).
 const MAX_DTYPE_CODE: usize = 1023;
 
-/// The shim functions [`Shim`] calls, by their names in shim.h (without `aoti_torch_`).
-const SHIM_FUNCTIONS: [&str; 8] = [
+/// The shim functions [`Shim`] calls, by their names in shim.h (without `aoti_torch_`); the
+/// platform looks their addresses up by this list (`_symm.SHIM_FUNCTIONS`).
+pub(crate) const SHIM_FUNCTIONS: [&str; 8] = [
     "get_layout",
     "get_device_type",
     "get_dtype",

@@ -38,6 +38,7 @@ use pyo3::prelude::*;
 fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("DTYPES", comm::dtype_names(m.py())?)?;
+    m.add("SHIM_FUNCTIONS", fast::SHIM_FUNCTIONS.to_vec())?;
     m.add_class::<comm::PyCommunicator>()?;
     m.add_class::<comm::PyGroup>()?;
     m.add_class::<comm::HeapBlock>()?;

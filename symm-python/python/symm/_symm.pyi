@@ -15,6 +15,8 @@ Index = Any  # an int, or anything with __index__
 
 __version__: str
 DTYPES: Tuple[str, ...]
+#: The functions of torch's stable C shim the fast path calls (``aoti_torch_<name>``).
+SHIM_FUNCTIONS: List[str]
 
 class SymmError(Exception):
     code: Optional[str]

@@ -227,19 +227,6 @@ class _NoData:
         return self.text
 
 
-#: The functions of torch's stable C shim that the fast path calls (``aoti_torch_<name>``).
-_SHIM_FUNCTIONS = (
-    "get_layout",
-    "get_device_type",
-    "get_dtype",
-    "is_contiguous",
-    "get_numel",
-    "get_data_ptr",
-    "get_storage_offset",
-    "get_storage_size",
-)
-
-
 def _c_shim(dtype_names: Any) -> Optional[Dict[str, Any]]:
     """torch's stable C shim (``torch/csrc/inductor/aoti_torch/c/shim.h``: the C ABI that
     AOTInductor-compiled code calls, exported by libtorch): the addresses of the functions that
@@ -248,7 +235,10 @@ def _c_shim(dtype_names: Any) -> Optional[Dict[str, Any]]:
     try:
         # torch._C's dependencies include libtorch_cpu, where the shim lives; it is loaded already.
         lib = ctypes.CDLL(torch._C.__file__)
-        functions = {n: ctypes.cast(getattr(lib, f"aoti_torch_{n}"), ctypes.c_void_p).value for n in _SHIM_FUNCTIONS}
+        # The ones the fast path calls, as the native module names them (``aoti_torch_<name>``).
+        from .._symm import SHIM_FUNCTIONS
+
+        functions = {n: ctypes.cast(getattr(lib, f"aoti_torch_{n}"), ctypes.c_void_p).value for n in SHIM_FUNCTIONS}
 
         def code(name: str) -> int:
             fn = getattr(lib, f"aoti_torch_{name}")
