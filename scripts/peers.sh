@@ -26,7 +26,8 @@ source scripts/common.sh
 
 ALL_OPS=(all_reduce reduce_scatter all_gather alltoall sendrecv broadcast pingpong)
 # Shared memory only (ob1 + vader, single copies by CMA above the eager limit); eager limit
-# 32 KiB instead of 4 KiB (2-4x faster from 4 KiB to 32 KiB, no loss measured above);
+# 32 KiB instead of 4 KiB (faster from 4 to 32 KiB: docs/performance-log.md, "How the figures
+# were taken");
 # --bind-to none because mpi_bench pins rank r to CPU r % nproc itself, like symm-bench.
 # --oversubscribe makes mpirun accept more ranks than cores (it then yields when idle).
 MPI_OPTS_DEFAULT="--bind-to none --mca pml ob1 --mca btl self,vader --mca btl_vader_eager_limit 32768"

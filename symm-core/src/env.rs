@@ -1,4 +1,4 @@
-//! The start-up settings' names, defaults and parsers as earlier versions exposed them; every
+//! The start-up settings' names, defaults and parsers in the form the public API keeps; every
 //! one is a view of [`config`](crate::config), which lists and parses all variables.
 
 use std::time::Duration;

@@ -97,7 +97,7 @@ def dfx(rank, world):
     # Log lines of a call that released the GIL by itself while waiting (small calls keep it
     # until they block; PyO3 does not know of that release): on the full path (a rank given as
     # a tensor), a late peer with the debug log on, then a timeout, reach logging and raise
-    # normally (they crashed the process before the log sink took the GIL through the C API).
+    # normally (the log sink takes the GIL through the C API, which knows of that release).
     rev = symm.create_group(list(reversed(range(world))))
     symm.set_log_level("debug")
     handler.lines.clear()

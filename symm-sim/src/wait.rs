@@ -1,8 +1,9 @@
 //! Waiting: spin while the rank has a core, then sleep on the rank's doorbell (a futex).
 //!
-//! A flag written by a peer is seen by a spinning waiter in ~0.05 us here, but a futex wake-up
-//! costs ~24 us, so spinning pays while every rank has a core; with more ranks than cores a
-//! spinning waiter steals the core its peer needs, so the spin budget shrinks to almost nothing.
+//! A flag written by a peer is seen by a spinning waiter within a line transfer, but a futex
+//! wake-up costs tens of microseconds, so spinning pays while every rank has a core; with more
+//! ranks than cores a spinning waiter steals the core its peer needs, so the spin budget shrinks
+//! to almost nothing (docs/performance-log.md, "Waiting").
 //!
 //! Lost wake-ups are impossible: a waiter announces itself in `sleepers` (SeqCst), reads the
 //! doorbell, re-checks its condition and only then sleeps while the doorbell still has the
@@ -15,7 +16,7 @@
 //! # Light signals: the sleeper pays for the barrier
 //! Where the kernel offers `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)` ([`light_signals`]),
 //! writers publish with a release store and read `sleepers` with no fence, and the waiter,
-//! after announcing itself, issues that system call (~0.5 us, only on the way to sleep): it
+//! after announcing itself, issues that system call (only on the way to sleep): it
 //! runs a full barrier on every CPU running a thread of a registered process before it returns.
 //! A writer whose read of `sleepers` comes after that barrier sees the announcement; one whose
 //! read came before it had its change, which precedes the read, made visible by it, so the
@@ -54,7 +55,7 @@ pub struct SpinPolicy {
     pub spin: Duration,
     /// After spinning, how long to keep checking between `sched_yield`s before sleeping. When
     /// ranks outnumber cores the awaited peer is usually runnable on this very core: yielding
-    /// hands it the core at once, where a futex sleep would add a wake-up (~24 us) per wait.
+    /// hands it the core at once, where a futex sleep would add a wake-up per wait.
     pub yield_for: Duration,
     /// Longest sleep between two looks at the condition while asleep (100 ms; tests set it
     /// with `SYMM_TEST_NAP_MS`, see [`lost_wakeups`]).
@@ -68,7 +69,7 @@ impl SpinPolicy {
     pub fn for_host(ranks_on_host: usize, cores: usize, settings: &symm_core::config::Config) -> SpinPolicy {
         let oversubscribed = ranks_on_host > cores;
         // Sharing cores, a waiter yields at once: the peer it waits for is usually runnable on
-        // this very core (8 ranks on 2 cores: a 2 us spin per wait doubled a small allreduce).
+        // this very core, and a spin would only delay it (docs/performance-log.md, "Waiting").
         let spin = match settings.spin {
             Some(us) => us,
             None if oversubscribed => Duration::ZERO,

@@ -59,7 +59,8 @@ fn another_user_cannot_write_into_the_start_up_store() {
 
 #[test]
 fn a_rank_with_a_bad_environment_makes_its_peers_fail_at_once() {
-    // Without the fix rank 0 waits for rank 1's hello until the whole timeout (60 s here).
+    // Rank 1 must report its failure at once: otherwise rank 0 waits for its hello until the
+    // whole timeout (60 s here).
     let env: Vec<(String, String)> =
         [("SYMMETRIC_MEMORY_HEAP_SIZE", "16M"), ("SYMMETRIC_MEMORY_TIMEOUT", "60"), ("SYMM_TEST_BAD_ENV_RANK", "1")]
             .iter()

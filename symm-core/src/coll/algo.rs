@@ -421,11 +421,11 @@ unsafe fn one_shot<B: Backend + ?Sized>(
 /// or `None` to stage a copy. In place needs the input inside the caller's heap, no
 /// low-precision encoding, an output that does not overlap the input (the peers read it while
 /// the caller writes its output), and a core per rank: the caller then waits for every peer's
-/// `DONE` before returning, a hand-over of the core per peer where ranks share cores (8 ranks on
-/// 2 cores: 16 -> 28 us at 8 KiB). With a core per rank, the wait costs about what the copy
-/// did with fresh inputs, and with inputs unchanged between calls (nccl-tests) the peers' reads
-/// stay in their caches: 8 KiB 1.6 -> ~0.5 us on 2 ranks (see docs/performance-log.md). Each
-/// member decides for itself: peers read from whatever offset it publishes.
+/// `DONE` before returning, a hand-over of the core per peer where ranks share cores. With a
+/// core per rank, the wait costs about what a staged copy would with fresh inputs, and with inputs
+/// unchanged between calls (nccl-tests) the peers' reads stay in their caches (see
+/// docs/performance-log.md, "The one-shot reads a heap input in place"). Each member decides
+/// for itself: peers read from whatever offset it publishes.
 fn one_shot_in_place_source<B: Backend + ?Sized>(
     ctx: &Ctx<'_, B>,
     call: &Call,

@@ -71,19 +71,19 @@ use crate::error::Result;
 use crate::op::SignalOp;
 
 /// Largest broadcast (bytes) sent eagerly where every rank has a core. Above it the
-/// small-message round is ahead (2 ranks, 512 B: 0.14 µs against 0.16 eager, 2 KiB 0.27 against
-/// 0.35: the eager path copies twice, into the slot and out of it), and of MPI's eager broadcast.
+/// small-message round is ahead: the eager path copies twice, into the slot and out of it (see
+/// docs/performance-log.md, "Eager small broadcasts").
 pub const MAX_BYTES: usize = 256;
 /// Largest broadcast sent eagerly where ranks outnumber cores ([`Backend::waiters_share_cores`]).
-/// There every round costs the scheduling of every member (4 ranks on 2 cores, 8 KiB: 4.9 µs),
-/// while an eager broadcast costs the root its copies and each member one wait (1.7 µs; 8 ranks
-/// 10.4 -> 3.7-4.2 µs, 512 B 7.7 -> 0.66). At 32 KiB the root's copies (one per member) would
-/// cost more than the round.
+/// There every round costs the scheduling of every member, while an eager broadcast costs the
+/// root its copies (one per member) and each member one wait; at 32 KiB the copies would cost
+/// more than the round (docs/performance-log.md, "Eager small broadcasts").
 pub const SHARED_MAX_BYTES: usize = 8 << 10;
 /// Broadcasts a root may run ahead of a member: the slots of a writer's ring. Where ranks share
-/// cores the ring is as deep: with 16 slots of 8 KiB instead, the root waited for its members
-/// so often that an 8-byte broadcast took twice as long (4 ranks 0.24 -> 0.47 µs), so a group
-/// of `n` members there holds `n` rings of 516 KiB in every member's heap (20 KiB otherwise).
+/// cores the ring is as deep: a shallower ring makes the root wait for its members often
+/// enough to double a small broadcast's time (docs/performance-log.md, "Eager small
+/// broadcasts"), so a group of `n` members there holds `n` rings of 516 KiB in every member's
+/// heap (20 KiB otherwise).
 pub const SLOTS: usize = 64;
 /// A slot's words before its data: flag, signature, count.
 const HEADER: usize = 24;
@@ -111,15 +111,13 @@ const _: () = assert!(OWN_AHEAD < SLOTS as u64);
 /// broadcasts from now) in the exclusive state (`prefetchw`).
 ///
 /// Every small broadcast writes a slot whose lines the member has read a ring ago, so each
-/// write first takes its line back from the member's cache. Where the two cores sit far apart
-/// (the slow placement of this VM's vCPUs, 0.24 µs a line one way) a root took 0.18 µs per
-/// broadcast of 8 B, against MPI's 0.11-0.16, whose sender packs several small messages per
-/// line: the store of each broadcast waited for its line. Taken eight broadcasts ahead, the line
-/// is there when the store comes: 0.105-0.127 µs in the same runs, no change where the cores
-/// are close (0.075). The member usually loses nothing: it finished with the slot's previous
-/// broadcast long ago; one more than `SLOTS - OWN_AHEAD` broadcasts behind (flow control allows
-/// up to [`SLOTS`]) fetches the line back when it reads it. `slot` need not be valid: a
-/// prefetch never faults and changes no data.
+/// write first takes its line back from the member's cache, and where the two cores sit far
+/// apart the store waits for it. Taken eight broadcasts ahead, the line is there when the store
+/// comes (docs/performance-log.md, "The root takes its slots' lines ahead"). The member
+/// usually loses nothing: it finished with the slot's previous broadcast long ago; one more
+/// than `SLOTS - OWN_AHEAD` broadcasts behind (flow control allows up to [`SLOTS`]) fetches the
+/// line back when it reads it. `slot` need not be valid: a prefetch never faults and changes no
+/// data.
 #[inline]
 fn own_ahead(slot: *mut u8, bytes: usize) {
     #[cfg(target_arch = "x86_64")]

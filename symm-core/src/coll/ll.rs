@@ -18,9 +18,8 @@
 //! NCCL's LL protocols put a flag beside every 8 bytes (LL) or 120 bytes (LL128) because a GPU
 //! reader checks each piece as it lands and a GPU's stores to different lines may land out of
 //! order. A reader here waits for one flag, whose release/acquire pair orders every line before
-//! it; an earlier version kept a flag on every line all the same, and they cost more than their
-//! bytes: 2-rank alltoall and all_gather of 2 KiB went from 0.65-0.75 us to 0.40-0.44 us (median
-//! times) when they went (docs/performance-log.md).
+//! it, so a message carries no other flag: flags on every line cost more than their bytes (see
+//! docs/performance-log.md, "The small-message path and its limit").
 //!
 //! # A round
 //! Every member sends one message to every other member (its data, or the header line alone
@@ -58,11 +57,10 @@ const _: () = assert!(DEFAULT_MAX_BYTES <= MAX_BYTES);
 /// Largest message of one writer to one reader (bytes): what a slot holds.
 pub const MAX_BYTES: usize = 4096;
 /// Default of `SYMM_LL_MAX`. Up to about 2 KiB a message's few lines arrive faster this way;
-/// beyond, the writer's stores into lines the reader holds (each an ownership transfer) cost
-/// more than the reader's read of a copy staged or read in place (2 ranks, alltoall of 4 KiB
-/// per pair: 1.9 us here against 0.66 us through the round protocol; glibc's `memcpy` copies
-/// into the reader's lines with `rep movsb` above 2112 bytes on the AMD EPYC measured, which
-/// is slow into lines another core holds: 0.93 us with that threshold raised).
+/// beyond, the writer's stores into lines the reader holds (each an ownership transfer, and
+/// glibc's `memcpy` switches to `rep movsb`, slow into such lines) cost more than the reader's
+/// read of a copy staged or read in place (docs/performance-log.md, "The small-message path and
+/// its limit").
 pub const DEFAULT_MAX_BYTES: usize = 2048;
 /// Bytes of one slot: the header line, then room for the rest of the largest message.
 const SLOT_BYTES: usize = LINE + (MAX_BYTES - HEAD_DATA).next_multiple_of(LINE);

@@ -68,7 +68,7 @@ fn slot_offset<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, sender: usize, k: u64) -> 
 }
 
 fn chunks_of(bytes: usize, payload: usize) -> usize {
-    // Most messages fit one chunk: no 64-bit division for them (a few ns of a 150 ns call).
+    // Most messages fit one chunk: spare them a 64-bit division (tens of cycles) per call.
     if bytes <= payload {
         return 1;
     }
@@ -82,8 +82,8 @@ const HEADER_BYTES: usize = MAIL_HEADER - HEADER_AT;
 /// Messages up to this size carry their payload right after the header, on the flag's line (a
 /// message of up to 40 bytes arrives in one line transfer); larger ones from the slot's second
 /// line on, so that copying in and out stores and loads whole aligned lines (a vector store
-/// that crosses two lines costs two: sendrecv of 8 KiB 1.51 -> 1.37 us, 32 KiB 3.9 -> 3.5 on
-/// 2 ranks). Both ends know a message's size (the sender its own, the receiver from the header).
+/// that crosses two lines costs two; docs/performance-log.md, "Send/recv"). Both ends know a
+/// message's size (the sender its own, the receiver from the header).
 const INLINE_MAX: usize = 256;
 /// Where a rendezvous descriptor's heap offset lies in its slot: right after the header.
 const DESCRIPTOR_AT: usize = MAIL_HEADER;

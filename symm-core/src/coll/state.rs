@@ -133,10 +133,9 @@ pub fn fast_spins<B: Backend + ?Sized>(b: &B) -> u32 {
 }
 
 /// Chunks in flight per point-to-point pair. Many small chunks (64 of 16 KiB by default) rather
-/// than a few large ones (4 of 256 KiB until `1a80286`): the receiver copies one chunk out while
-/// the sender copies the next in, so a message of a few chunks takes little more than one copy
-/// (sendrecv, 2 ranks: 128 KiB 17 -> 9-12 us, 256 KiB 24-28 -> 16-18 us), for the same mailbox
-/// capacity (1 MiB: which messages are eager is unchanged).
+/// than a few large ones: the receiver copies one chunk out while the sender copies the next in,
+/// so a message of a few chunks takes little more than one copy (docs/performance-log.md,
+/// "Send/recv").
 pub const MAIL_SLOTS: usize = 64;
 /// Bytes of a mailbox chunk's flag and header (total message bytes, dtype code), before the
 /// payload of a small message (larger ones start theirs on the next line; see
@@ -163,10 +162,9 @@ pub struct Tunables {
     /// Members that disagree still complete: see [`ll`](super::ll).
     pub ll_max: usize,
     /// Largest allreduce (bytes) on the small-message path, within `ll_max`
-    /// (`SYMM_ALLREDUCE_LL_MAX`, default 1 KiB). Above it the one-shot is faster: at 1.5-2 KiB
-    /// by 1.03-2.4x on 2 ranks and 1.4-2.6x on 4 and 8, paired runs at `742d5b0` (fresh and
-    /// unchanged inputs); at 1 KiB the small-message path still wins on 2 ranks with fresh
-    /// inputs (1.4x). The other collectives keep `ll_max`: theirs cross over elsewhere.
+    /// (`SYMM_ALLREDUCE_LL_MAX`, default 1 KiB). Above it the one-shot, which reads heap inputs
+    /// in place, is faster (docs/performance-log.md, "The allreduce's small-message limit").
+    /// The other collectives keep `ll_max`: theirs cross over elsewhere.
     pub allreduce_ll_max: usize,
     /// Largest broadcast sent eagerly (`SYMM_BCAST_EAGER_MAX`, at most
     /// [`eager::SHARED_MAX_BYTES`](super::eager::SHARED_MAX_BYTES); 0: never). `None`: by the
@@ -648,10 +646,10 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
 }
 
 /// Reads one byte of every 4 KiB page of `[start, start + len)`, so that this process maps the
-/// pages now: a first touch through a mapping is a page fault (about a microsecond here) that
-/// would otherwise land on the early messages, one per page and slot (2-rank sendrecv over 20
-/// iterations: 8 B 2.0 -> 0.4 us, 4 KiB 7 -> 0.9 us). It commits the group's mailboxes (1 MiB
-/// per member pair with the defaults) at set-up instead of at first use.
+/// pages now: a first touch through a mapping is a page fault that would otherwise land on the
+/// early messages, one per page and slot (docs/performance-log.md, "First use of a group's
+/// pages"). It commits the group's mailboxes (1 MiB per member pair with the defaults) at
+/// set-up instead of at first use.
 ///
 /// # Safety
 /// The range lies inside a live mapping, and nobody writes it concurrently.
