@@ -4,7 +4,7 @@
 //! [`GroupId`] on every rank (computed from the list, so no communication is needed to agree on
 //! it) and, through [`GroupRegistry`], the same state object inside one process.
 
-use std::any::{Any, TypeId};
+use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -46,38 +46,9 @@ struct GroupInner {
     usable: Result<(), GroupError>,
     /// State that layers above the backend keep per group (the collectives' workspace and
     /// sequence numbers), created on first use; read without a lock on every call.
-    extension: OnceLock<Extension>,
+    extension: OnceLock<Box<dyn Any + Send + Sync>>,
     /// Serialises first uses, so that concurrent ones create the extension once.
     extension_init: Mutex<()>,
-}
-
-/// A group's extension with its type recorded when it was created. `Any::downcast_ref` asks the
-/// value for its type through the vtable on every call, and the caller then reads the 16-byte
-/// answer the callee has just stored in two halves: the processor cannot forward those stores
-/// to the load and stalls for about 15 cycles, on every collective call. The recorded type is
-/// read like any other field.
-struct Extension {
-    type_id: TypeId,
-    value: Box<dyn Any + Send + Sync>,
-}
-
-impl Extension {
-    /// The only way to make one: the recorded type is the boxed value's.
-    fn new<T: Any + Send + Sync>(value: T) -> Extension {
-        Extension { type_id: TypeId::of::<T>(), value: Box::new(value) }
-    }
-
-    #[inline]
-    fn get<T: Any>(&self) -> Option<&T> {
-        (self.type_id == TypeId::of::<T>()).then(|| {
-            debug_assert!(self.value.is::<T>());
-            let value: *const (dyn Any + Send + Sync) = &*self.value;
-            // SAFETY: `Extension::new` boxed a T and recorded `TypeId::of::<T>()` with it (the
-            // fields are private to this module and set nowhere else), so the data pointer
-            // points to a live T for as long as `self` is borrowed.
-            unsafe { &*value.cast::<T>() }
-        })
-    }
 }
 
 impl Group {
@@ -187,7 +158,7 @@ impl Group {
     #[inline]
     pub fn extension<T: Any + Send + Sync, E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<Option<&T>, E> {
         match self.0.extension.get() {
-            Some(existing) => Ok(existing.get::<T>()),
+            Some(existing) => Ok(existing.downcast_ref::<T>()),
             None => self.create_extension(init),
         }
     }
@@ -198,10 +169,10 @@ impl Group {
         // A poisoned lock means a thread panicked in `init`; nothing was set.
         let _first = self.0.extension_init.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(existing) = self.0.extension.get() {
-            return Ok(existing.get::<T>());
+            return Ok(existing.downcast_ref::<T>());
         }
-        let created = Extension::new(init()?);
-        Ok(self.0.extension.get_or_init(|| created).get::<T>())
+        let created: Box<dyn Any + Send + Sync> = Box::new(init()?);
+        Ok(self.0.extension.get_or_init(|| created).downcast_ref::<T>())
     }
 
     /// Whether two handles are the same cached group object.

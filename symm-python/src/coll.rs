@@ -11,6 +11,9 @@
 //! so the group remains usable after the error. Point-to-point calls have no rounds: a bad
 //! `send` leaves its receiver waiting until `SYMMETRIC_MEMORY_TIMEOUT`.
 
+use std::cell::Cell;
+
+use pyo3::ffi::PyThreadState;
 use pyo3::prelude::*;
 use symm_core::coll::lowp::FORMATS;
 use symm_core::{
@@ -53,8 +56,10 @@ fn group_rank_arg(py: Python<'_>, me: Rank, g: &Group, arg: &'static str, obj: &
     g.resolve(arg, r).map(|(l, _)| l.index()).at(me).py(py)
 }
 
+/// A call's options: `transport`, and the GIL released should the call block
+/// ([`gil_released_when_blocking`]).
 fn options(transport: Transport) -> CollOptions {
-    CollOptions { transport, ..CollOptions::default() }
+    CollOptions { transport, before_blocking: Some(release_gil), ..CollOptions::default() }
 }
 
 /// Checks that `tensor` holds `want` elements; the error names `arg` and says why.
@@ -112,7 +117,7 @@ impl PyCommunicator {
             };
             // The error is the expected rejection (or a failure to reach the peers at all,
             // which leaves them to their bounded waits); the caller raises its own error.
-            let _ = comm.allreduce_into(g, inp, out, ReduceOp::Sum, &CollOptions::default());
+            let _ = comm.allreduce_into(g, inp, out, ReduceOp::Sum, &options(Transport::Default));
         });
     }
 
@@ -270,7 +275,7 @@ impl PyCommunicator {
                     LocalRef::from_raw(i.ptr as *const u8, i.len, i.dtype),
                 )
             };
-            comm.allgather(g, out, inp, &CollOptions::default())
+            comm.allgather(g, out, inp, &options(Transport::Default))
         })
         .py(py)
     }
@@ -360,7 +365,7 @@ impl PyCommunicator {
                 sends.iter().map(|s| unsafe { LocalRef::from_raw(s.ptr as *const u8, s.len, s.dtype) }).collect();
             // SAFETY: as above.
             let out = unsafe { LocalMut::from_raw(r.ptr as *mut u8, r.len, r.dtype) };
-            comm.alltoall(g, &refs, out, counts, &CollOptions::default())
+            comm.alltoall(g, &refs, out, counts, &options(Transport::Default))
         })
         .py(py)
     }
@@ -387,7 +392,7 @@ impl PyCommunicator {
         gil_released(py, t.len * t.dtype.size(), || {
             // SAFETY: as in `run_allreduce`.
             let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };
-            comm.broadcast(g, buf, root, &CollOptions::default())
+            comm.broadcast(g, buf, root, &options(Transport::Default))
         })
         .py(py)
     }
@@ -414,7 +419,7 @@ impl PyCommunicator {
             // SAFETY: `t` describes the caller's contiguous host tensor, held for the call; the
             // call returns once the data is out of it.
             let buf = unsafe { LocalRef::from_raw(t.ptr as *const u8, t.len, t.dtype) };
-            comm.send(g, buf, dst, &CollOptions::default())
+            comm.send(g, buf, dst, &options(Transport::Default))
         })
         .py(py)
     }
@@ -469,7 +474,7 @@ impl PyCommunicator {
                     LocalMut::from_raw(r.ptr as *mut u8, r.len, r.dtype),
                 )
             };
-            comm.sendrecv(g, send, dst, recv, src, &CollOptions::default())
+            comm.sendrecv(g, send, dst, recv, src, &options(Transport::Default))
         })
         .py(py)
     }
@@ -496,7 +501,7 @@ impl PyCommunicator {
             // SAFETY: `t` describes the caller's contiguous host tensor, held for the call; the
             // call returns once the message is in it.
             let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };
-            comm.recv(g, buf, src, &CollOptions::default())
+            comm.recv(g, buf, src, &options(Transport::Default))
         })
         .py(py)
     }
@@ -536,47 +541,65 @@ where
 }
 
 thread_local! {
-    /// Whether this thread's GIL is released by [`gil_released_when_blocking`] right now.
-    static RELEASED_BY_HOOK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// This thread's GIL inside [`gil_released_when_blocking`]: null while it is held,
+    /// [`ARMED`] while it is held and to be released should the call block, else the thread
+    /// state saved when [`release_gil`] released it (restoring it re-takes the GIL). One word,
+    /// stored and loaded whole (a narrower store under a wider load would stall the load).
+    static GIL: Cell<*mut PyThreadState> = const { Cell::new(std::ptr::null_mut()) };
 }
+
+/// See [`GIL`]: no thread state lives at its alignment's address.
+const ARMED: *mut PyThreadState = std::ptr::NonNull::dangling().as_ptr();
 
 /// Whether this thread is inside a collective that released its GIL by hand while waiting
 /// ([`gil_released_when_blocking`]). PyO3 still counts such a thread as attached (the call
 /// came in through a PyO3 function), so `Python::try_attach` would run Python on it without
 /// the GIL: code that may run there (the log sink) takes the GIL through the C API instead.
 pub(crate) fn gil_released_by_hook() -> bool {
-    RELEASED_BY_HOOK.with(std::cell::Cell::get)
+    let state = GIL.get();
+    !state.is_null() && state != ARMED
+}
+
+/// The collectives' "about to block" callback ([`CollOptions::before_blocking`]): releases the
+/// GIL of a call inside [`gil_released_when_blocking`] (and does nothing elsewhere, or twice).
+fn release_gil() {
+    if GIL.get() == ARMED {
+        // SAFETY: armed only by `gil_released_when_blocking`, on this thread, which holds the
+        // GIL (its `_py` token) until it returns and re-takes the GIL there if released here;
+        // nothing touches Python meanwhile, except the log sink, which sees the saved state and
+        // takes the GIL through the C API.
+        GIL.set(unsafe { pyo3::ffi::PyEval_SaveThread() });
+    }
 }
 
 /// Runs `f` (which must not touch Python) holding the GIL while it spins and releasing it only
-/// when it is about to block (`symm_core::coll::hook`): a small collective whose peers are
-/// already there never blocks, and releasing and re-taking the GIL would cost it ~40 ns; one
-/// that waits for a late peer lets every other Python thread run meanwhile, as `py.detach`
-/// would. The GIL is held again when this returns or unwinds.
+/// when it is about to block ([`release_gil`], passed in the call's options): a small
+/// collective whose peers are already there never blocks, and releasing and re-taking the GIL
+/// would cost it ~40 ns; one that waits for a late peer lets every other Python thread run
+/// meanwhile, as `py.detach` would. The GIL is held again when this returns or unwinds.
 #[inline(always)]
 fn gil_released_when_blocking<R>(_py: Python<'_>, f: impl FnOnce() -> R) -> R {
-    /// The thread state saved when the hook released the GIL; restoring it re-takes the GIL.
-    struct Released(std::cell::Cell<*mut pyo3::ffi::PyThreadState>);
-    impl Drop for Released {
+    /// Re-takes the GIL should [`release_gil`] have released it.
+    struct Reacquire<'a>(&'a Cell<*mut PyThreadState>);
+    impl Drop for Reacquire<'_> {
         fn drop(&mut self) {
             let saved = self.0.replace(std::ptr::null_mut());
-            if !saved.is_null() {
-                // SAFETY: `saved` is this thread's state, saved by `PyEval_SaveThread` below and
-                // not restored since: this re-takes the GIL the `_py` token stands for.
+            if !saved.is_null() && saved != ARMED {
+                // SAFETY: `saved` is this thread's state, saved by `PyEval_SaveThread` in
+                // `release_gil` and not restored since: this re-takes the GIL the `_py` token
+                // stands for.
                 unsafe { pyo3::ffi::PyEval_RestoreThread(saved) };
-                RELEASED_BY_HOOK.with(|r| r.set(false));
             }
         }
     }
-    let released = Released(std::cell::Cell::new(std::ptr::null_mut()));
-    let mut release = || {
-        // SAFETY: this thread holds the GIL (the `_py` token) and has not released it yet (the
-        // hook runs once); nothing touches Python until `released` restores it, except the log
-        // sink, which sees `RELEASED_BY_HOOK` and takes the GIL through the C API.
-        released.0.set(unsafe { pyo3::ffi::PyEval_SaveThread() });
-        RELEASED_BY_HOOK.with(|r| r.set(true));
-    };
-    let (r, _) = symm_core::coll::hook::with_hook(&mut release, f);
-    drop(released);
-    r
+    // One look-up of the thread-local for the whole call (in a shared library each one is a
+    // call into the dynamic loader, a few ns of a small collective).
+    let slot: *const Cell<*mut PyThreadState> = GIL.with(|g| g as *const _);
+    // SAFETY: `GIL` is const-initialised and its type needs no drop, so no destructor is
+    // registered for it: this thread's slot lives as long as the thread, after this frame, and
+    // is only ever shared (`&Cell`).
+    let gil = unsafe { &*slot };
+    gil.set(ARMED);
+    let _reacquire = Reacquire(gil);
+    f()
 }

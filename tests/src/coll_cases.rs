@@ -294,6 +294,7 @@ pub fn allreduce<C: Collectives>(comm: &C, cases: usize) {
         let opts = CollOptions {
             transport: lp.map_or(Transport::Full, Transport::Low),
             timeout: Some(Duration::from_secs(60)),
+            ..CollOptions::default()
         };
         let mut a = Mem::new(comm, &world, heap, dtype, count);
         a.fill(&encode(dtype, &inputs[me]));
@@ -378,6 +379,7 @@ pub fn reduce_scatter<C: Collectives>(comm: &C, cases: usize) {
         let opts = CollOptions {
             transport: lp.map_or(Transport::Full, Transport::Low),
             timeout: Some(Duration::from_secs(60)),
+            ..CollOptions::default()
         };
         let mut a = Mem::new(comm, &world, heap, dtype, n * m);
         a.fill(&encode(dtype, &inputs[me]));
@@ -454,7 +456,11 @@ pub fn low_precision_pipeline<C: Collectives>(comm: &C) {
     let n = world.size();
     let tun = Tunables::from_env().expect("settings from the environment");
     let one_shot_max = tun.oneshot_max.min(tun.stage_bytes / 2);
-    let opts = |lp| CollOptions { transport: Transport::Low(lp), timeout: Some(Duration::from_secs(60)) };
+    let opts = |lp| CollOptions {
+        transport: Transport::Low(lp),
+        timeout: Some(Duration::from_secs(60)),
+        ..CollOptions::default()
+    };
     let masks = [0xffu8, 0x55, 0, 0xaa];
     let mut k = 50_000;
     for (di, dtype) in [DType::F32, DType::BF16, DType::F16, DType::F64].into_iter().enumerate() {

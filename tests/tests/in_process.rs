@@ -64,3 +64,43 @@ fn low_precision_pipeline() {
 fn allreduce_in_a_group_of_ten() {
     run("allreduce", 10);
 }
+
+/// A call's `before_blocking` runs in its own thread when the call waits (for a late peer, or
+/// for the members to set up a group's state), and not in a call that never waits (1 rank).
+#[test]
+fn before_blocking_runs_when_a_call_waits() {
+    use symm_core::{Backend, CollOptions, Collectives, LocalMut, ReduceOp};
+    thread_local! {
+        static CALLED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    fn count() {
+        CALLED.set(CALLED.get() + 1);
+    }
+    let opts = CollOptions::default().with_before_blocking(count);
+    let allreduce = |comm: &symm_sim::SimComm| {
+        let mut x = [1.0f32];
+        comm.allreduce(&comm.world(), LocalMut::from(&mut x[..]), ReduceOp::Sum, &opts).expect("allreduce");
+        x[0]
+    };
+    let mut config = SimConfig::with_heap_size(16 << 20);
+    config.timeout = std::time::Duration::from_secs(60);
+    let ranks = run_in_process(2, config.clone(), |comm| {
+        allreduce(&comm);
+        CALLED.set(0);
+        if comm.rank().index() == 1 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let sum = allreduce(&comm);
+        (sum, CALLED.get())
+    });
+    let (sum, called) = ranks[0].as_ref().expect("rank 0 starts");
+    assert_eq!(*sum, 2.0);
+    assert!(*called >= 1, "rank 0 waited 100 ms for rank 1 without calling before_blocking");
+    let single = run_in_process(1, config, |comm| {
+        allreduce(&comm);
+        CALLED.set(0);
+        allreduce(&comm);
+        CALLED.get()
+    });
+    assert_eq!(*single[0].as_ref().expect("rank 0 starts"), 0, "a 1-rank call never waits");
+}

@@ -285,11 +285,18 @@ unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
 impl CollState {
-    /// The state of `group`, allocating the workspace collectively on first use.
-    pub fn of<'g, B: Backend + ?Sized>(b: &B, group: &'g Group) -> Result<&'g CollState> {
+    /// The state of `group`, allocating the workspace collectively on first use (calling
+    /// `before_blocking` first: see [`CollOptions::before_blocking`](super::CollOptions)).
+    pub fn of<'g, B: Backend + ?Sized>(
+        b: &B,
+        group: &'g Group,
+        before_blocking: Option<fn()>,
+    ) -> Result<&'g CollState> {
         let st = group.extension(|| {
             // Collective allocations and a barrier follow: they wait for every member.
-            super::hook::before_blocking();
+            if let Some(f) = before_blocking {
+                f();
+            }
             let rank = b.rank();
             let me = group.member().at(rank)?.index();
             let mut tun = match b.settings() {
@@ -412,6 +419,8 @@ pub struct Ctx<'a, B: Backend + ?Sized> {
     pub p2p: bool,
     /// The call's flight record, told when a wait blocks ([`Ctx::blocking`]).
     pub record: Started,
+    /// The caller's [`CollOptions::before_blocking`](super::CollOptions).
+    pub before_blocking: Option<fn()>,
     /// Small broadcasts made in the group before this call ([`Progress::bcasts`]) and the last
     /// of them: what the call's waits compare peers' small-broadcast slots with.
     pub bcasts: u64,
@@ -441,6 +450,7 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
             call: 0,
             p2p: false,
             record: Started::NONE,
+            before_blocking: None,
             bcasts: 0,
             last_bcast: None,
             watch_eager: false,
@@ -448,11 +458,19 @@ impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
         }
     }
 
-    /// Called by a wait of the call that stops spinning: runs the caller's hook (see
-    /// [`hook`](super::hook)) and stamps an untimed flight record with the moment.
+    /// Called by a wait of the call that stops spinning: runs the caller's callback
+    /// ([`Ctx::about_to_block`]) and stamps an untimed flight record with the moment.
     pub fn blocking(&self) {
-        super::hook::before_blocking();
+        self.about_to_block();
         self.record.blocked(self.b);
+    }
+
+    /// Runs the caller's [`CollOptions::before_blocking`](super::CollOptions), if any.
+    #[inline]
+    pub fn about_to_block(&self) {
+        if let Some(f) = self.before_blocking {
+            f();
+        }
     }
 
     /// Heap offset of word `word` of member `writer`'s record (the same in every copy).

@@ -113,7 +113,7 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
     /// the one peer).
     pub fn wait_any(&self, flags: &[Flag], arrived: &dyn Fn(usize) -> bool) -> Result<()> {
         // Callers come here once their own quick checks failed: a longer wait is ahead.
-        super::hook::before_blocking();
+        self.about_to_block();
         let met = || flags.iter().any(|f| f.reached(self));
         let start = Instant::now();
         let deadline = start + self.timeout;
