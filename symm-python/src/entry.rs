@@ -48,9 +48,10 @@ impl Kind {
         self.params().iter().position(|n| *n == name)
     }
 
-    /// The function PyO3 generated for the public function (its `#[pyfunction]` in the table): it binds
-    /// the arguments as the entry point does, and raises Python's TypeError for calls that do
-    /// not bind; its definition gives the entry point its name, signature and documentation.
+    /// The function PyO3 generated for the public function (its `#[pyfunction]` in the
+    /// table): it binds the arguments as the entry point does, and raises Python's TypeError
+    /// for calls that do not bind; its definition gives the entry point its name, signature
+    /// and documentation.
     fn binding(self) -> &'static PyOnceLock<Py<PyCFunction>> {
         static BINDING: [PyOnceLock<Py<PyCFunction>>; KINDS] = [const { PyOnceLock::new() }; KINDS];
         &BINDING[self as usize]
@@ -203,7 +204,7 @@ impl Kind {
 /// None.
 #[pyfunction]
 pub(crate) fn set_full_path(kind: &str, function: Py<PyAny>) -> PyResult<Option<Py<PyAny>>> {
-    let Some(k) = Kind::ALL.into_iter().find(|k| k.name() == kind) else {
+    let Some(k) = Kind::ALL.iter().copied().find(|k| k.name() == kind) else {
         let known = Kind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ");
         return Err(PyValueError::new_err(format!("kind = {kind:?}: no fast path (known: {known})")));
     };

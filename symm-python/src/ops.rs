@@ -145,7 +145,8 @@ collectives! {
     ///     GroupError: this rank is not a member. Timeout: a member did not come in time.
     AllReduce "allreduce" => fn shmem_allreduce(tensor; op = "'sum'", group = "None", low_precision_dtype = "None")
         text_signature "(tensor, op='sum', group=None, low_precision_dtype=None)",
-        stub "tensor: torch.Tensor, op: ReduceOp = 'sum', group: GroupLike = None, low_precision_dtype: LowPrecision = None",
+        stub "tensor: torch.Tensor, op: ReduceOp = 'sum', group: GroupLike = None, \
+              low_precision_dtype: LowPrecision = None",
         |py, f, comm, a| {
             let [Some(tensor), op, g, lp, _] = a else { return Ok(false) };
             let Some(op) = reduce_op(op.as_deref()).filter(|_| no_format(lp)) else { return Ok(false) };

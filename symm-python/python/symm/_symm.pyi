@@ -174,7 +174,7 @@ def init(
     rank: int, world_size: int, store: Any, *, prefix: str = "symm", secret: Optional[bytes] = None
 ) -> Communicator: ...
 
-# The fast path of the public collectives (src/fast.rs): the public function is native and
+# The public collectives (the table in src/ops.rs): the public function is native and
 # hands every call that is not the common case to the full path registered here.
 def set_full_path(kind: str, function: Callable[..., None]) -> Optional[Callable[..., None]]: ...
 def shmem_allreduce(
