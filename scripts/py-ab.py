@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Compares builds of the Python extension on a small allreduce, interleaved call for call.
 
-Usage: scripts/py-ab.py [--ranks 1|2] [--rounds R] [--calls N] DIR [DIR ...]
+Usage: scripts/py-ab.py [--ranks 1|2] [--op allreduce|broadcast] [--rounds R] [--calls N] DIR [DIR ...]
 
 Each DIR holds one build, installed with `pip install --no-deps --target DIR ./symm-python`.
 Every build gets its own long-lived workers (one per rank, each a `torch.distributed` gloo world
 of `--ranks` ranks with `symm.init`, rank r pinned to CPU r); the coordinator then asks the
 builds in turn, for R rounds (the order reversed every other round), to time N calls of
-`symm.shmem_allreduce(t, "sum")` on a 1-element float32 tensor (a symmetric tensor on 2 ranks),
-and on 2 ranks also N iterations of the same allreduce in a Rust loop
-(`Communicator.bench_allreduce`). A round's time is the slowest rank's.
+`symm.shmem_allreduce(t, "sum")` (or, with `--op broadcast`, `symm.shmem_broadcast(t, 0)`) on a
+1-element float32 tensor (a symmetric tensor on 2 ranks),
+and on 2 ranks also N calls of the same allreduce through the native module's private call with
+the tensor's descriptor made once (`symm.perf.NativeAllreduce`). A round's time is the slowest
+rank's.
 
 Printed per build: quantiles of the per-call time (ns), and the median over the rounds of the
 ratio to the first build in the same round. The placement of a VM's vCPUs moves every few
@@ -43,7 +45,11 @@ def worker() -> None:
     t = symm.empty(1, torch.float32) if dist.get_world_size() > 1 else torch.ones(1)
     # The timing loops of `python -m symm.perf`: the API function called as user code calls it,
     # and the same allreduce in a Rust loop.
-    fast, rust = partial(symm.shmem_allreduce, t, "sum"), NativeAllreduce(t)
+    if os.environ["SYMM_AB_OP"] == "broadcast":
+        fast = partial(symm.shmem_broadcast, t, 0)
+    else:
+        fast = partial(symm.shmem_allreduce, t, "sum")
+    rust = NativeAllreduce(t)
     call_loop(fast, 20000)
     print("ready", symm.__file__, flush=True)
     for line in sys.stdin:
@@ -58,17 +64,18 @@ def worker() -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, default=1, choices=(1, 2))
+    p.add_argument("--op", default="allreduce", choices=("allreduce", "broadcast"))
     p.add_argument("--rounds", type=int, default=120)
     p.add_argument("--calls", type=int, default=100000)
     p.add_argument("builds", nargs="+")
     args = p.parse_args()
-    whats = ("fast",) if args.ranks == 1 else ("fast", "rust")
+    whats = ("fast",) if args.ranks == 1 or args.op != "allreduce" else ("fast", "rust")
     workers = {}
     for i, build in enumerate(args.builds):
         build = os.path.abspath(build)
         procs = []
         for r in range(args.ranks):
-            env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=build, MASTER_ADDR="127.0.0.1")
+            env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=build, MASTER_ADDR="127.0.0.1", SYMM_AB_OP=args.op)
             env.update(MASTER_PORT=str(29850 + i), RANK=str(r), WORLD_SIZE=str(args.ranks))
             procs.append(
                 subprocess.Popen(
@@ -100,7 +107,7 @@ def main() -> None:
         for proc in procs:
             proc.wait()
     first = order[0]
-    print(f"# {args.ranks} rank(s), {args.rounds} rounds of {args.calls} calls; ns per call (slowest rank)")
+    print(f"# {args.op}, {args.ranks} rank(s), {args.rounds} rounds of {args.calls} calls; ns per call (slowest rank)")
     for build in order:
         for what in whats:
             x = times[(build, what)]
@@ -110,7 +117,7 @@ def main() -> None:
                 f"{build} {what}: best {min(x):.1f} p10 {q[0]:.1f} p50 {statistics.median(x):.1f} "
                 f"p90 {q[8]:.1f}; paired median / {os.path.basename(first)}: {paired:.3f}"
             )
-        if args.ranks == 2:
+        if "rust" in whats:
             ratios = [a / b for a, b in zip(times[(build, "fast")], times[(build, "rust")])]
             print(f"{build} py/rust in each round: median {statistics.median(ratios):.2f}, highest {max(ratios):.2f}")
 

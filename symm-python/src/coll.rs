@@ -170,23 +170,6 @@ impl PyCommunicator {
         gil_released(py, t.len * t.dtype.size(), run).py(py)
     }
 
-    /// Seconds taken by `iters` in-place sum allreduces of `t`, in one native loop with the GIL
-    /// released (the Rust API's figure next to the Python API's in `symm.perf`).
-    pub(crate) fn time_allreduce(&self, py: Python<'_>, g: &Group, t: Local, iters: usize) -> PyResult<f64> {
-        let comm = self.comm();
-        py.detach(|| {
-            let opts = CollOptions::default();
-            let t0 = std::time::Instant::now();
-            for _ in 0..iters {
-                // SAFETY: as in `run_allreduce`: `t` is the caller's tensor, held for the call.
-                let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };
-                comm.allreduce(g, buf, ReduceOp::Sum, &opts)?;
-            }
-            Ok(t0.elapsed().as_secs_f64())
-        })
-        .py(py)
-    }
-
     #[allow(clippy::too_many_arguments)] // the Python call's arguments, checked together
     pub(crate) fn coll_reduce_scatter(
         &self,

@@ -838,20 +838,9 @@ impl PyCommunicator {
         let Some(spec) = FastSpec::new(tensor_types, dtypes, profiler, groups, shim, &probes, world)? else {
             return Ok(None);
         };
-        let reader = spec.reader();
+        let reader = spec.tensors.kind();
         fast::enable(slf.py(), slf.clone().unbind(), spec);
         Ok(Some(reader))
-    }
-
-    /// Runs `iters` in-place sum allreduces of `tensor` over `group` in a native loop (the GIL
-    /// released throughout) and returns the seconds they took: the Rust API's time for the
-    /// same call, for `python -m symm.perf --native`. Each iteration is the core call that
-    /// `symm-bench all_reduce` times in place (`Collectives::allreduce` with default options).
-    fn bench_allreduce(&self, py: Python<'_>, group: &Bound<'_, PyGroup>, tensor: Desc, iters: usize) -> PyResult<f64> {
-        let g = &group.get().g;
-        self.member_of(py, g)?;
-        let t = self.checked(py, g, || self.local(py, &tensor, "tensor"))?;
-        self.time_allreduce(py, g, t, iters)
     }
 
     /// Collective over `group`: checks that every member passes the same view of one symmetric

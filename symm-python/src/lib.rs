@@ -8,14 +8,16 @@
 //!   symm.platform.*        the framework: ranks, groups, the key-value store, tensor <-> Desc
 //!         │  descriptors (address, elements, dtype, layout), native groups, heap blocks
 //! symm._symm (this crate)  validation with the Python argument names, GIL released while blocking;
-//!         │                `shmem_allreduce` itself: its common case in one call (fast.rs)
+//!         │                the public collectives themselves: their common case in one call (ops.rs)
 //! symm-core / symm-sim     Communicator over the CPU shared-memory backend
 //! ```
 //!
 //! - [`comm`]: `Communicator`, `Group`, `HeapBlock` (buffer protocol: zero-copy tensors).
 //! - [`coll`]: collectives and send/recv, checked with the Python argument names.
-//! - [`fast`]: the public `shmem_allreduce`: the common case in one native call, the rest
-//!   through the full path in Python.
+//! - [`ops`]: the table of the public collectives (`shmem_allreduce` ...): their functions,
+//!   stubs and fast paths; [`entry`]: their entry points (the common case in one native call,
+//!   the rest through the full path in Python); [`fast`]: what the fast path knows of the
+//!   platform; [`tensor`]: how it reads the platform's tensors.
 //! - [`store`]: the framework's store as a [`symm_core::Store`] for start-up.
 //! - [`errors`]: one exception class per error code, all under `symm.SymmError`.
 //! - [`dfx`]: diagnostics: logging into `logging`, statistics, flight-recorder dumps.
@@ -25,11 +27,14 @@
 mod coll;
 mod comm;
 mod dfx;
+mod entry;
 mod errors;
 mod fast;
+mod ops;
 mod registry;
 mod rendezvous;
 mod store;
+mod tensor;
 
 use pyo3::prelude::*;
 
@@ -38,13 +43,14 @@ use pyo3::prelude::*;
 fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("DTYPES", comm::dtype_names(m.py())?)?;
-    m.add("SHIM_FUNCTIONS", fast::SHIM_FUNCTIONS.to_vec())?;
+    m.add("SHIM_FUNCTIONS", tensor::SHIM_FUNCTIONS.to_vec())?;
+    m.add("COLLECTIVES", ops::table(m.py())?)?;
     m.add_class::<comm::PyCommunicator>()?;
     m.add_class::<comm::PyGroup>()?;
     m.add_class::<comm::HeapBlock>()?;
     m.add_function(wrap_pyfunction!(comm::init, m)?)?;
-    m.add_function(wrap_pyfunction!(fast::set_full_path, m)?)?;
-    fast::register(m)?;
+    m.add_function(wrap_pyfunction!(entry::set_full_path, m)?)?;
+    entry::register(m)?;
     errors::register(m)?;
     dfx::register(m)?;
     Ok(())

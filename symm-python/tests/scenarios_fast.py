@@ -1,5 +1,5 @@
 """The fast path of ``symm.shmem_allreduce`` and of ``shmem_reduce_scatter``, ``shmem_allgather``
-and ``shmem_broadcast`` (src/fast.rs), on real ranks (run by worker.py as
+and ``shmem_broadcast`` (src/ops.rs), on real ranks (run by worker.py as
 ``scenarios_fast.<name>``): which calls take it, that its results are the full path's bit for
 bit, and that every other call still gets the full path's checks, errors, rejections and
 profiler ranges.

@@ -1,4 +1,4 @@
-"""The fast paths of ``symm.shmem_allreduce`` and the other collectives with one (src/fast.rs), and
+"""The fast paths of ``symm.shmem_allreduce`` and the other collectives with one (src/ops.rs), and
 ``python -m symm.perf --native``."""
 
 import importlib.machinery

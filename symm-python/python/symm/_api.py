@@ -610,7 +610,7 @@ def _shmem_allreduce(tensor: Any, op: Any = "sum", group: Any = None, low_precis
 
 # The public function is native: it runs the common case (a plain contiguous CPU tensor, group
 # None or one already used, no profiler recording, no low-precision format) in one call, and
-# passes every other call to the full path above before doing anything (src/fast.rs). So are
+# passes every other call to the full path above before doing anything (src/ops.rs). So are
 # shmem_reduce_scatter, shmem_allgather, shmem_alltoall, shmem_broadcast, shmem_send,
 # shmem_recv and shmem_sendrecv below.
 _symm.set_full_path("allreduce", _shmem_allreduce)

@@ -17,6 +17,9 @@ __version__: str
 DTYPES: Tuple[str, ...]
 #: The functions of torch's stable C shim the fast path calls (``aoti_torch_<name>``).
 SHIM_FUNCTIONS: List[str]
+#: The table of the public collectives (src/ops.rs): (function, full-path name, parameters,
+#: defaults of the trailing parameters, parameter list of the stub in symm/__init__.pyi).
+COLLECTIVES: Tuple[Tuple[str, str, List[str], List[str], str], ...]
 
 class SymmError(Exception):
     code: Optional[str]
@@ -166,13 +169,12 @@ class Communicator:
         shim: Optional[Dict[str, Any]] = None,
         probes: Sequence[Any] = (),
     ) -> Optional[str]: ...
-    def bench_allreduce(self, group: Group, tensor: Desc, iters: int) -> float: ...
 
 def init(
     rank: int, world_size: int, store: Any, *, prefix: str = "symm", secret: Optional[bytes] = None
 ) -> Communicator: ...
 
-# The fast path of the public collectives (src/fast.rs): the public function is native and
+# The public collectives (the table in src/ops.rs): the public function is native and
 # hands every call that is not the common case to the full path registered here.
 def set_full_path(kind: str, function: Callable[..., None]) -> Optional[Callable[..., None]]: ...
 def shmem_allreduce(

@@ -35,10 +35,11 @@ all_reduce only; float32 needs AVX2, bfloat16 and float16 AVX-512, as DeepSpeed 
 and the ratio ``symm/deepspeed``; it needs ``pip install deepspeed ninja`` and builds its kernel
 on first use. Each ratio ``symm/<peer>`` is the peer's time over symm's. ``--native 1`` adds
 the column ``rust``: the same all_reduce (in place, on the same symmetric tensor, in the same
-processes, right after the Python timing) timed by a loop in Rust
-(``Communicator.bench_allreduce``: each iteration is the core call that ``symm-bench all_reduce``
-times in place), and ``py/rust``, symm's time through the Python API divided by that: the cost
-of the Python API measured in one run. Other operations show ``N/A`` there.
+processes, right after the Python timing) through the native module's private call with the
+tensor's descriptor made once (``Communicator.allreduce``, the core call ``symm-bench
+all_reduce`` times in place plus one call into the native module), and ``py/rust``, symm's time
+through the public API divided by that: the cost of the public API's argument handling measured
+in one run. Other operations show ``N/A`` there.
 
 Memory-bandwidth bound (as ``symm-bench``): before the operations the ranks measure a copy of
 256 MiB (``Tensor.copy_``, one thread per rank, best of 3) by rank 0 alone (B1) and by
@@ -78,7 +79,7 @@ RATIOS = {
     "symm/gloo": ("gloo", "symm", "busbw ratio (> 1: symm faster)"),
     "symm/mpi": ("mpi", "symm", "busbw ratio (> 1: symm faster)"),
     "symm/deepspeed": ("deepspeed", "symm", "busbw ratio (> 1: symm faster)"),
-    "py/rust": ("symm", "rust", "symm's time through the Python API / through the Rust API (rust column)"),
+    "py/rust": ("symm", "rust", "symm's time through the public API / through the private native call (rust column)"),
 }
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
 #: Bytes and rounds of the copy-bandwidth measurement (as symm-bench's).
@@ -146,7 +147,7 @@ def parser() -> argparse.ArgumentParser:
         "--native",
         type=int,
         default=0,
-        help="1: add the Rust API's time of symm's all_reduce (a loop in Rust, same run) and py/rust",
+        help="1: add the time of symm's all_reduce through the private native call (same run) and py/rust",
     )
     return p
 
@@ -187,7 +188,7 @@ def validate(args: argparse.Namespace) -> None:
     if args.bound not in (0, 1):
         raise SystemExit(f"symm.perf: --bound {args.bound}: expected 0 or 1")
     if args.native and "symm" not in backends:
-        raise SystemExit("symm.perf: --native 1 times symm's all_reduce in Rust: it needs the symm backend")
+        raise SystemExit("symm.perf: --native 1 times symm's all_reduce through its native call: it needs the symm backend")
 
 
 def sizes(args: argparse.Namespace) -> List[int]:
@@ -334,7 +335,10 @@ class SymmBackend(Backend):
 
 
 class NativeAllreduce:
-    """symm's in-place sum all_reduce of one symmetric tensor, run by a loop in Rust."""
+    """symm's in-place sum all_reduce of one symmetric tensor through the native module's private
+    call (``Communicator.allreduce`` with the tensor's descriptor made once), in a Python loop:
+    the core's time plus one call into the native module, without the public API's argument
+    handling."""
 
     def __init__(self, tensor: Any) -> None:
         from symm import _api
@@ -347,15 +351,15 @@ class NativeAllreduce:
         self.desc = desc
 
     def __call__(self) -> None:
-        self.comm.bench_allreduce(self.world, self.desc, 1)
+        self.comm.allreduce(self.world, self.desc, 0)
 
     def loop(self, iters: int) -> float:
-        return float(self.comm.bench_allreduce(self.world, self.desc, iters))
+        return call_loop(partial(self.comm.allreduce, self.world, self.desc, 0), iters)
 
 
 class RustBackend(SymmBackend):
-    """symm's all_reduce timed by a loop in Rust (``Communicator.bench_allreduce``): the Rust
-    API's time for the same call on the same symmetric tensor, in the same processes."""
+    """symm's all_reduce through the native module's private call (``NativeAllreduce``): the
+    core's time for the same call on the same symmetric tensor, in the same processes."""
 
     name = "rust"
 

@@ -1,0 +1,273 @@
+//! The entry point of the public collectives: a plain `METH_FASTCALL | METH_KEYWORDS` C function
+//! per collective of the table ([`crate::ops`]) that binds the arguments in place (borrowed,
+//! keywords matched by identity with the interned parameter names), without PyO3's argument
+//! extraction and trampoline, and runs the fast path. Every call it does not run goes, as
+//! given, to the `#[pyfunction]` PyO3 generated (the *binding*: Python's TypeErrors for calls
+//! that do not bind, then [`Kind::call`], the full path registered by `symm._api` with
+//! [`set_full_path`]), whose name, signature and documentation the entry point shares.
+
+use std::sync::Mutex;
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::ffi;
+use pyo3::panic::PanicException;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyCFunction, PyDict, PyString, PyTuple};
+
+use crate::fast::FAST;
+use crate::ops::{bindings, Kind};
+
+/// The number of collectives in the table.
+const KINDS: usize = Kind::ALL.len();
+
+/// The most parameters of a [`Kind`].
+pub(crate) const MAX_PARAMS: usize = 5;
+
+/// A call's arguments by parameter position, borrowed from the caller (`None`: not given, the
+/// default applies).
+pub(crate) type Args<'a, 'py> = [Option<Borrowed<'a, 'py, PyAny>>; MAX_PARAMS];
+
+impl Kind {
+    /// The parameter names, interned: a keyword is matched by identity first (the names a
+    /// call site writes are interned).
+    fn interned(self, py: Python<'_>) -> &[Py<PyString>] {
+        static NAMES: [PyOnceLock<Vec<Py<PyString>>>; KINDS] = [const { PyOnceLock::new() }; KINDS];
+        NAMES[self as usize]
+            .get_or_init(py, || self.params().iter().map(|n| PyString::intern(py, n).unbind()).collect())
+    }
+
+    /// The position of the parameter named `name`, a keyword of a call.
+    fn param(self, name: Borrowed<'_, '_, PyAny>) -> Option<usize> {
+        let names = self.interned(name.py());
+        if let Some(i) = names.iter().position(|n| n.as_ptr() == name.as_ptr()) {
+            return Some(i);
+        }
+        let name = name.cast::<PyString>().ok()?;
+        let name = name.to_str().ok()?;
+        self.params().iter().position(|n| *n == name)
+    }
+
+    /// The function PyO3 generated for the public function (its `#[pyfunction]` in the
+    /// table): it binds the arguments as the entry point does, and raises Python's TypeError
+    /// for calls that do not bind; its definition gives the entry point its name, signature
+    /// and documentation.
+    fn binding(self) -> &'static PyOnceLock<Py<PyCFunction>> {
+        static BINDING: [PyOnceLock<Py<PyCFunction>>; KINDS] = [const { PyOnceLock::new() }; KINDS];
+        &BINDING[self as usize]
+    }
+
+    /// Binds the arguments of a vectorcall to the parameters by position and by name
+    /// (borrowed) into `a` (all `None` on entry); `None` when they do not bind plainly (too
+    /// many, a name that is not a parameter or names one already given, a required one
+    /// missing), for which the binding raises the TypeError.
+    ///
+    /// # Safety
+    ///
+    /// The arguments of a vectorcall as CPython passes them, with the GIL held: `args` holds
+    /// `PyVectorcall_NARGS(nargsf)` positional arguments followed by one value per name in
+    /// `kwnames` (a tuple of str, or NULL), all alive for `'a`.
+    unsafe fn bind<'a, 'py>(
+        self,
+        py: Python<'py>,
+        args: *const *mut ffi::PyObject,
+        nargsf: ffi::Py_ssize_t,
+        kwnames: *mut ffi::PyObject,
+        a: &mut Args<'a, 'py>,
+    ) -> Option<()> {
+        let n = self.params().len();
+        // SAFETY: `nargsf` is the vectorcall's count (with the offset flag, which NARGS masks).
+        let nargs = usize::try_from(unsafe { ffi::PyVectorcall_NARGS(nargsf as usize) }).ok().filter(|&k| k <= n)?;
+        for (i, slot) in a.iter_mut().enumerate().take(nargs) {
+            // SAFETY: `args[i]` is a live positional argument (the caller's contract).
+            *slot = Some(unsafe { Borrowed::from_ptr(py, *args.add(i)) });
+        }
+        if !kwnames.is_null() {
+            // SAFETY: `kwnames` is a live tuple of str (the caller's contract).
+            let names = unsafe { Borrowed::from_ptr(py, kwnames).cast_unchecked::<PyTuple>() };
+            for (j, name) in names.iter_borrowed().enumerate() {
+                let i = self.param(name)?;
+                if a[i].is_some() {
+                    return None;
+                }
+                // SAFETY: the value of keyword `j` follows the positional arguments.
+                a[i] = Some(unsafe { Borrowed::from_ptr(py, *args.add(nargs + j)) });
+            }
+        }
+        a[..self.required()].iter().all(Option::is_some).then_some(())
+    }
+
+    /// The public function's entry point (`METH_FASTCALL | METH_KEYWORDS`): runs the common
+    /// case ([`Kind::try_fast`]) with the arguments bound in place ([`Kind::bind`]: no
+    /// reference taken, no object created) and returns None; hands every other call, as
+    /// given, to the binding (the `#[pyfunction]`), which raises Python's TypeError for a
+    /// call that does not bind, or runs [`Kind::call`] (the full path). A panic becomes a
+    /// PanicException, as in PyO3's functions. It runs without PyO3's per-call bookkeeping
+    /// (the thread's attach count): a `Py<T>` dropped here would be released by PyO3 later,
+    /// not at once; the common case drops none.
+    ///
+    /// # Safety
+    ///
+    /// Called by CPython as a vectorcall (see [`Kind::bind`]), with the GIL held.
+    unsafe fn entry(
+        self,
+        args: *const *mut ffi::PyObject,
+        nargsf: ffi::Py_ssize_t,
+        kwnames: *mut ffi::PyObject,
+    ) -> *mut ffi::PyObject {
+        // SAFETY: CPython calls a function with the GIL held.
+        let py = unsafe { Python::assume_attached() };
+        // Whether the call ran, and its error apart: a `PyResult<bool>` passed through memory
+        // is written a byte at a time and moved a word at a time (a store-forwarding stall).
+        let mut failed: Option<PyErr> = None;
+        let fast = std::panic::AssertUnwindSafe(|| -> bool {
+            let Some(fast) = FAST.get(py) else { return false };
+            // Bound in place: an `Args` returned through memory is moved with wider loads than
+            // the stores that wrote it (another stall).
+            let mut a: Args<'_, '_> = [None; MAX_PARAMS];
+            // SAFETY: the vectorcall's arguments (this function's contract).
+            if unsafe { self.bind(py, args, nargsf, kwnames, &mut a) }.is_none() {
+                return false;
+            }
+            match self.try_fast(py, fast, &a) {
+                Ok(ran) => ran,
+                Err(e) => {
+                    failed = Some(e);
+                    true
+                }
+            }
+        });
+        let ran = std::panic::catch_unwind(fast).unwrap_or_else(|payload| {
+            let msg = match (payload.downcast_ref::<String>(), payload.downcast_ref::<&str>()) {
+                (Some(s), _) => s.clone(),
+                (None, Some(s)) => (*s).to_owned(),
+                (None, None) => "panic from Rust code".to_owned(),
+            };
+            failed = Some(PanicException::new_err((msg,)));
+            true
+        });
+        if let Some(e) = failed {
+            e.restore(py);
+            return std::ptr::null_mut();
+        }
+        if ran {
+            // SAFETY: a new reference to None, returned to the caller.
+            return unsafe { ffi::Py_NewRef(ffi::Py_None()) };
+        }
+        match self.binding().get(py) {
+            // SAFETY: the call's own arguments, passed on unchanged (the offset flag included:
+            // the caller allowed its use for this call); the result is the binding's, a new
+            // reference or NULL with an exception set.
+            Some(binding) => unsafe { ffi::PyObject_Vectorcall(binding.as_ptr(), args, nargsf as usize, kwnames) },
+            None => {
+                PyRuntimeError::new_err(format!("symm: {} is not registered", self.name())).restore(py);
+                std::ptr::null_mut()
+            }
+        }
+    }
+
+    /// Where the Python function of the full path is kept (registered by `symm._api`).
+    fn full_path(self) -> &'static Mutex<Option<Py<PyAny>>> {
+        static FULL: [Mutex<Option<Py<PyAny>>>; KINDS] = [const { Mutex::new(None) }; KINDS];
+        &FULL[self as usize]
+    }
+
+    /// The binding's body: the full path with the arguments given (the entry point hands over
+    /// only calls the fast path did not run).
+    pub(crate) fn call(self, py: Python<'_>, a: &Args<'_, '_>) -> PyResult<()> {
+        // The lock is held only to take a reference: never while Python code runs.
+        let full = self.full_path().lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|f| f.clone_ref(py));
+        let Some(full) = full else {
+            return Err(PyRuntimeError::new_err(format!("symm: the full path of {} is not registered", self.name())));
+        };
+        // The leading arguments given by position, the others (after an omitted one) by name.
+        let leading = a.iter().take_while(|v| v.is_some()).count();
+        let args = PyTuple::new(py, a[..leading].iter().flatten().collect::<Vec<_>>())?;
+        let rest: Vec<_> =
+            self.params().iter().zip(a).skip(leading).filter_map(|(n, v)| Some((*n, v.as_ref()?))).collect();
+        if rest.is_empty() {
+            full.bind(py).call1(args)?;
+        } else {
+            let kwargs = PyDict::new(py);
+            for (name, value) in rest {
+                kwargs.set_item(name, value)?;
+            }
+            full.bind(py).call(args, Some(&kwargs))?;
+        }
+        Ok(())
+    }
+}
+
+/// Registers `function` as the full path of collective `kind` (`"allreduce"`): the public
+/// function calls it for every call that is not the common case. Called by `symm._api` when
+/// it is imported (tests may swap in a wrapper). Returns the function registered before, or
+/// None.
+#[pyfunction]
+pub(crate) fn set_full_path(kind: &str, function: Py<PyAny>) -> PyResult<Option<Py<PyAny>>> {
+    let Some(k) = Kind::ALL.iter().copied().find(|k| k.name() == kind) else {
+        let known = Kind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ");
+        return Err(PyValueError::new_err(format!("kind = {kind:?}: no fast path (known: {known})")));
+    };
+    let mut slot = k.full_path().lock().unwrap_or_else(|e| e.into_inner());
+    Ok(slot.replace(function))
+}
+
+/// An argument as given, `None` when omitted (so that an explicit `None` reaches the full path
+/// as the caller wrote it).
+#[derive(Debug)]
+pub(crate) struct Given<'py>(pub(crate) Option<Bound<'py, PyAny>>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Given<'py> {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Given(Some(obj.to_owned())))
+    }
+}
+
+/// The entry point of collective number `K` of the table (see [`Kind::entry`]).
+///
+/// # Safety
+///
+/// Called by CPython as a `METH_FASTCALL | METH_KEYWORDS` function, with the GIL held.
+pub(crate) unsafe extern "C" fn entry<const K: usize>(
+    _module: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargsf: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: this function's contract.
+    unsafe { Kind::ALL[K].entry(args, nargsf, kwnames) }
+}
+
+/// Adds the public functions to the module `m`: each is its entry point (see [`Kind::entry`]),
+/// under the name, signature and documentation of its `#[pyfunction]`, which binds the calls
+/// the entry point hands over.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    for (kind, binding) in bindings(m)? {
+        // SAFETY: a function PyO3 made is a `PyCFunctionObject`, whose definition is static
+        // (PyO3 keeps it for the life of the process): its name and documentation (with the
+        // text signature) are static strings, shared by the entry point's definition.
+        let mut def = unsafe { *(*binding.as_ptr().cast::<ffi::PyCFunctionObject>()).m_ml };
+        def.ml_meth = ffi::PyMethodDefPointer { PyCFunctionFastWithKeywords: Kind::ENTRIES[kind as usize] };
+        def.ml_flags = ffi::METH_FASTCALL | ffi::METH_KEYWORDS;
+        // The definition must outlive the function object: one per module initialisation,
+        // which happens once per process.
+        let def: &'static mut ffi::PyMethodDef = Box::leak(Box::new(def));
+        // SAFETY: `def` is static (above), `m` a live module and its name a live str; the
+        // result is a new reference or NULL with an exception set.
+        let function =
+            unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyCFunction_NewEx(def, m.as_ptr(), m.name()?.as_ptr()))? };
+        m.add(def_name(def)?, function)?;
+        let _ = kind.binding().set(py, binding.unbind());
+    }
+    Ok(())
+}
+
+/// The name of a function definition.
+fn def_name(def: &ffi::PyMethodDef) -> PyResult<&'static str> {
+    // SAFETY: `ml_name` is a static NUL-terminated string (a definition PyO3 made).
+    let name = unsafe { std::ffi::CStr::from_ptr(def.ml_name) };
+    name.to_str().map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}

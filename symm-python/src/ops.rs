@@ -1,0 +1,376 @@
+//! The table of the public collectives: one entry per collective gives its Python function
+//! (name, parameters, defaults, signature, documentation), the stub line of `symm/__init__.pyi`
+//! (tests/test_stubs.py compares both stub files with the table), the name its full path is
+//! registered under (`symm._api`, [`crate::entry`]) and how the fast path parses its
+//! arguments and runs it. A new collective is an entry here, its algorithm in the core, its
+//! full path in `symm._api` and its tests.
+//!
+//! **The common case** a fast arm runs: every argument given as a value it recognises (`group`
+//! None or a group the API already resolved, that this rank belongs to; no low-precision format;
+//! an op by name or code; a rank as an `int` of the group; lists given as a `list` or `tuple`, of
+//! tensors, or of counts as `int`s) and plain contiguous CPU tensors of supported dtypes whose
+//! data lies within their storage (two tensors: the same dtype, and the element counts the
+//! operation relates). An arm returns `Ok(false)` for anything else **before anything was done**
+//! (no round joined, nothing rejected, no error raised), and the call goes, with its arguments
+//! as given, to the full path, so every error keeps its class and message, a rejected round
+//! still lets the peers fail at once, and profiler ranges are recorded. Errors of the collective
+//! itself (Mismatch, Timeout, PeerRejected, ...) come from the core call both paths end in.
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyCFunction, PyInt, PyList, PySequence, PyString, PyTuple};
+use symm_core::{Group, ReduceOp, Transport};
+
+use crate::entry::{Args, Given, MAX_PARAMS};
+use crate::fast::{Fast, FastSpec};
+
+/// Declares the table: the [`Kind`] of every collective with its names, parameters, defaults and
+/// stub, its fast arm (`|py, spec, comm, args| { ... }`, run by [`Kind::try_fast`]) and its
+/// `#[pyfunction]`, the *binding* whose definition the entry point shares ([`crate::entry`]).
+macro_rules! collectives {
+    ($(
+        $(#[doc = $doc:literal])*
+        $kind:ident $full:literal => fn $name:ident($($req:ident),+ $(; $($opt:ident = $default:literal),+)?)
+            text_signature $text_signature:literal,
+            stub $stub:literal,
+            |$py:ident, $f:ident, $comm:ident, $a:ident| $body:block
+    )+) => {
+        /// The public collectives, one per entry of the table.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum Kind {
+            $($kind),+
+        }
+
+        impl Kind {
+            pub(crate) const ALL: &'static [Kind] = &[$(Kind::$kind),+];
+
+            /// The entry point of each, in the order of [`Kind::ALL`].
+            pub(crate) const ENTRIES: &'static [ffi::PyCFunctionFastWithKeywords] =
+                &[$(crate::entry::entry::<{ Kind::$kind as usize }>),+];
+
+            /// The name its full path is registered under (`set_full_path`).
+            pub(crate) fn name(self) -> &'static str {
+                match self { $(Kind::$kind => $full),+ }
+            }
+
+            /// The public function's name.
+            pub(crate) fn function(self) -> &'static str {
+                match self { $(Kind::$kind => stringify!($name)),+ }
+            }
+
+            /// The parameters of the Python function, in order (the full path declares the same).
+            pub(crate) fn params(self) -> &'static [&'static str] {
+                match self { $(Kind::$kind => &[$(stringify!($req),)+ $($(stringify!($opt),)+)?]),+ }
+            }
+
+            /// How many leading parameters have no default.
+            pub(crate) fn required(self) -> usize {
+                match self { $(Kind::$kind => [$(stringify!($req)),+].len()),+ }
+            }
+
+            /// The defaults of the parameters after the required ones, as Python expressions.
+            pub(crate) fn defaults(self) -> &'static [&'static str] {
+                match self { $(Kind::$kind => &[$($($default,)+)?]),+ }
+            }
+
+            /// The parameter list of its line in `symm/__init__.pyi`.
+            pub(crate) fn stub(self) -> &'static str {
+                match self { $(Kind::$kind => $stub),+ }
+            }
+
+            /// Runs the call when it is the common case and returns true; returns false having
+            /// done nothing otherwise.
+            pub(crate) fn try_fast(self, py: Python<'_>, fast: &Fast, a: &Args<'_, '_>) -> PyResult<bool> {
+                let f = &fast.spec;
+                if f.profiling(py) {
+                    return Ok(false);
+                }
+                let comm = fast.comm.get();
+                match self {
+                    $(Kind::$kind => {
+                        let ($py, $f, $comm, $a) = (py, f, comm, a);
+                        $body
+                    })+
+                }
+                Ok(true)
+            }
+        }
+
+        $(
+            $(#[doc = $doc])*
+            #[pyfunction]
+            #[pyo3(signature = ($($req,)+ $($($opt = Given(None),)+)?), text_signature = $text_signature)]
+            fn $name<'py>(py: Python<'py>, $($req: Bound<'py, PyAny>,)+ $($($opt: Given<'py>,)+)?) -> PyResult<()> {
+                let given = [$(Some($req.as_borrowed()),)+ $($($opt.0.as_ref().map(Bound::as_borrowed),)+)?];
+                let mut a: Args<'_, '_> = [None; MAX_PARAMS];
+                a[..given.len()].copy_from_slice(&given);
+                Kind::$kind.call(py, &a)
+            }
+        )+
+
+        /// The bindings of every collective, made for module `m`.
+        pub(crate) fn bindings<'py>(m: &Bound<'py, PyModule>) -> PyResult<Vec<(Kind, Bound<'py, PyCFunction>)>> {
+            Ok(vec![$((Kind::$kind, wrap_pyfunction!($name, m)?)),+])
+        }
+    };
+}
+
+/// No format given (`None` given is none).
+fn no_format(lp: &Option<Borrowed<'_, '_, PyAny>>) -> bool {
+    !lp.is_some_and(|l| !l.is_none())
+}
+
+collectives! {
+    /// In place: every member's ``tensor`` becomes the reduction of all members' ``tensor``.
+    ///
+    /// Collective over ``group``. The result is bit-identical on every member (elements are reduced
+    /// in group-rank order, in float32 for 16- and 8-bit floats, float64 for float64).
+    ///
+    /// Args:
+    ///     tensor: a contiguous CPU tensor, the same element count and dtype on every member.
+    ///     op: ``"sum"``, ``"avg"`` (floating dtypes: the sum divided by the group size), ``"max"``,
+    ///         ``"min"``, or their codes 0, 1, 2, 3.
+    ///     group: the members (``None``: every rank symm was initialised for).
+    ///     low_precision_dtype: the format data travels in (``torch.float16``, ``torch.bfloat16``,
+    ///         ``torch.float8_e4m3fn``, ``torch.float8_e5m2``, or their names), for float32/64,
+    ///         float16 and bfloat16 tensors; accumulation stays in full precision. ``"none"``: full
+    ///         precision whatever the default. ``None``: the default from
+    ///         ``SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`` (unset, or a tensor of another dtype: full
+    ///         precision).
+    ///
+    /// Raises:
+    ///     InvalidArgument: a bad tensor, op or format (on this rank; the others get PeerRejected).
+    ///     Mismatch: the members disagree on count, dtype, op or format (on every member).
+    ///     GroupError: this rank is not a member. Timeout: a member did not come in time.
+    AllReduce "allreduce" => fn shmem_allreduce(tensor; op = "'sum'", group = "None", low_precision_dtype = "None")
+        text_signature "(tensor, op='sum', group=None, low_precision_dtype=None)",
+        stub "tensor: torch.Tensor, op: ReduceOp = 'sum', group: GroupLike = None, \
+              low_precision_dtype: LowPrecision = None",
+        |py, f, comm, a| {
+            let [Some(tensor), op, g, lp, _] = a else { return Ok(false) };
+            let Some(op) = reduce_op(op.as_deref()).filter(|_| no_format(lp)) else { return Ok(false) };
+            let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
+            let Some(t) = f.tensors.tensor(tensor) else { return Ok(false) };
+            comm.run_allreduce(py, g.get(), t, op, Transport::Default)?;
+        }
+
+    /// ``input_tensor`` holds ``group_size`` equal parts (in flat element order); group rank r's
+    /// ``output_tensor`` becomes the reduction of part r over all members.
+    ///
+    /// Collective over ``group``. ``input_tensor.numel()`` must be ``group_size *
+    /// output_tensor.numel()`` and both have the same dtype. ``output_tensor`` may be this rank's
+    /// own part of ``input_tensor`` (in place) or disjoint from it. ``op`` and
+    /// ``low_precision_dtype`` as in ``shmem_allreduce``.
+    ReduceScatter "reduce_scatter" =>
+        fn shmem_reduce_scatter(output_tensor, input_tensor; op = "'sum'", group = "None", low_precision_dtype = "None")
+        text_signature "(output_tensor, input_tensor, op='sum', group=None, low_precision_dtype=None)",
+        stub "output_tensor: torch.Tensor, input_tensor: torch.Tensor, op: ReduceOp = 'sum', group: GroupLike = None, \
+              low_precision_dtype: LowPrecision = None",
+        |py, f, comm, a| {
+            let [Some(output), Some(input), op, g, lp] = a else { return Ok(false) };
+            let Some(op) = reduce_op(op.as_deref()).filter(|_| no_format(lp)) else { return Ok(false) };
+            let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
+            let (Some(o), Some(i)) = (f.tensors.tensor(output), f.tensors.tensor(input)) else { return Ok(false) };
+            if o.dtype != i.dtype || o.len.checked_mul(g.get().size()) != Some(i.len) {
+                return Ok(false);
+            }
+            comm.run_reduce_scatter(py, g.get(), o, i, op, Transport::Default)?;
+        }
+
+    /// Every member's ``output_tensor`` becomes the concatenation, in group-rank order, of the
+    /// members' ``input_tensor``.
+    ///
+    /// Collective over ``group``. ``output_tensor.numel()`` must be ``group_size *
+    /// input_tensor.numel()`` (the flat layout: with contiguous tensors, the concatenation along
+    /// dim 0); same dtype. ``input_tensor`` may be this rank's own part of ``output_tensor``.
+    AllGather "allgather" => fn shmem_allgather(output_tensor, input_tensor; group = "None")
+        text_signature "(output_tensor, input_tensor, group=None)",
+        stub "output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: GroupLike = None",
+        |py, f, comm, a| {
+            let [Some(output), Some(input), g, ..] = a else { return Ok(false) };
+            let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
+            let (Some(o), Some(i)) = (f.tensors.tensor(output), f.tensors.tensor(input)) else { return Ok(false) };
+            if o.dtype != i.dtype || i.len.checked_mul(g.get().size()) != Some(o.len) {
+                return Ok(false);
+            }
+            comm.run_allgather(py, g.get(), o, i)?;
+        }
+
+    /// Personalised exchange: ``send_tensor_list[i]`` goes to group rank i; what group rank i
+    /// sends lands in ``receive_tensor``, packed in source-rank order.
+    ///
+    /// Collective over ``group``.
+    ///
+    /// Args:
+    ///     send_tensor_list: one tensor per group rank (any sizes, ``receive_tensor``'s dtype).
+    ///     receive_tensor: receives ``receive_list[i]`` elements from rank i at offset
+    ///         ``sum(receive_list[:i])``; elements past ``sum(receive_list)`` are left untouched.
+    ///         It must not overlap the send tensors.
+    ///     receive_list: the element count received from each group rank: a sequence of ints or a
+    ///         1-D integer tensor. Each must equal what that rank sends here (Mismatch, raised by
+    ///         the ranks whose count disagrees, otherwise).
+    AllToAll "alltoall" => fn shmem_alltoall(send_tensor_list, receive_tensor, receive_list; group = "None")
+        text_signature "(send_tensor_list, receive_tensor, receive_list, group=None)",
+        stub "send_tensor_list: Sequence[torch.Tensor], receive_tensor: torch.Tensor, \
+              receive_list: Union[Sequence[IntLike], torch.Tensor], group: GroupLike = None",
+        |py, f, comm, a| {
+            let [Some(sends), Some(receive), Some(receive_list), g, _] = a else { return Ok(false) };
+            let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
+            let n = g.get().size();
+            let Some(r) = f.tensors.tensor(receive) else { return Ok(false) };
+            let Some(sends) = plain_items(sends, n) else { return Ok(false) };
+            let mut locals = Vec::with_capacity(n);
+            for i in 0..n {
+                match sends.get_item(i).ok().and_then(|s| f.tensors.tensor(&s)) {
+                    Some(t) if t.dtype == r.dtype => locals.push(t),
+                    _ => return Ok(false),
+                }
+            }
+            let Some(recv_counts) = counts(receive_list, n) else { return Ok(false) };
+            if !recv_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c)).is_some_and(|t| t <= r.len) {
+                return Ok(false);
+            }
+            comm.run_alltoall(py, g.get(), &locals, r, &recv_counts)?;
+        }
+
+    /// Every member's ``tensor`` becomes group rank ``src_rank``'s ``tensor``. Collective over
+    /// ``group``; ``src_rank`` is a rank of ``group`` (global when ``group`` is None).
+    Broadcast "broadcast" => fn shmem_broadcast(tensor, src_rank; group = "None")
+        text_signature "(tensor, src_rank, group=None)",
+        stub "tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None",
+        |py, f, comm, a| {
+            let Some((g, t, root)) = tensor_rank(f, a) else { return Ok(false) };
+            comm.run_broadcast(py, g.get(), t, root)?;
+        }
+
+    /// Sends ``tensor`` to ``dst_rank`` (a rank of ``group``), which receives it with
+    /// ``shmem_recv`` of the same element count and dtype. Messages between two ranks arrive in
+    /// the order they were sent.
+    ///
+    /// Returns once the data is out of ``tensor``: small messages (up to about 256 KiB) are
+    /// buffered at the receiver, larger ones stream as the receiver takes them, so two ranks
+    /// that both send a large message to each other before receiving wait for each other (order
+    /// them: one sends first). The first call in a group allocates its workspace collectively
+    /// (see the README).
+    Send "send" => fn shmem_send(tensor, dst_rank; group = "None")
+        text_signature "(tensor, dst_rank, group=None)",
+        stub "tensor: torch.Tensor, dst_rank: IntLike, group: GroupLike = None",
+        |py, f, comm, a| {
+            let Some((g, t, dst)) = tensor_rank(f, a) else { return Ok(false) };
+            comm.run_send(py, g.get(), t, dst)?;
+        }
+
+    /// Receives the next message from ``src_rank`` (a rank of ``group``) into ``tensor``.
+    ///
+    /// The message must have ``tensor``'s element count and dtype; otherwise Mismatch names both
+    /// (the message is consumed, and the pair stays usable).
+    Recv "recv" => fn shmem_recv(tensor, src_rank; group = "None")
+        text_signature "(tensor, src_rank, group=None)",
+        stub "tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None",
+        |py, f, comm, a| {
+            let Some((g, t, src)) = tensor_rank(f, a) else { return Ok(false) };
+            comm.run_recv(py, g.get(), t, src)?;
+        }
+
+    /// Sends ``send_tensor`` to ``dst_rank`` and receives the next message from ``src_rank`` into
+    /// ``recv_tensor``, both at once (ranks of ``group``; global when ``group`` is None).
+    ///
+    /// The two directions move together, so a ring of ranks that each send to the next and receive
+    /// from the previous needs no ordering, at any size. The messages pair with ``shmem_send`` and
+    /// ``shmem_recv`` as well: what ``dst_rank`` receives with either, and what ``src_rank`` sent with
+    /// either. ``recv_tensor`` must not overlap ``send_tensor``; the incoming message must have
+    /// ``recv_tensor``'s element count and dtype (otherwise Mismatch names both, after the send is
+    /// complete; the message is consumed and the pair stays usable). ``dst_rank`` and ``src_rank``
+    /// may be equal, and may be this rank.
+    SendRecv "sendrecv" => fn shmem_sendrecv(send_tensor, dst_rank, recv_tensor, src_rank; group = "None")
+        text_signature "(send_tensor, dst_rank, recv_tensor, src_rank, group=None)",
+        stub "send_tensor: torch.Tensor, dst_rank: IntLike, recv_tensor: torch.Tensor, src_rank: IntLike, \
+              group: GroupLike = None",
+        |py, f, comm, a| {
+            let [Some(send), Some(dst), Some(recv), Some(src), g] = a else { return Ok(false) };
+            let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
+            let (Some(dst), Some(src)) = (group_rank(dst, g.get()), group_rank(src, g.get())) else {
+                return Ok(false);
+            };
+            let (Some(s), Some(r)) = (f.tensors.tensor(send), f.tensors.tensor(recv)) else { return Ok(false) };
+            // Overlapping tensors: the full path's error names them.
+            if crate::coll::overlapping(s, r) {
+                return Ok(false);
+            }
+            comm.run_sendrecv(py, g.get(), s, dst, r, src)?;
+        }
+}
+
+/// The group, tensor and rank of a call whose parameters are `(tensor, <rank>, group=None)`.
+fn tensor_rank<'a, 'py>(
+    f: &'a FastSpec,
+    a: &Args<'_, 'py>,
+) -> Option<(crate::fast::FastGroup<'a, 'py>, crate::comm::Local, usize)> {
+    let [Some(tensor), Some(rank), g, ..] = a else { return None };
+    let g = f.member_group(g.as_deref())?;
+    let rank = group_rank(rank, g.get())?;
+    let t = f.tensors.tensor(tensor)?;
+    Some((g, t, rank))
+}
+
+/// The items of `list` when it is a plain `list` or `tuple` (exact types) of `n` items.
+fn plain_items<'py>(list: &Bound<'py, PyAny>, n: usize) -> Option<Bound<'py, PySequence>> {
+    let plain = list.is_exact_instance_of::<PyList>() || list.is_exact_instance_of::<PyTuple>();
+    let seq = list.cast::<PySequence>().ok().filter(|_| plain)?;
+    (seq.len().ok()? == n).then(|| seq.clone())
+}
+
+/// `n` element counts given as a plain `list` or `tuple` of `int`s >= 0; `None` for any other
+/// form (the full path reads it).
+fn counts(list: &Bound<'_, PyAny>, n: usize) -> Option<Vec<usize>> {
+    let items = plain_items(list, n)?;
+    (0..n)
+        .map(|i| {
+            let c = items.get_item(i).ok()?;
+            let c = c.is_exact_instance_of::<PyInt>().then(|| c.extract::<u64>().ok()).flatten()?;
+            usize::try_from(c).ok()
+        })
+        .collect()
+}
+
+/// A rank of group `g` given as a plain `int` (not a bool, a tensor, ...); `None` for anything
+/// else, including a rank outside the group (the full path reports it).
+fn group_rank(rank: &Bound<'_, PyAny>, g: &Group) -> Option<usize> {
+    if !rank.is_exact_instance_of::<PyInt>() {
+        return None;
+    }
+    usize::try_from(rank.extract::<i64>().ok()?).ok().filter(|&r| r < g.size())
+}
+
+/// A reduction given by name (as spelled by [`ReduceOp::name`], or any spelling the core
+/// parses) or by code, `Sum` when not given; `None` for anything else.
+fn reduce_op(op: Option<&Bound<'_, PyAny>>) -> Option<ReduceOp> {
+    let Some(op) = op else { return Some(ReduceOp::Sum) };
+    // The names as interned strings and the codes as CPython's cached small ints: a literal
+    // in the caller's code is one of them, found by identity (reading a str's text costs more).
+    static KNOWN: PyOnceLock<Vec<(Py<PyAny>, ReduceOp)>> = PyOnceLock::new();
+    let known = KNOWN.get_or_init(op.py(), || {
+        let py = op.py();
+        let names = ReduceOp::ALL.iter().map(|&o| (PyString::intern(py, o.name()).into_any().unbind(), o));
+        let codes = ReduceOp::ALL.iter().map(|&o| (PyInt::new(py, o.code()).into_any().unbind(), o));
+        names.chain(codes).collect()
+    });
+    if let Some((_, o)) = known.iter().find(|(k, _)| k.as_ptr() == op.as_ptr()) {
+        return Some(*o);
+    }
+    if let Ok(s) = op.cast::<PyString>() {
+        let s = s.to_str().ok()?;
+        return ReduceOp::ALL.iter().copied().find(|o| o.name() == s).or_else(|| s.parse().ok());
+    }
+    let code = op.cast::<PyInt>().ok()?.extract::<i64>().ok()?;
+    ReduceOp::from_code(code).ok()
+}
+
+/// The table as Python sees it (`_symm.COLLECTIVES`): per collective, `(function, full-path
+/// name, parameters, defaults of the trailing parameters, stub parameter list)`, for the test
+/// that keeps the stub files in step with the table.
+pub(crate) fn table(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+    let rows = Kind::ALL.iter().map(|k| (k.function(), k.name(), k.params().to_vec(), k.defaults().to_vec(), k.stub()));
+    PyTuple::new(py, rows)
+}
