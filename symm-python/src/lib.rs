@@ -20,6 +20,7 @@
 //! - [`errors`]: one exception class per error code, all under `symm.SymmError`.
 //! - [`dfx`]: diagnostics: logging into `logging`, statistics, flight-recorder dumps.
 //! - [`registry`]: live allocations by heap offset (recognising symmetric tensors).
+//! - [`perf`]: the memory-bandwidth bound of `symm.perf`.
 //! - [`rendezvous`]: `rendezvous`'s check that every member passes the same symmetric tensor.
 
 mod coll;
@@ -27,6 +28,7 @@ mod comm;
 mod dfx;
 mod errors;
 mod fast;
+mod perf;
 mod registry;
 mod rendezvous;
 mod store;
@@ -44,6 +46,7 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<comm::HeapBlock>()?;
     m.add_function(wrap_pyfunction!(comm::init, m)?)?;
     m.add_function(wrap_pyfunction!(fast::set_full_path, m)?)?;
+    m.add_function(wrap_pyfunction!(perf::memory_bound, m)?)?;
     fast::register(m)?;
     errors::register(m)?;
     dfx::register(m)?;
