@@ -22,6 +22,7 @@
 //! - [`errors`]: one exception class per error code, all under `symm.SymmError`.
 //! - [`dfx`]: diagnostics: logging into `logging`, statistics, flight-recorder dumps.
 //! - [`registry`]: live allocations by heap offset (recognising symmetric tensors).
+//! - [`perf`]: the memory-bandwidth bound of `symm.perf`.
 //! - [`rendezvous`]: `rendezvous`'s check that every member passes the same symmetric tensor.
 
 mod coll;
@@ -31,6 +32,7 @@ mod entry;
 mod errors;
 mod fast;
 mod ops;
+mod perf;
 mod registry;
 mod rendezvous;
 mod store;
@@ -50,6 +52,7 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<comm::HeapBlock>()?;
     m.add_function(wrap_pyfunction!(comm::init, m)?)?;
     m.add_function(wrap_pyfunction!(entry::set_full_path, m)?)?;
+    m.add_function(wrap_pyfunction!(perf::memory_bound, m)?)?;
     entry::register(m)?;
     errors::register(m)?;
     dfx::register(m)?;

@@ -17,6 +17,7 @@ mod alloc;
 mod comm;
 pub mod control;
 pub mod launch;
+pub mod membw;
 mod recorder;
 pub mod store;
 pub mod sys;

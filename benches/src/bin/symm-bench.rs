@@ -9,7 +9,7 @@
 //! and `pingpong` (`put_with_signal` between ranks 0 and 1; the time is the one-way latency).
 //!
 //! Started without `SYMM_RANK`, the program is its own launcher: it measures the machine's
-//! `memcpy` bandwidth, prints the header and starts itself once per rank through
+//! memory rates, prints the header and starts itself once per rank through
 //! [`symm_sim::spawn_ranks`] (with `SYMMETRIC_MEMORY_HEAP_SIZE` set large enough unless the
 //! caller set it). Rank 0 prints the table.
 //!
@@ -45,20 +45,14 @@
 //! (1: a call failed; 2: the ranks could not start).
 //!
 //! # Memory-bandwidth bound
-//! The launcher measures `memcpy` of 256 MiB (best of 3) with one thread (B1) and with
-//! `T = min(ranks, CPUs)` threads at once (BT, the sum of their bandwidths), in bytes copied per
-//! second; copying one byte reads one and writes one. For each op, [`traffic`] gives the bytes
-//! every rank must at least read plus write (the cheapest data movement: each input byte read
-//! once, each output byte written once, reductions split evenly over the ranks), and
-//!
-//! ```text
-//! t_bound = max( sum over ranks of traffic / (2 x BT),   the machine's memory bandwidth
-//!                largest traffic of one rank / (2 x B1) ) one rank uses one core
-//! ```
-//!
-//! `%bound = t_bound / time`: 100% would be a collective as fast as plain copies of the bytes it
-//! must touch. The bandwidths are DRAM figures (256 MiB buffers): sizes that fit in the caches
-//! can exceed 100%, and small sizes are latency-bound.
+//! The launcher measures the host's memory rates ([`symm_sim::membw::Limits::measure`]: reading,
+//! writing, copying and summing, streaming and cached stores, one thread and `min(ranks, CPUs)` threads,
+//! by working-set size from 4 KiB to 256 MiB) and prints them. For each size and form, the
+//! `bound` column is [`symm_sim::membw::Limits::bound`] of the op's least traffic
+//! ([`symm_sim::membw::traffic`]: each input byte read once, each output byte written once, the
+//! work shared by the ranks): no call can take less. `%oop`, `%ip` = bound / time. The model is
+//! described in docs/performance.md, "The memory-bandwidth bound"; `python -m symm.perf` reports
+//! the same one.
 //!
 //! # Pinning
 //! With `--pin 1` (default) rank r pins itself to allowed CPU number `r % CPUs`, after it has
@@ -67,7 +61,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use symm_benches::{allowed_cpus, cpu_model, pin_to};
 use symm_core::coll::lowp;
@@ -76,15 +70,12 @@ use symm_core::{
     LocalRef, ReduceOp, SignalOp, SymmBuffer, SymmetricHeap, F8E4M3, F8E5M2,
 };
 use symm_sim::launch::RANK_VAR;
+use symm_sim::membw::{self, Coll, Limits};
 use symm_sim::SimComm;
 
-/// Environment variable through which the launcher hands the measured copy bandwidths to the
-/// ranks: `B1,BT,T` (bytes per second, bytes per second, threads).
-const COPY_BW_VAR: &str = "SYMM_BENCH_COPY_BW";
-/// Bytes copied by the memcpy measurement.
-const COPY_BYTES: usize = 256 << 20;
-/// Rounds of the memcpy measurement (the best is kept).
-const COPY_ROUNDS: usize = 3;
+/// Environment variable through which the launcher hands the measured memory rates to the
+/// ranks ([`Limits::encode`]).
+const LIMITS_VAR: &str = "SYMM_BENCH_MEMORY_LIMITS";
 /// Poison byte of outputs before a checked run.
 const POISON: u8 = 0xA5;
 /// Heap slack beyond the benchmark's buffers (collective workspace, mailboxes, signals).
@@ -180,6 +171,20 @@ impl Op {
             Op::AllReduce => 2.0 * (n - 1.0) / n,
             Op::ReduceScatter | Op::AllGather | Op::AllToAll => (n - 1.0) / n,
             Op::SendRecv | Op::Broadcast | Op::Put | Op::PingPong => 1.0,
+        }
+    }
+
+    /// The op in the memory-bandwidth model.
+    fn coll(self) -> Coll {
+        match self {
+            Op::AllReduce => Coll::AllReduce,
+            Op::ReduceScatter => Coll::ReduceScatter,
+            Op::AllGather => Coll::AllGather,
+            Op::AllToAll => Coll::AllToAll,
+            Op::SendRecv => Coll::SendRecv,
+            Op::Broadcast => Coll::Broadcast,
+            Op::Put => Coll::Put,
+            Op::PingPong => Coll::PingPong,
         }
     }
 
@@ -390,111 +395,15 @@ fn heap_bytes(max_bytes: usize) -> usize {
     (4 * max_bytes + HEAP_SLACK).div_ceil(1 << 20) << 20
 }
 
-/// Minimum memory traffic (bytes read + bytes written) of one call, per rank, for size `s`
-/// and `n` ranks: returns (sum over ranks, largest single rank). The model, each input byte
-/// read once and each output byte written once, work spread evenly where the op allows:
-/// - all_reduce: rank r reduces 1/n of the elements, reading them from all n inputs (S) and
-///   writing the result into all n outputs (S): 2S per rank, both forms.
-/// - reduce_scatter: rank r reads its part from all n inputs (S), writes its output (S/n).
-/// - all_gather: rank r reads its input once (S/n) and writes it into all n outputs (S); in
-///   place its own part is already in place: (n-1)S/n written.
-/// - alltoall: rank r reads its send buffer (S) and its parts land in the n outputs (S).
-/// - broadcast: every non-root reads the root's buffer (S) and writes its own (S).
-/// - sendrecv: every rank reads what it sends (S) and its receiver writes it (S).
-/// - put, pingpong (one way): rank 0 reads S and writes S into rank 1's heap.
-fn traffic(op: Op, in_place: bool, s: f64, n: usize) -> (f64, f64) {
-    let nf = n as f64;
-    let even = |per_rank: f64| (nf * per_rank, per_rank);
-    match op {
-        Op::AllReduce | Op::AllToAll | Op::SendRecv => even(2.0 * s),
-        Op::ReduceScatter => even(s + s / nf),
-        Op::AllGather if in_place => even(if n == 1 { 0.0 } else { s / nf + (nf - 1.0) * s / nf }),
-        Op::AllGather => even(s / nf + s),
-        Op::Broadcast => ((nf - 1.0) * 2.0 * s, if n == 1 { 0.0 } else { 2.0 * s }),
-        Op::Put | Op::PingPong => (2.0 * s, 2.0 * s),
-    }
+/// The memory-bandwidth bound of one call of `form` (`in_place`) on `s` bytes, seconds.
+fn bound(limits: &Limits, op: Op, in_place: bool, s: f64, n: usize) -> f64 {
+    limits.bound(membw::traffic(op.coll(), in_place, s, n))
 }
 
-/// Measured copy bandwidths, bytes copied per second.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct CopyBw {
-    /// One thread.
-    one: f64,
-    /// `threads` threads at once (sum).
-    all: f64,
-    threads: usize,
-}
-
-impl CopyBw {
-    fn to_env(self) -> String {
-        format!("{},{},{}", self.one, self.all, self.threads)
-    }
-
-    fn from_env() -> Option<CopyBw> {
-        let v = std::env::var(COPY_BW_VAR).ok()?;
-        let mut p = v.split(',');
-        let one = p.next()?.parse().ok()?;
-        let all = p.next()?.parse().ok()?;
-        let threads = p.next()?.parse().ok()?;
-        Some(CopyBw { one, all, threads })
-    }
-
-    /// Seconds the [`traffic`] of one call takes at these bandwidths.
-    fn bound(self, (total, max_rank): (f64, f64)) -> f64 {
-        (total / (2.0 * self.all)).max(max_rank / (2.0 * self.one))
-    }
-}
-
-/// memcpy bandwidth of `threads` threads at once, each copying its share of [`COPY_BYTES`]
-/// between its own buffers: bytes copied per second, the best of [`COPY_ROUNDS`] rounds (a
-/// round lasts until the slowest thread is done).
-fn copy_bandwidth(threads: usize, cpus: &[usize], pin: bool) -> f64 {
-    let share = COPY_BYTES / threads;
-    let barrier = std::sync::Barrier::new(threads);
-    let per_thread: Vec<Vec<Duration>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    if pin && !cpus.is_empty() {
-                        let _ = pin_to(cpus[t % cpus.len()]);
-                    }
-                    let src = vec![1u8; share];
-                    let mut dst = vec![2u8; share];
-                    (0..COPY_ROUNDS)
-                        .map(|_| {
-                            barrier.wait();
-                            let t0 = Instant::now();
-                            // SAFETY: both vectors hold `share` bytes and are distinct
-                            // allocations; black_box keeps the copy from being elided.
-                            unsafe {
-                                std::ptr::copy_nonoverlapping(
-                                    std::hint::black_box(src.as_ptr()),
-                                    std::hint::black_box(dst.as_mut_ptr()),
-                                    share,
-                                )
-                            };
-                            let d = t0.elapsed();
-                            barrier.wait();
-                            d
-                        })
-                        .collect()
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
-    });
-    let best =
-        (0..COPY_ROUNDS).map(|r| per_thread.iter().map(|v| v[r]).max().unwrap_or_default()).min().unwrap_or_default();
-    (share * threads) as f64 / best.as_secs_f64().max(1e-9)
-}
-
-fn measure_copy(ranks: usize, pin: bool) -> CopyBw {
-    let cpus = allowed_cpus().unwrap_or_default();
-    let threads = ranks.min(cpus.len().max(1));
-    let one = copy_bandwidth(1, &cpus, pin);
-    let all = if threads == 1 { one } else { copy_bandwidth(threads, &cpus, pin) };
-    CopyBw { one, all, threads }
+/// The rates the launcher measured and handed down (None when another launcher started the
+/// ranks: rank 0 then measures them itself).
+fn limits_from_env() -> Option<Limits> {
+    Limits::decode(&std::env::var(LIMITS_VAR).ok()?)
 }
 
 fn main() {
@@ -513,9 +422,9 @@ fn main() {
         std::process::exit(launch(&args, &o));
     };
     let rank = rank.unwrap_or(0);
-    // Rank 0 prints; if no launcher measured the copy bandwidth, it measures it before it
+    // Rank 0 prints; if no launcher measured the memory rates, it measures them before it
     // joins (the others wait for its rendezvous meanwhile).
-    let bw = CopyBw::from_env().or_else(|| (rank == 0).then(|| measure_copy(o.ranks, o.pin)));
+    let limits = limits_from_env().or_else(|| (rank == 0).then(|| Limits::measure(o.ranks, o.pin)));
     let comm = match SimComm::from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -532,7 +441,7 @@ fn main() {
         }
     }
     let out = Out { csv: o.csv, quiet: false };
-    match rank_main(&comm, &o, bw, &out) {
+    match rank_main(&comm, &o, limits.as_ref(), &out) {
         Ok(rows) => {
             let wrong: u64 = rows.iter().flat_map(|r| r.wrong.iter().flatten()).sum();
             std::process::exit(if wrong > 0 { 3 } else { 0 });
@@ -555,8 +464,8 @@ fn launch(args: &[String], o: &Options) -> i32 {
     };
     let out = Out { csv: o.csv, quiet: false };
     let start = Instant::now();
-    let bw = measure_copy(o.ranks, o.pin);
-    let mut env = vec![(COPY_BW_VAR.to_string(), bw.to_env())];
+    let limits = Limits::measure(o.ranks, o.pin);
+    let mut env = vec![(LIMITS_VAR.to_string(), limits.encode())];
     let heap = match std::env::var(symm_core::env::HEAP_SIZE_VAR) {
         Ok(v) => format!("{v} (from {})", symm_core::env::HEAP_SIZE_VAR),
         Err(_) => {
@@ -583,16 +492,12 @@ fn launch(args: &[String], o: &Options) -> i32 {
     ));
     out.note(&format!("# machine: nproc {nproc}, cpu {model}, Linux {}", kernel.trim()));
     out.note(&format!("# command: symm-bench {}", args.join(" ")));
-    out.note(&format!(
-        "# memcpy: 1 thread {:.2} GB/s, {} threads {:.2} GB/s ({} MiB, best of {COPY_ROUNDS})",
-        bw.one / 1e9,
-        bw.threads,
-        bw.all / 1e9,
-        COPY_BYTES >> 20
-    ));
+    for line in limits.to_string().lines() {
+        out.note(&format!("# {line}"));
+    }
     out.note(
-        "# bound: t_bound = max(sum of ranks' traffic / (2 x BT), largest rank's traffic / (2 x B1)); traffic = \
-         least bytes read + written (see source); %oop, %ip = t_bound / time",
+        "# bound: least time of the bytes the op must read and write at those rates (docs/performance.md, \
+         \"The memory-bandwidth bound\"); %oop, %ip = bound / time",
     );
     let spin = std::env::var("SYMM_SPIN_US").map_or("default".into(), |v| format!("{v} us"));
     out.note(&format!(
@@ -1241,15 +1146,15 @@ oop_busbw_gbps,oop_wrong,ip_time_us,ip_algbw_gbps,ip_busbw_gbps,ip_wrong,oop_bou
 ip_pct_bound,buffers,pinned";
 
 /// Derived figures of one form: time (us), algbw, busbw, bound (us), %bound.
-fn figures(o: &Options, n: usize, row: &Row, k: usize, bw: Option<CopyBw>) -> Option<[f64; 5]> {
+fn figures(o: &Options, n: usize, row: &Row, k: usize, limits: Option<&Limits>) -> Option<[f64; 5]> {
     let t = row.time[k]?;
     let s = row.shape.bytes as f64;
     let algbw = s / t.max(1e-12) / 1e9;
-    let bound = bw.map_or(f64::NAN, |bw| bw.bound(traffic(o.op, k == 1, s, n)));
+    let bound = limits.map_or(f64::NAN, |l| bound(l, o.op, k == 1, s, n));
     Some([t * 1e6, algbw, algbw * o.op.bus_factor(n), bound * 1e6, 100.0 * bound / t.max(1e-12)])
 }
 
-fn table_line(o: &Options, n: usize, row: &Row, bw: Option<CopyBw>) -> String {
+fn table_line(o: &Options, n: usize, row: &Row, limits: Option<&Limits>) -> String {
     let mut line = format!(
         "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}",
         row.shape.bytes,
@@ -1261,7 +1166,7 @@ fn table_line(o: &Options, n: usize, row: &Row, bw: Option<CopyBw>) -> String {
     let mut pct = [String::from("N/A"), String::from("N/A")];
     let mut bound = String::from("N/A");
     for (k, pct) in pct.iter_mut().enumerate() {
-        match figures(o, n, row, k, bw) {
+        match figures(o, n, row, k, limits) {
             Some([t, algbw, busbw, b, p]) => {
                 let wrong = row.wrong[k].map_or("N/A".to_string(), |w| w.to_string());
                 line += &format!("  {:>7}  {algbw:>6.2}  {busbw:>6.2}  {wrong:>6}", fmt_time(t));
@@ -1279,7 +1184,7 @@ fn table_line(o: &Options, n: usize, row: &Row, bw: Option<CopyBw>) -> String {
     line
 }
 
-fn csv_line(o: &Options, n: usize, row: &Row, bw: Option<CopyBw>) -> String {
+fn csv_line(o: &Options, n: usize, row: &Row, limits: Option<&Limits>) -> String {
     let mut f: Vec<String> = vec![
         o.op.name().into(),
         n.to_string(),
@@ -1291,7 +1196,7 @@ fn csv_line(o: &Options, n: usize, row: &Row, bw: Option<CopyBw>) -> String {
         row.iters.to_string(),
         row.warmup.to_string(),
     ];
-    let figs = [0, 1].map(|k| figures(o, n, row, k, bw));
+    let figs = [0, 1].map(|k| figures(o, n, row, k, limits));
     let num = |x: f64| if x.is_finite() { format!("{x:.4}") } else { String::new() };
     for (k, fig) in figs.iter().enumerate() {
         match fig {
@@ -1313,7 +1218,7 @@ fn csv_line(o: &Options, n: usize, row: &Row, bw: Option<CopyBw>) -> String {
 }
 
 /// One rank's run: every size, printed by rank 0; the rows.
-fn rank_main(comm: &SimComm, o: &Options, bw: Option<CopyBw>, out: &Out) -> symm_core::Result<Vec<Row>> {
+fn rank_main(comm: &SimComm, o: &Options, limits: Option<&Limits>, out: &Out) -> symm_core::Result<Vec<Row>> {
     let bench = Bench::new(comm, o)?;
     let (n, me) = (bench.n, bench.me);
     let print = me == 0;
@@ -1331,7 +1236,7 @@ fn rank_main(comm: &SimComm, o: &Options, bw: Option<CopyBw>, out: &Out) -> symm
     for (index, size) in sizes(o).into_iter().enumerate() {
         let row = bench.measure(size, index)?;
         if print {
-            out.data(&if o.csv { csv_line(o, n, &row, bw) } else { table_line(o, n, &row, bw) });
+            out.data(&if o.csv { csv_line(o, n, &row, limits) } else { table_line(o, n, &row, limits) });
         }
         rows.push(row);
     }
@@ -1431,21 +1336,32 @@ mod tests {
         assert_eq!(heap_bytes(64 << 20), 320 << 20);
     }
 
+    /// Rates of 1 GB/s per thread, 2 GB/s for two threads, at every working set.
+    fn limits() -> Limits {
+        Limits::decode("2;0;4096:1e9,1e9:2e9,2e9").unwrap()
+    }
+
     #[test]
-    fn traffic_model_and_bound() {
-        let s = 1000.0;
-        assert_eq!(traffic(Op::AllReduce, false, s, 4), (8000.0, 2000.0));
-        assert_eq!(traffic(Op::ReduceScatter, true, s, 4), (5000.0, 1250.0));
-        assert_eq!(traffic(Op::AllGather, false, s, 4), (5000.0, 1250.0));
-        assert_eq!(traffic(Op::AllGather, true, s, 4), (4000.0, 1000.0));
-        assert_eq!(traffic(Op::Broadcast, false, s, 4), (6000.0, 2000.0));
-        assert_eq!(traffic(Op::Put, false, s, 8), (2000.0, 2000.0));
-        let bw = CopyBw { one: 1000.0, all: 3000.0, threads: 2 };
-        // all_reduce on 2 ranks: one rank's 2S over 2 x B1 dominates the 4S over 2 x BT ...
-        assert_eq!(bw.bound(traffic(Op::AllReduce, false, s, 2)), 1.0);
-        // ... on 4 ranks the machine's: 8S over 2 x BT.
-        assert!((bw.bound(traffic(Op::AllReduce, false, s, 4)) - 8000.0 / 6000.0).abs() < 1e-12);
-        assert_eq!(CopyBw::from_env(), None);
+    fn the_bound_column_is_the_shared_model() {
+        let o = parse_args(&args(&["all_gather"])).unwrap();
+        let row = Row {
+            shape: Shape { bytes: 1 << 20, count: 1 << 17 },
+            iters: 20,
+            warmup: 5,
+            time: [Some(1e-3), Some(1e-3)],
+            wrong: [Some(0), Some(0)],
+        };
+        let l = limits();
+        for (k, in_place) in [(0, false), (1, true)] {
+            let want = l.bound(membw::traffic(Coll::AllGather, in_place, (1 << 20) as f64, 2));
+            assert_eq!(figures(&o, 2, &row, k, Some(&l)).unwrap()[3], want * 1e6);
+        }
+        // Out of place on 2 ranks: 2 MiB written, 1 MiB by one rank at 1 GB/s, 2 by both at 2.
+        assert_eq!(bound(&l, Op::AllGather, false, (1 << 20) as f64, 2), (1 << 20) as f64 / 1e9);
+        for op in Op::ALL {
+            assert_eq!(op.coll().name(), op.name());
+        }
+        assert_eq!(limits_from_env(), None);
     }
 
     #[test]
@@ -1463,10 +1379,10 @@ mod tests {
         let mut v = vec![op, "-e", "4K", "-n", "2", "-w", "1", "--pin", "0"];
         v.extend_from_slice(extra);
         let o = parse_args(&args(&v)).unwrap();
-        let bw = Some(CopyBw { one: 1e9, all: 2e9, threads: 2 });
+        let l = limits();
         let out = Out { csv: false, quiet: true };
         let config = symm_sim::SimConfig::with_heap_size(48 << 20);
-        let mut results = symm_sim::run_in_process(ranks, config, |comm| rank_main(&comm, &o, bw, &out));
+        let mut results = symm_sim::run_in_process(ranks, config, |comm| rank_main(&comm, &o, Some(&l), &out));
         let rows = results.remove(0).and_then(|r| r).unwrap_or_else(|e| panic!("{op} {extra:?}: {e}"));
         for r in results {
             r.and_then(|r| r).unwrap_or_else(|e| panic!("{op} {extra:?}: {e}"));
@@ -1538,12 +1454,12 @@ mod tests {
             time: [Some(1e-3), Some(2e-3)],
             wrong: [Some(0), Some(0)],
         };
-        let bw = Some(CopyBw { one: 1e9, all: 2e9, threads: 2 });
-        let line = table_line(&o, 2, &row, bw);
+        let l = limits();
+        let line = table_line(&o, 2, &row, Some(&l));
         let cols: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(cols.len(), 16, "{line}");
         assert_eq!(&cols[..9], ["1048576", "262144", "float", "sum", "-1", "1000.0", "1.05", "1.05", "0"]);
-        assert_eq!(csv_line(&o, 2, &row, bw).split(',').count(), CSV_HEADER.split(',').count());
+        assert_eq!(csv_line(&o, 2, &row, Some(&l)).split(',').count(), CSV_HEADER.split(',').count());
         let header = table_header();
         assert_eq!(header[1].split_whitespace().count(), 17); // '#' + 16 names
         let o = parse_args(&args(&["alltoall"])).unwrap();

@@ -41,15 +41,21 @@ all_reduce`` times in place plus one call into the native module), and ``py/rust
 through the public API divided by that: the cost of the public API's argument handling measured
 in one run. Other operations show ``N/A`` there.
 
-Memory-bandwidth bound (as ``symm-bench``): before the operations the ranks measure a copy of
-256 MiB (``Tensor.copy_``, one thread per rank, best of 3) by rank 0 alone (B1) and by
-``T = min(ranks, CPUs)`` ranks at once (BT, the sum). For each operation and size, ``traffic``
-gives the bytes every rank must at least read plus write (each input byte read once, each output
-byte written once, reductions split evenly), and ``bound(us)`` is
-``max(total traffic / (2 x BT), largest traffic of one rank / (2 x B1))``: the time of plain
-copies of those bytes. ``<backend> %bnd`` is ``bound / time``, the fraction of the bound reached
-(DRAM bandwidths: sizes that fit in the caches can exceed 100%; small sizes are latency-bound).
-``--bound 0`` leaves the measurement and the columns out.
+Memory-bandwidth bound (the one model ``symm-bench`` reports too, ``symm_sim::membw`` through
+``_symm.memory_bound``): before the operations rank 0 measures the host's memory rates
+STREAM-style (reading, writing and copying by working-set size, one thread and ``min(ranks,
+CPUs)`` pinned threads) while the others wait, and prints them. ``bound(us)`` is the least time of
+the bytes each operation must read and write at those rates (each input byte read once, each
+output byte written once, the work shared by the ranks; all_reduce in place, as every backend
+here runs it): no call can take less. ``<backend> %bnd`` is ``bound / time``.
+docs/performance.md, "The memory-bandwidth bound", has the model. ``--bound 0`` leaves the
+measurement and the columns out.
+
+``--json FILE`` saves the run (every backend's time per operation and size, and the bound) as
+JSON; ``--plot FILE`` draws busbw against size, one panel per operation, every backend and the
+bound, into an image file (PNG, SVG, PDF: by the suffix). ``--plot`` draws the run just made, or
+with ``--from FILE`` a run saved by ``--json`` without running anything. It needs matplotlib
+(``pip install 'symm[plot]'``).
 
 ``SYMMETRIC_MEMORY_HEAP_SIZE`` defaults to what the largest size needs when it is not set.
 """
@@ -59,6 +65,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.util
+import json
 import math
 import os
 import socket
@@ -82,9 +89,8 @@ RATIOS = {
     "py/rust": ("symm", "rust", "symm's time through the public API / through the private native call (rust column)"),
 }
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
-#: Bytes and rounds of the copy-bandwidth measurement (as symm-bench's).
-COPY_BYTES = 256 << 20
-COPY_ROUNDS = 3
+#: The operations every backend here runs in place (the others out of place).
+IN_PLACE = ("all_reduce",)
 
 
 def parse_size(text: str) -> int:
@@ -149,6 +155,19 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="1: add the time of symm's all_reduce through the private native call (same run) and py/rust",
     )
+    p.add_argument("--json", metavar="FILE", help="save the run (times and bounds) as JSON in FILE")
+    p.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="draw busbw against size (every backend and the bound, one panel per operation) into FILE; "
+        "needs matplotlib (pip install 'symm[plot]')",
+    )
+    p.add_argument(
+        "--from",
+        dest="saved",
+        metavar="FILE",
+        help="with --plot: draw the run saved in FILE by --json instead of running",
+    )
     return p
 
 
@@ -189,6 +208,10 @@ def validate(args: argparse.Namespace) -> None:
         raise SystemExit(f"symm.perf: --bound {args.bound}: expected 0 or 1")
     if args.native and "symm" not in backends:
         raise SystemExit("symm.perf: --native 1 times symm's all_reduce through its native call: it needs the symm backend")
+    if args.saved and not args.plot:
+        raise SystemExit(f"symm.perf: --from {args.saved}: draws a saved run, it needs --plot FILE")
+    if args.plot:
+        _pyplot()  # before the run: a missing matplotlib is an error now, not after the measurement
 
 
 def sizes(args: argparse.Namespace) -> List[int]:
@@ -507,55 +530,28 @@ class DeepSpeedBackend(Backend):
 DT: Any = None  # the torch dtype of the run (set in each rank)
 
 
-def traffic(op: str, size: float, n: int) -> Tuple[float, float]:
-    """(bytes all ranks together, bytes of the busiest rank) that ``op`` on ``size`` bytes must at
-    least read plus write (symm-bench's model; all_gather out of place)."""
-    per_rank = {
-        "all_reduce": 2 * size,
-        "alltoall": 2 * size,
-        "sendrecv": 2 * size,
-        "reduce_scatter": size + size / n,
-        "all_gather": size / n + size,
-    }
-    if op == "broadcast":
-        return (n - 1) * 2 * size, 2 * size
-    return n * per_rank[op], per_rank[op]
+def bound_seconds(op: str, size: float, n: int, limits: str) -> float:
+    """The memory-bandwidth bound of ``op`` (in place if in ``IN_PLACE``) on ``size`` bytes among
+    ``n`` ranks at the memory rates ``limits`` (as ``measure_limits`` returns them): the model of
+    ``symm_sim::membw``, which symm-bench reports too."""
+    from symm import _symm
+
+    return _symm.memory_bound(n, [(op, op in IN_PLACE, float(size))], limits)[0][0]
 
 
-def bound_seconds(op: str, size: float, n: int, bw: Tuple[float, float, int]) -> float:
-    """The memory-bandwidth bound of ``op`` on ``size`` bytes at copy bandwidths ``bw``
-    (one rank, all copying ranks together, their number)."""
-    one, together, _ = bw
-    total, busiest = traffic(op, size, n)
-    return max(total / (2 * together), busiest / (2 * one))
-
-
-def copy_bandwidth(rank: int, n: int, nbytes: int = COPY_BYTES) -> Tuple[float, float, int]:
-    """Bytes copied per second by rank 0 alone and by ``T = min(n, CPUs)`` ranks at once (sum),
-    best of ``COPY_ROUNDS``, and ``T``. Every rank calls it (it synchronises them)."""
-    import torch
+def measure_limits(rank: int, n: int) -> Optional[Tuple[str, str]]:
+    """Rank 0's measurement of the memory rates (encoded, table), None on the other ranks; every
+    rank calls it (the others wait meanwhile, idle)."""
     import torch.distributed as dist
 
-    def best(active: bool, share: int) -> float:
-        if active:
-            src = torch.ones(share, dtype=torch.uint8)
-            dst = torch.empty_like(src)
-            dst.copy_(src)  # pages faulted in before the timed rounds
-        took = math.inf
-        for _ in range(COPY_ROUNDS):
-            dist.barrier()
-            t0 = time.perf_counter()
-            if active:
-                dst.copy_(src)
-            stat = torch.tensor([time.perf_counter() - t0 if active else 0.0], dtype=torch.float64)
-            dist.all_reduce(stat, op=dist.ReduceOp.MAX)  # a round lasts until the slowest rank
-            took = min(took, stat.item())
-        return took
+    from symm import _symm
 
-    one = nbytes / best(rank == 0, nbytes)
-    together = min(n, os.cpu_count() or 1)
-    share = nbytes // together
-    return one, share * together / best(rank < together, share), together
+    limits = None
+    if rank == 0:
+        _, encoded, table = _symm.memory_bound(n, [])
+        limits = (encoded, table)
+    dist.barrier()
+    return limits
 
 
 def shapes(op: str, size: int, n: int, esize: int) -> Tuple[int, int, int]:
@@ -640,6 +636,8 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
     DT = getattr(torch, args.dtype)
     torch.set_num_threads(1)
     symm.init()
+    # Before pinning: the measuring threads pin themselves to every CPU this process may use.
+    limits = measure_limits(rank, n) if args.bound else None
     if args.pin:
         # After start-up, as symm-bench does: the core sizes its spin budget from the CPUs a
         # rank may use when it starts.
@@ -659,7 +657,6 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
         backends.append(deepspeed)
     names = [b.name for b in backends]
     ratios = [r for r, (a, b, _) in RATIOS.items() if a in names and b in names]
-    bw = copy_bandwidth(rank, n) if args.bound else None
     out = sys.stdout
     if rank == 0:
         out.write(
@@ -680,19 +677,20 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
                 + ("" if deepspeed.runs(args.dtype) else f": it does not reduce {args.dtype} on this CPU")
                 + "); all_reduce only\n"
             )
-        if bw is not None:
+        if limits is not None:
+            out.write("".join(f"# {line}\n" for line in limits[1].splitlines()))
             out.write(
-                f"# copy: 1 rank {bw[0] / 1e9:.2f} GB/s, {bw[2]} ranks at once {bw[1] / 1e9:.2f} GB/s "
-                f"({COPY_BYTES >> 20} MiB, best of {COPY_ROUNDS}); bound(us): time of plain copies of the bytes "
-                "the op must read and write; %bnd: bound / time\n"
+                "# bound(us): least time of the bytes the op must read and write at those rates (docs/performance.md, "
+                '"The memory-bandwidth bound"); %bnd: bound / time\n'
             )
+    records: List[Dict[str, Any]] = []
     total_wrong = 0
     for op in args.ops:
         if rank == 0:
             head = f"{'size':>10} {'count':>10}"
             head += "".join(f" {nm + '(us)':>11}" for nm in names)
             head += "".join(f" {nm + ' busbw':>11}" for nm in names)
-            if bw is not None:
+            if limits is not None:
                 head += f" {'bound(us)':>10}" + "".join(f" {nm + ' %bnd':>10}" for nm in names)
             head += "".join(f" {r:>9}" for r in ratios)
             if args.runs > 1:
@@ -722,9 +720,9 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
                 line = f"{moved:>10} {c:>10}"
                 line += "".join(f" {_num(t * 1e6, '.2f'):>11}" for t in times)
                 line += "".join(f" {_num(b, '.4g'):>11}" for b in bws)
-                if bw is not None:
-                    bound = bound_seconds(op, moved, n, bw)
-                    line += f" {bound * 1e6:>10.2f}" + "".join(f" {_num(100 * bound / t, '.1f'):>10}" for t in times)
+                bound = bound_seconds(op, moved, n, limits[0]) if limits is not None else None
+                if bound is not None:
+                    line += f" {bound * 1e6:>10.3f}" + "".join(f" {_num(100 * bound / t, '.1f'):>10}" for t in times)
                 line += "".join(f" {_num(by[RATIOS[r][0]] / by[RATIOS[r][1]], '.2f'):>9}" for r in ratios)
                 if args.runs > 1:
                     medians = [paired_median(runs, names.index(RATIOS[r][0]), names.index(RATIOS[r][1])) for r in ratios]
@@ -732,12 +730,86 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
                 line += f" {wrong:>7}"
                 out.write(line + "\n")
                 out.flush()
+                clean = {k: (None if math.isnan(t) else t) for k, t in by.items()}
+                records.append({"op": op, "size": moved, "times": clean, "bound": bound})
     if rank == 0:
         out.write(f"\n# wrong elements in total: {total_wrong}\n")
         out.flush()
+        saved = {
+            "ranks": n,
+            "dtype": args.dtype,
+            "backends": names,
+            "in_place": [op for op in args.ops if op in IN_PLACE],
+            "limits": limits[0] if limits else None,
+            "results": records,
+        }
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(saved, f, indent=1)
+        if args.plot:
+            plot(saved, args.plot)
     dist.barrier()
     if total_wrong:
         raise SystemExit(1)
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on a backend without a display, or a clear error."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("symm.perf: --plot needs matplotlib: pip install 'symm[plot]' (or matplotlib)") from None
+    return plt
+
+
+def _size_label(size: float, _pos: Any = None) -> str:
+    for shift, unit in ((30, "G"), (20, "M"), (10, "K")):
+        if size >= 1 << shift:
+            return f"{size / (1 << shift):g}{unit}"
+    return f"{size:g}"
+
+
+def plot(saved: Dict[str, Any], path: str) -> None:
+    """Draws busbw against size from a run as ``--json`` saves it: one panel per operation, a
+    line per backend and the busbw the memory-bandwidth bound allows, into ``path``."""
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter
+
+    n, results = saved["ranks"], saved["results"]
+    ops = [op for op in OPS if any(r["op"] == op for r in results)]
+    if not ops:
+        raise SystemExit(f"symm.perf: --plot {path}: the run has no results to draw")
+    cols = min(3, len(ops))
+    rows = -(-len(ops) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.3 * cols, 3.2 * rows), squeeze=False)
+    for ax, op in zip(axes.flat, ops):
+        recs = [r for r in results if r["op"] == op and r["size"] > 0]
+        factor = bus_factor(op, n)
+        for be in saved["backends"]:
+            pts = [(r["size"], r["size"] / r["times"][be] / 1e9 * factor) for r in recs if r["times"].get(be)]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", markersize=2.5, linewidth=1.2, label=be)
+        pts = [(r["size"], r["size"] / r["bound"] / 1e9 * factor) for r in recs if r.get("bound")]
+        if pts:
+            ax.plot(*zip(*pts), "k--", linewidth=1, label="memory bound")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(_size_label))
+        ax.set_title(op + (" (in place)" if op in saved.get("in_place", ()) else ""), fontsize=10)
+        ax.set_xlabel("size (bytes)", fontsize=8)
+        ax.set_ylabel("busbw (GB/s)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(ops) :]:
+        ax.set_visible(False)
+    fig.suptitle(f"python -m symm.perf: {n} ranks, {saved['dtype']}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
 
 
 def _num(value: float, fmt: str) -> str:
@@ -797,6 +869,10 @@ def default_heap(args: argparse.Namespace, n: int) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parser().parse_args(argv)
     validate(args)
+    if args.saved:
+        with open(args.saved) as f:
+            plot(json.load(f), args.plot)
+        return
     # One rank per core: torch's OpenMP workers, spinning after each parallel region, take the
     # cores the ranks need (small messages of every backend measured 2-4x slower). Set before
     # torch is first imported (here or in the ranks spawned below); an explicit setting wins.
