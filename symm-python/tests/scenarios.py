@@ -10,7 +10,6 @@ import ctypes
 import datetime
 import gc
 import os
-import sys
 import threading
 import time
 

@@ -75,7 +75,11 @@ def wait_for_signal_codes(rank, world):
         if holds:
             assert symm.shmem_wait_for_signal(None, sig, 0, value, op, timeout=5) == 7, (op, value)
         else:
-            expect(symm.Timeout, lambda: symm.shmem_wait_for_signal(None, sig, 0, value, op, timeout=0.05), "signal")
+            expect(
+                symm.Timeout,
+                lambda value=value, op=op: symm.shmem_wait_for_signal(None, sig, 0, value, op, timeout=0.05),
+                "signal",
+            )
     expect(
         symm.InvalidArgument,
         lambda: symm.shmem_wait_for_signal(None, sig, 0, 0, 6),
@@ -126,7 +130,7 @@ def rendezvous_and_signal_pads(rank, world):
     for bad_rank, bad, needle in [(1, torch.zeros(4), "tensor"), (0, "x", "tensor"), (2, freed, "symm.free()")]:
         t0 = time.monotonic()
         if rank == bad_rank:
-            expect(symm.InvalidArgument, lambda: symm.rendezvous(bad, None), needle, rank=rank)
+            expect(symm.InvalidArgument, lambda bad=bad: symm.rendezvous(bad, None), needle, rank=rank)
         else:
             expect(symm.PeerRejected, lambda: symm.rendezvous(t, None), "rendezvous", rank=rank)
         assert time.monotonic() - t0 < 10, "a peer waited for the timeout"
@@ -134,7 +138,7 @@ def rendezvous_and_signal_pads(rank, world):
 
     # Signal pad sizes: validated; they must agree between the members.
     for bad in [0, -4, 6, 2.0, "64", True, None]:
-        expect(symm.InvalidArgument, lambda: symm.set_signal_pad_size(bad), "size", rank=rank)
+        expect(symm.InvalidArgument, lambda bad=bad: symm.set_signal_pad_size(bad), "size", rank=rank)
     assert symm.get_signal_pad_size() == 4096
     symm.set_signal_pad_size(64 if rank == 2 else 4096)
     e = expect(symm.Mismatch, lambda: symm.rendezvous(t, None), "signal pad size", rank=rank)

@@ -70,7 +70,8 @@ def test_perf_entry_point_runs_every_op_through_symm_and_gloo_and_checks_results
 def test_perf_deepspeed_column_times_its_allreduce_and_checks_it(tmp_path):
     # The first run builds DeepSpeed's kernel (a C++ compile, cached afterwards).
     text = run_perf(
-        ["-b", "1K", "-e", "64K", "-f", "64", "-n", "3", "-w", "1", "-g", "2", "-o", "all_reduce,broadcast", "--backends", "symm,deepspeed", "--bound", "0", "-r", "2"],
+        ["-b", "1K", "-e", "64K", "-f", "64", "-n", "3", "-w", "1", "-g", "2", "-o", "all_reduce,broadcast"]
+        + ["--backends", "symm,deepspeed", "--bound", "0", "-r", "2"],
         tmp_path, timeout=600,
     )
     assert "# deepspeed: DeepSpeed's shared-memory allreduce kernel" in text, text
@@ -114,7 +115,8 @@ def test_perf_bound_follows_the_traffic_model_and_can_be_left_out(tmp_path):
         with pytest.raises(ValueError, match=bad):
             _symm.memory_bound(*args)
     text = run_perf(
-        ["-b", "1K", "-e", "1K", "-n", "2", "-w", "1", "-g", "2", "-o", "all_reduce", "--backends", "symm", "--bound", "0"],
+        ["-b", "1K", "-e", "1K", "-n", "2", "-w", "1", "-g", "2", "-o", "all_reduce"]
+        + ["--backends", "symm", "--bound", "0"],
         tmp_path,
     )
     assert "bound" not in text and "# copy" not in text, text

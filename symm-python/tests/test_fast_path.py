@@ -42,7 +42,8 @@ def test_public_allreduce_is_native_with_the_documented_signature():
 
 def test_perf_native_column_times_the_rust_api_in_the_same_run(tmp_path):
     text = run_perf(
-        ["-b", "8", "-e", "512", "-f", "8", "-n", "200", "-w", "20", "-g", "2", "-o", "all_reduce,broadcast", "--backends", "symm", "--native", "1", "-r", "3"],
+        ["-b", "8", "-e", "512", "-f", "8", "-n", "200", "-w", "20", "-g", "2", "-o", "all_reduce,broadcast"]
+        + ["--backends", "symm", "--native", "1", "-r", "3"],
         tmp_path,
     )
     assert "symm(us)" in text and "rust(us)" in text and "py/rust med" in text and "gloo" not in text, text

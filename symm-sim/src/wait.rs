@@ -5,9 +5,9 @@
 //! ranks than cores a spinning waiter steals the core its peer needs, so the spin budget shrinks
 //! to almost nothing (docs/performance-log.md, "Waiting").
 //!
-//! Lost wake-ups are impossible: a waiter announces itself in `sleepers` (SeqCst), reads the
-//! doorbell, re-checks its condition and only then sleeps while the doorbell still has the
-//! value it read. A writer makes its change, then reads `sleepers` and, if it sees a sleeper,
+//! Lost wake-ups are impossible: a waiter announces itself in `sleepers` (SeqCst, then a
+//! fence), reads the doorbell, re-checks its condition and only then sleeps while the doorbell
+//! still has the value it read. A writer makes its change, then reads `sleepers` and, if it sees a sleeper,
 //! bumps the doorbell and wakes. Either the writer sees the sleeper, or the waiter sees the
 //! change. That needs each side's write ordered before its read (a store-load barrier): on
 //! x86 a full fence, which makes a writer's store wait until it owns the line, typically one
@@ -39,11 +39,28 @@
 //! path that never rings, or a protocol that loses wake-ups, when the sleeper has nothing else
 //! coming.
 
-use std::sync::atomic::{compiler_fence, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::control::Header;
 use crate::sys;
+
+#[cfg(all(test, loom))]
+mod model;
+
+/// The orderings of the doorbell protocol (the module documentation says why), named so that
+/// its loom model (`wait/model.rs`) checks the ones used here.
+mod order {
+    use std::sync::atomic::Ordering::{self, Relaxed, Release, SeqCst};
+    /// The sleeper's announcement in `sleepers`, its read of the doorbell and its retirement.
+    pub const SLEEPER: Ordering = SeqCst;
+    /// The writer's bump of the doorbell: a sleeper's futex compares against the value it read.
+    pub const BUMP: Ordering = SeqCst;
+    /// A signal's store and the writer's look at `sleepers`, with full fences.
+    pub const FULL: (Ordering, Ordering) = (SeqCst, SeqCst);
+    /// The same with light signals: the sleeper's barrier orders the two for the processor.
+    pub const LIGHT: (Ordering, Ordering) = (Release, Relaxed);
+}
 
 /// How long a waiter spins before sleeping.
 #[derive(Clone, Copy, Debug)]
@@ -146,9 +163,9 @@ fn sleeper_barrier() -> bool {
 #[inline]
 pub fn signal_store_order() -> Ordering {
     if light_signals() {
-        Ordering::Release
+        order::LIGHT.0
     } else {
-        Ordering::SeqCst
+        order::FULL.0
     }
 }
 
@@ -164,15 +181,15 @@ pub fn ring(owner: &Header) {
         // membarrier orders it for the processor.
         compiler_fence(Ordering::SeqCst);
         // Relaxed: see above.
-        owner.sleepers.0.load(Ordering::Relaxed)
+        owner.sleepers.0.load(order::LIGHT.1)
     } else {
         // SeqCst: the writer half of the lost-wake-up argument (change, then read `sleepers`).
-        owner.sleepers.0.load(Ordering::SeqCst)
+        owner.sleepers.0.load(order::FULL.1)
     };
     if sleeping > 0 {
         // SeqCst: a sleeper's futex_wait compares against the value it read after announcing
         // itself; bumping makes that comparison fail, so it cannot sleep through this wake.
-        owner.doorbell.0.fetch_add(1, Ordering::SeqCst);
+        owner.doorbell.0.fetch_add(1, order::BUMP);
         sys::futex_wake_all(&owner.doorbell.0);
     }
 }
@@ -228,12 +245,17 @@ pub fn wait_until<T, E>(
     loop {
         // SeqCst: announce the sleeper before reading the doorbell and re-checking (the waiter
         // half of the lost-wake-up argument).
-        me.sleepers.0.fetch_add(1, Ordering::SeqCst);
+        me.sleepers.0.fetch_add(1, order::SLEEPER);
+        // SeqCst: the re-check below is an acquire load, which the memory model orders after
+        // the announcement only through a fence; without it a writer's look at `sleepers` can
+        // miss the announcement while the re-check reads the old value (a lost wake-up the
+        // loom model in `wait/model.rs` finds). On x86 the locked add above is one already.
+        fence(Ordering::SeqCst);
         // The light writers' store-load barrier, run on their CPUs (see the module
         // documentation), whatever this process's own signals are.
         let barrier = sleeper_barrier();
         // SeqCst: read after announcing; a later bump makes the futex return at once.
-        let bell = me.doorbell.0.load(Ordering::SeqCst);
+        let bell = me.doorbell.0.load(order::SLEEPER);
         let ready = check();
         let now = Instant::now();
         // Whether this nap, if it runs out, tells a lost wake-up: a full nap (not cut short by
@@ -255,7 +277,7 @@ pub fn wait_until<T, E>(
             LOST_WAKEUPS.fetch_add(1, Ordering::Relaxed);
         }
         // SeqCst: pairs with the increment above.
-        me.sleepers.0.fetch_sub(1, Ordering::SeqCst);
+        me.sleepers.0.fetch_sub(1, order::SLEEPER);
         if let Some(v) = found {
             return Ok(v);
         }

@@ -1,6 +1,6 @@
 //! # The conformance suite
 //!
-//! Every case is a function generic over [`Communicator`], called collectively by every rank of
+//! Every case is a function generic over [`Communicator`](symm_core::Communicator), called collectively by every rank of
 //! a world (all ranks run the same case). The same cases run against every backend and mode:
 //! in-process (ranks as threads, `tests/in_process.rs`) and multi-process (one process per rank
 //! through the `symm-conformance-rank` binary, `tests/multi_process.rs`).

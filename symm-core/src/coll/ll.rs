@@ -45,6 +45,9 @@ use crate::backend::{Backend, SignalWidth};
 use crate::error::{Error, Result};
 use crate::op::SignalOp;
 
+#[cfg(all(test, loom))]
+mod model;
+
 /// Bytes of a line (a cache line on the CPUs measured).
 const LINE: usize = 64;
 /// Message bytes on line 0, after its flag, signature and count words.

@@ -7,7 +7,7 @@
 //!   data. A wait that times out attaches the picture to its [`TimeoutError`] and logs it; with
 //!   `SYMM_DUMP_ON_SIGNAL=1`, SIGUSR1 prints it to stderr ([`install_dump_on_signal`]).
 //! - **Logging** ([`log`]): `SYMM_LOG_LEVEL`, one line per event, pluggable sink.
-//! - **Statistics** ([`stats`]): calls, bytes, time and errors per operation, resettable.
+//! - **Statistics** ([`stats`](fn@stats)): calls, bytes, time and errors per operation, resettable.
 //!
 //! Every recorded operation goes through [`start`] and [`finish`], which cost a few plain
 //! stores into the ring and the statistics and a level check, plus, for a timed operation, two

@@ -28,7 +28,7 @@ pub struct StatsTable {
     writers: Bias,
 }
 
-/// The statistics of one operation, as read by [`stats`](super::stats).
+/// The statistics of one operation, as read by [`stats`](fn@super::stats).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpStats {
     /// The operation (`allreduce`, `barrier`, ...).

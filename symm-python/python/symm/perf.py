@@ -725,7 +725,9 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
                     line += f" {bound * 1e6:>10.3f}" + "".join(f" {_num(100 * bound / t, '.1f'):>10}" for t in times)
                 line += "".join(f" {_num(by[RATIOS[r][0]] / by[RATIOS[r][1]], '.2f'):>9}" for r in ratios)
                 if args.runs > 1:
-                    medians = [paired_median(runs, names.index(RATIOS[r][0]), names.index(RATIOS[r][1])) for r in ratios]
+                    medians = [
+                        paired_median(runs, names.index(RATIOS[r][0]), names.index(RATIOS[r][1])) for r in ratios
+                    ]
                     line += "".join(f" {_num(m, '.2f'):>13}" for m in medians)
                 line += f" {wrong:>7}"
                 out.write(line + "\n")
