@@ -495,7 +495,7 @@ pub const STATS_VAR: &str = crate::config::STATS.name;
 /// Whether `SYMM_STATS` leaves the statistics on (the default); an invalid value is an error
 /// naming the variable.
 pub fn stats_from_env() -> std::result::Result<bool, String> {
-    switch_setting(&crate::config::STATS, std::env::var(STATS_VAR).ok().as_deref(), true)
+    switch_setting(&crate::config::STATS, crate::config::environment(STATS_VAR).as_deref(), true)
 }
 
 /// What value `value` of on/off variable `var` asks for (`None`: unset, `default`); an invalid
@@ -518,7 +518,7 @@ pub const TIMING_VAR: &str = crate::config::TIMING.name;
 
 /// Whether `SYMM_TIMING` asks for timing; an invalid value is an error naming the variable.
 pub fn timing_from_env() -> std::result::Result<bool, String> {
-    switch_setting(&crate::config::TIMING, std::env::var(TIMING_VAR).ok().as_deref(), false)
+    switch_setting(&crate::config::TIMING, crate::config::environment(TIMING_VAR).as_deref(), false)
 }
 
 /// The environment variable that turns on cross-rank validation of every collective.
@@ -527,7 +527,7 @@ pub const VALIDATE_VAR: &str = crate::config::VALIDATE.name;
 /// Whether `SYMM_VALIDATE` asks for validation (`1`, `true`, `yes`, `on`). A value that is not
 /// an on/off value reads as off here; a communicator's start-up refuses it.
 pub fn validate_from_env() -> bool {
-    std::env::var(VALIDATE_VAR).is_ok_and(|v| switch(&v) == Some(true))
+    crate::config::environment(VALIDATE_VAR).is_some_and(|v| switch(&v) == Some(true))
 }
 
 #[cfg(test)]
