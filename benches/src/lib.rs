@@ -4,32 +4,22 @@
 use std::path::Path;
 use std::time::Duration;
 
+use rustix::thread::CpuSet;
+
 /// The CPUs this process may run on.
 pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
-    // SAFETY: an all-zero cpu_set_t is a valid, empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a live cpu_set_t and the size passed is its size; pid 0 is this thread.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: every index is below CPU_SETSIZE, the capacity of the set.
-    Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+    let set = rustix::thread::sched_getaffinity(None)?;
+    Ok((0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect())
 }
 
 /// Pins the calling thread (and threads it starts later) to `cpu`, one of [`allowed_cpus`].
 pub fn pin_to(cpu: usize) -> std::io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
+    if cpu >= CpuSet::MAX_CPU {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("cpu {cpu} is out of range")));
     }
-    // SAFETY: an all-zero cpu_set_t is a valid, empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` is below CPU_SETSIZE (checked above).
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: `set` is a live cpu_set_t and the size passed is its size; pid 0 is this thread.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    let mut set = CpuSet::new();
+    set.set(cpu);
+    Ok(rustix::thread::sched_setaffinity(None, &set)?)
 }
 
 /// The CPU model named in /proc/cpuinfo, or `None`.

@@ -19,6 +19,8 @@ use std::hint::black_box;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
+
 use symm_benches::{allowed_cpus, cpu_model, pin_to};
 use symm_core::{Backend, CmpOp, Communicator, DType, LocalRef, SignalOp, SymmetricHeap};
 use symm_sim::launch::RANK_VAR;
@@ -39,53 +41,38 @@ const LATENCY_SIZES: [usize; 3] = [8, 1 << 10, 64 << 10];
 /// buffers.
 const HEAP_SLACK: usize = 32 << 20;
 
-const USAGE: &str = "usage: symm-microbench [--iters N] [--max-bytes SIZE]
-  --iters N          round trips per latency size, and the most puts per bandwidth batch (default 10000)
-  --max-bytes SIZE   largest put, e.g. 4096, 64M, 1G (default 256M)";
-
-#[derive(Clone, Copy, Debug)]
+/// Put bandwidth against memcpy and put_with_signal ping-pong latency, on two ranks.
+#[derive(Clone, Copy, Debug, Parser)]
+#[command(name = "symm-microbench")]
 struct Options {
+    /// Round trips per latency size, and the most puts per bandwidth batch
+    #[arg(long, value_name = "N", default_value = "10000", value_parser = parse_iters)]
     iters: usize,
+    /// Largest put, e.g. 4096, 64M, 1G
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_max_bytes)]
     max_bytes: usize,
 }
 
-fn parse_args(args: &[String]) -> Result<Options, String> {
-    let mut o = Options { iters: 10_000, max_bytes: 256 << 20 };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} expects a value"));
-        match a.as_str() {
-            "--iters" => {
-                let v = value("--iters")?;
-                o.iters =
-                    v.parse().ok().filter(|&n| n >= 1).ok_or(format!("--iters = {v:?}: expected an integer >= 1"))?;
-            }
-            "--max-bytes" => {
-                let v = value("--max-bytes")?;
-                o.max_bytes = symm_core::env::parse_size(&v)
-                    .ok()
-                    .filter(|&b| b >= 8)
-                    .ok_or(format!("--max-bytes = {v:?}: expected a size of at least 8 bytes (K, M, G suffixes)"))?;
-            }
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    Ok(o)
+fn parse_iters(v: &str) -> Result<usize, String> {
+    v.parse().ok().filter(|&n| n >= 1).ok_or_else(|| "expected an integer >= 1".into())
+}
+
+fn parse_max_bytes(v: &str) -> Result<usize, String> {
+    symm_core::env::parse_size(v)
+        .ok()
+        .filter(|&b| b >= 8)
+        .ok_or_else(|| "expected a size of at least 8 bytes (K, M, G suffixes)".into())
+}
+
+/// Parses the command line (without the program's name); help is an error of its own kind.
+fn parse_args(args: &[String]) -> Result<Options, clap::Error> {
+    Options::try_parse_from(std::iter::once("symm-microbench").chain(args.iter().map(String::as_str)))
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let opts = match parse_args(&args) {
-        Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("symm-microbench: {e}");
-            }
-            eprintln!("{USAGE}");
-            std::process::exit(if e.is_empty() { 0 } else { 2 });
-        }
-    };
+    // Help exits 0, a bad option 2.
+    let opts = parse_args(&args).unwrap_or_else(|e| e.exit());
     if std::env::var_os(RANK_VAR).is_none() {
         std::process::exit(launch(&args, opts));
     }
@@ -372,9 +359,12 @@ mod tests {
     fn options_parse_and_bad_values_name_the_option() {
         let o = parse_args(&args(&["--iters", "50", "--max-bytes", "64K"])).unwrap();
         assert_eq!((o.iters, o.max_bytes), (50, 64 << 10));
-        assert!(parse_args(&args(&["--iters", "0"])).unwrap_err().contains("--iters"));
-        assert!(parse_args(&args(&["--max-bytes", "4"])).unwrap_err().contains("--max-bytes"));
-        assert!(parse_args(&args(&["--max-bytes"])).unwrap_err().contains("expects a value"));
-        assert!(parse_args(&args(&["--fast"])).unwrap_err().contains("--fast"));
+        let err = |v: &[&str]| parse_args(&args(v)).unwrap_err().to_string();
+        assert!(err(&["--iters", "0"]).contains("--iters"));
+        assert!(err(&["--max-bytes", "4"]).contains("--max-bytes"));
+        assert!(err(&["--max-bytes"]).contains("a value is required"));
+        assert!(err(&["--fast"]).contains("--fast"));
+        let o = parse_args(&[]).unwrap();
+        assert_eq!((o.iters, o.max_bytes), (10_000, 256 << 20));
     }
 }

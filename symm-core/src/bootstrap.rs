@@ -84,11 +84,7 @@ impl JobSecret {
 
     /// The secret in [`JOB_SECRET_VAR`]; `None` when it is unset or empty.
     pub fn from_env() -> Result<Option<JobSecret>, BootstrapError> {
-        match std::env::var_os(JOB_SECRET_VAR) {
-            None => Ok(None),
-            Some(v) if v.is_empty() => Ok(None),
-            Some(v) => JobSecret::new(std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str())).map(Some),
-        }
+        crate::config::environment_bytes(&crate::config::JOB_SECRET).map(|v| JobSecret::new(&v)).transpose()
     }
 
     /// The text to put in [`JOB_SECRET_VAR`] for this secret (what [`JobSecret::from_env`]

@@ -103,8 +103,8 @@ pub const TIMING: Var = var("SYMM_TIMING", SWITCH, "0", false, C);
 pub const DUMP_ON_SIGNAL: Var = var("SYMM_DUMP_ON_SIGNAL", SWITCH, "0", false, C);
 pub const FAST_PATH: Var = var("SYMM_FAST_PATH", SWITCH, "1", false, C);
 pub const PLATFORM: Var = var("SYMM_PLATFORM", "the name of a registered platform (torch, ...)", "torch", false, P);
-pub const TEST_SEED: Var = var("SYMM_TEST_SEED", "an integer", "fixed per case", false, T);
-pub const TEST_CASES: Var = var("SYMM_TEST_CASES", "an integer", "64 and 24", false, T);
+pub const TEST_SEED: Var = var("SYMM_TEST_SEED", "a non-negative integer", "fixed per case", false, T);
+pub const TEST_CASES: Var = var("SYMM_TEST_CASES", "a non-negative integer", "64 and 24", false, T);
 
 /// Every variable symm reads, in the README's order.
 pub const VARS: &[Var] = &[
@@ -313,9 +313,41 @@ pub fn read<T>(
     }
 }
 
-/// The process environment, as [`Config::from_lookup`] takes it.
+/// The process environment, as [`Config::from_lookup`] takes it. A value that is not UTF-8 is
+/// read with replacement characters, so that its parser refuses it instead of it reading as
+/// unset.
 pub fn environment(name: &str) -> Option<String> {
-    std::env::var(name).ok()
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
+
+/// The process environment's value of `var` as bytes, for [`JOB_SECRET`] (any bytes; empty
+/// counts as unset).
+pub fn environment_bytes(var: &Var) -> Option<Vec<u8>> {
+    std::env::var_os(var.name).map(std::os::unix::ffi::OsStringExt::into_vec).filter(|v| !v.is_empty())
+}
+
+/// [`TEST_SEED`] or [`TEST_CASES`], the conformance suite's settings (`None`: unset).
+pub fn test_number(get: &dyn Fn(&str) -> Option<String>, var: &Var) -> Result<Option<u64>, ConfigError> {
+    read(get, var, |t| t.trim().parse::<u64>().map_err(|_| "not a non-negative integer".into()))
+}
+
+/// `SYMM_RENDEZVOUS` and `SYMM_RENDEZVOUS_HOSTED` (what the launcher sets): the store's
+/// address and whether the launcher serves it.
+pub fn rendezvous(get: &dyn Fn(&str) -> Option<String>) -> Result<(String, bool), ConfigError> {
+    let hosted = read(get, &RENDEZVOUS_HOSTED, |t| match t.trim() {
+        "1" => Ok(true),
+        "0" => Ok(false),
+        _ => Err("expected 1 (the launcher serves the store) or 0".into()),
+    })?;
+    let addr = read(get, &RENDEZVOUS, |t| {
+        let t = t.trim();
+        match t.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(t.to_string()),
+            _ => Err("not host:port".into()),
+        }
+    })?
+    .ok_or(ConfigError::Missing { var: RENDEZVOUS.name, accepted: RENDEZVOUS.accepted })?;
+    Ok((addr, hosted.unwrap_or(false)))
 }
 
 /// `SYMM_RANK` and `SYMM_WORLD_SIZE` (what the launcher sets), checked together.

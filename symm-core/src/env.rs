@@ -27,8 +27,8 @@ pub fn parse_size(text: &str) -> Result<usize, HeapError> {
 
 /// The heap size from [`HEAP_SIZE_VAR`], or the default.
 pub fn heap_size_from_env() -> Result<usize, HeapError> {
-    match std::env::var(HEAP_SIZE_VAR) {
-        Ok(v) if !v.trim().is_empty() => parse_size(&v),
+    match config::environment(HEAP_SIZE_VAR) {
+        Some(v) if !v.trim().is_empty() => parse_size(&v),
         _ => Ok(DEFAULT_HEAP_SIZE),
     }
 }

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
@@ -351,7 +351,7 @@ impl SimComm {
         let deadline = Instant::now() + boot.timeout();
         let heap_key = heap_key(boot, job, &replies);
         let server = {
-            let raw = fd.as_raw_fd();
+            let raw = fd.as_fd();
             let handshake = HeapHandshake { rank, job, pids: &pids, key: &heap_key, deadline, boot };
             listener.set_nonblocking(true).map_err(|e| berr("configuring the start-up socket".into(), e))?;
             std::thread::scope(|s| {
@@ -646,7 +646,7 @@ impl SimComm {
             }
         }
         for &r in ranks.iter().filter(|&&r| r != self.rank && closed(r) == OPEN) {
-            if self.pids[r.index()] != std::process::id() && !sys::process_alive(self.pids[r.index()]) {
+            if self.pids[r.index()] != std::process::id() && !dfx::process_alive(self.pids[r.index()]) {
                 return Err(Error::PeerLost {
                     rank: self.rank,
                     peer: r,
@@ -1244,7 +1244,7 @@ impl HeapHandshake<'_> {
 
     /// Serves this rank's segment `fd` to each rank of `peers` once; refuses (and logs) every
     /// other connection, and keeps serving until every peer is served or the deadline.
-    fn serve(&self, listener: &UnixListener, fd: i32, peers: &[usize]) -> Result<()> {
+    fn serve(&self, listener: &UnixListener, fd: BorrowedFd<'_>, peers: &[usize]) -> Result<()> {
         let mut waiting: Vec<usize> = peers.to_vec();
         let mut polled = Instant::now();
         while !waiting.is_empty() {

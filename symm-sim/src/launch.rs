@@ -18,13 +18,13 @@ pub const RANK_VAR: &str = config::RANK.name;
 pub const WORLD_SIZE_VAR: &str = config::WORLD_SIZE.name;
 /// `host:port` of the start-up store: rank 0 serves it there, unless [`RENDEZVOUS_HOSTED_VAR`]
 /// says that the launcher does.
-pub const RENDEZVOUS_VAR: &str = "SYMM_RENDEZVOUS";
+pub const RENDEZVOUS_VAR: &str = config::RENDEZVOUS.name;
 /// `1`: the launcher already serves the start-up store at [`RENDEZVOUS_VAR`] (as
 /// [`spawn_ranks`] does), so rank 0 connects to it like every other rank. A launcher that keeps
 /// its listening socket from the moment it picks the port until the job ends leaves no window in
 /// which another job could take the port (a port found free and then released for rank 0 to
 /// bind does).
-pub const RENDEZVOUS_HOSTED_VAR: &str = "SYMM_RENDEZVOUS_HOSTED";
+pub const RENDEZVOUS_HOSTED_VAR: &str = config::RENDEZVOUS_HOSTED.name;
 
 /// Start-ups through [`SimComm::from_env`] at a launcher's store made by this process so far.
 static HOSTED_START_UPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -67,34 +67,18 @@ impl SimComm {
     pub fn from_env() -> Result<SimComm> {
         // An error names the rank when `SYMM_RANK` says it, else an unknown one.
         let said = config::environment(RANK_VAR).and_then(|v| v.trim().parse::<u32>().ok()).map_or(Rank::UNKNOWN, Rank);
-        let addr = std::env::var(RENDEZVOUS_VAR).map_err(|_| BootstrapError::Env {
-            var: RENDEZVOUS_VAR,
-            value: None,
-            reason: "expected host:port of the start-up store (served by rank 0 or the launcher)".into(),
-        });
-        let hosted = match std::env::var(RENDEZVOUS_HOSTED_VAR).as_deref().map(str::trim) {
-            Ok("1") => Ok(true),
-            Ok("0") | Ok("") | Err(_) => Ok(false),
-            Ok(other) => Err(BootstrapError::Env {
-                var: RENDEZVOUS_HOSTED_VAR,
-                value: Some(other.into()),
-                reason: "expected 1 (the launcher serves the store) or 0".into(),
-            }),
-        };
+        let rendezvous = config::rendezvous(&config::environment).map_err(BootstrapError::from);
         // A launcher's store outlives one start-up: there every start-up of this process (the
         // same sequence on every rank) takes its own keys, so a second one cannot read the
         // first's. Rank 0's own store is new for every start-up.
-        let prefix = if matches!(hosted, Ok(true)) {
+        let prefix = if matches!(rendezvous, Ok((_, true))) {
             // Relaxed: only distinct, ordered numbers are needed.
             format!("symm.{}", HOSTED_START_UPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
         } else {
             "symm".to_string()
         };
         let secret = JobSecret::from_env();
-        let (addr, hosted) = match (addr, hosted) {
-            (Ok(a), Ok(h)) => (a, h),
-            (Err(e), _) | (_, Err(e)) => return Err(e).at(said),
-        };
+        let (addr, hosted) = rendezvous.at(said)?;
         // Without a valid secret this rank could not reach an authenticated store anyway.
         let noticed = secret.as_ref().ok().cloned().flatten();
         let meeting = Meeting { addr: &addr, hosted, prefix: &prefix, secret: noticed.as_ref() };

@@ -134,7 +134,7 @@ pub fn choose_signal_mode(light: bool) {
     // Relaxed: the mode is chosen before this process signals or waits, and stays.
     if SIGNAL_MODE.load(Ordering::Relaxed) == 0 {
         let mut mode = MODE_CHOSEN;
-        if sys::membarrier_offered(0) {
+        if sys::membarrier_offered() {
             mode |= MODE_BARRIER;
             if light && sys::membarrier_register() {
                 mode |= MODE_LIGHT;

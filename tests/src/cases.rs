@@ -31,7 +31,7 @@ pub fn run_case<C: symm_core::Collectives>(name: &str, comm: &C) {
 }
 
 fn cases_per_run(default: usize) -> usize {
-    std::env::var("SYMM_TEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    crate::gen::setting(&symm_core::config::TEST_CASES).map_or(default, |n| n as usize)
 }
 
 /// Byte `i` of the data rank `r` sends in case `case` (bool data stays 0/1).

@@ -32,7 +32,7 @@ pub const COLL_CASES: &[&str] = &[
 
 /// Runs collective case `name` on this rank; `None` if the name is not a collective case.
 pub fn run_coll_case<C: Collectives>(name: &str, comm: &C) -> Option<()> {
-    let cases = |d| std::env::var("SYMM_TEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let cases = |d| crate::gen::setting(&symm_core::config::TEST_CASES).map_or(d, |n| n as usize);
     match name {
         "allreduce" => allreduce(comm, cases(40)),
         "allreduce_inputs_reused" => allreduce_inputs_reused(comm),

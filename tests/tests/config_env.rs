@@ -1,8 +1,11 @@
 //! Settings across processes (`symm-config-rank` runs each rank): a setting that must be the
 //! same on every rank and differs is reported at start-up by every rank, naming the variable
 //! and each rank's value; a refused value on one rank names the variable, the value and what is
-//! accepted on that rank; a bad `SYMM_RANK` names `SYMM_RANK`, not a made-up rank.
+//! accepted on that rank; a bad `SYMM_RANK` names `SYMM_RANK`, not a made-up rank; the
+//! launcher's variables and values that are not UTF-8 follow the same policy.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -117,4 +120,65 @@ fn a_bad_rank_names_symm_rank_and_no_made_up_rank() {
     assert!(text.starts_with("SYMM_E_BOOTSTRAP\n"), "{text}");
     assert!(text.contains("rank unknown:") && text.contains("SYMM_RANK = \"abc\""), "{text}");
     assert!(!text.contains("4294967295"), "{text}");
+}
+
+/// Starts a 1-rank job with `env` (at a store this test serves) and returns its result.
+fn single(name: &str, env: &[(&str, &OsStr)]) -> String {
+    let dir = out_dir(name);
+    let store = symm_sim::store::TcpStoreServer::bind("127.0.0.1:0").expect("serving the start-up store");
+    let status = std::process::Command::new(exe())
+        .env("SYMM_RANK", "0")
+        .env("SYMM_WORLD_SIZE", "1")
+        .env("SYMM_RENDEZVOUS", store.local_addr().to_string())
+        .env("SYMM_RENDEZVOUS_HOSTED", "1")
+        .env("SYMMETRIC_MEMORY_TIMEOUT", "20")
+        .env("SYMMETRIC_MEMORY_HEAP_SIZE", "16M")
+        .env("SYMM_COLL_WORKSPACE", "1M")
+        .env("SYMM_TEST_OUT", &dir)
+        .envs(env.iter().copied())
+        .status()
+        .expect("running a rank");
+    let text = std::fs::read_to_string(dir.join("rank-0")).unwrap_or_else(|e| format!("no result: {e}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(status.success(), text == "ok", "{text}");
+    text
+}
+
+#[test]
+fn the_rendezvous_variables_refuse_bad_values_by_name() {
+    assert_eq!(single("rendezvous-ok", &[]), "ok");
+    for (var, value) in [
+        ("SYMM_RENDEZVOUS", "127.0.0.1"),
+        ("SYMM_RENDEZVOUS", ":80"),
+        ("SYMM_RENDEZVOUS", "localhost:http"),
+        ("SYMM_RENDEZVOUS", " "),
+        ("SYMM_RENDEZVOUS_HOSTED", "yes"),
+    ] {
+        let text = single("rendezvous", &[(var, OsStr::new(value))]);
+        assert!(text.starts_with("SYMM_E_BOOTSTRAP\n"), "{var}={value}: {text}");
+        assert!(text.contains(&format!("{var} ")) && text.contains("accepted"), "{var}={value}: {text}");
+        if !value.trim().is_empty() {
+            assert!(text.contains(&format!("{value:?}")), "{var}={value}: {text}");
+        }
+    }
+}
+
+#[test]
+fn a_value_that_is_not_utf8_is_refused_not_ignored() {
+    let text = single("utf8", &[("SYMM_SPIN_US", OsStr::from_bytes(b"5\xff"))]);
+    assert!(text.starts_with("SYMM_E_BOOTSTRAP\n"), "{text}");
+    assert!(text.contains("SYMM_SPIN_US") && text.contains("microseconds from 0 to 1000000"), "{text}");
+}
+
+#[test]
+fn the_suites_number_settings_refuse_bad_values_by_name() {
+    use symm_core::config::{test_number, TEST_CASES, TEST_SEED};
+    let get =
+        |v: &'static str| move |name: &str| (name == TEST_CASES.name || name == TEST_SEED.name).then(|| v.to_string());
+    assert_eq!(test_number(&get("12"), &TEST_CASES), Ok(Some(12)));
+    assert_eq!(test_number(&get(" "), &TEST_SEED), Ok(None));
+    for bad in ["abc", "-1", "1.5"] {
+        let e = test_number(&get(bad), &TEST_SEED).unwrap_err().to_string();
+        assert!(e.contains("SYMM_TEST_SEED") && e.contains(&format!("{bad:?}")) && e.contains("accepted"), "{e}");
+    }
 }

@@ -63,6 +63,8 @@ use std::cell::{Cell, RefCell};
 use std::io::Write;
 use std::time::Instant;
 
+use clap::{ArgAction, CommandFactory, Parser};
+
 use symm_benches::{allowed_cpus, cpu_model, pin_to};
 use symm_core::coll::lowp;
 use symm_core::{
@@ -80,23 +82,6 @@ const LIMITS_VAR: &str = "SYMM_BENCH_MEMORY_LIMITS";
 const POISON: u8 = 0xA5;
 /// Heap slack beyond the benchmark's buffers (collective workspace, mailboxes, signals).
 const HEAP_SLACK: usize = 64 << 20;
-
-const USAGE: &str = "usage: symm-bench <op> [options]
-  <op>          all_reduce | reduce_scatter | all_gather | alltoall | sendrecv | broadcast | put | pingpong
-  -b SIZE       smallest size in bytes, K/M/G suffixes (default 8)
-  -e SIZE       largest size in bytes (default 64M)
-  -f FACTOR     size multiplication factor (default 2)
-  -g RANKS      number of ranks (default 2)
-  -d DTYPE      float, half, bfloat16, double, int8, uint8, int16, int32, int64, f8e4m3, f8e5m2 (default float)
-  -o OP         sum, avg, max, min (default sum; reductions only)
-  -n ITERS      timed iterations per size (default 20; fewer from 1 MiB up)
-  -w ITERS      warm-up iterations per size (default 5; fewer from 16 MiB up)
-  -c 0|1        check results (default 1)
-  --pin 0|1     pin rank r to CPU r % nproc (default 1)
-  --host 0|1    1: ordinary host vectors instead of symmetric-heap buffers (default 0)
-  --touch 0|1   1: rewrite one byte per 64-byte line of this rank's input before every call, as a
-                training step produces new inputs (timed; default 0, like nccl-tests)
-  --csv         machine-readable rows on stdout (comments go to stderr)";
 
 /// The benchmarked operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,45 +201,57 @@ fn type_name(d: DType) -> &'static str {
     }
 }
 
-#[derive(Clone, Debug)]
+/// Benchmarks one symm operation over a range of sizes, with nccl-tests' options and columns.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "symm-bench")]
 struct Options {
+    /// all_reduce | reduce_scatter | all_gather | alltoall | sendrecv | broadcast | put | pingpong
+    /// (also without underscores, or as nccl-tests' binary names: all_reduce_perf)
+    #[arg(value_name = "op", value_parser = parse_op)]
     op: Op,
+    /// Smallest size in bytes, K/M/G suffixes
+    #[arg(short = 'b', long = "minbytes", value_name = "SIZE", default_value = "8", value_parser = parse_bytes)]
     min_bytes: usize,
+    /// Largest size in bytes
+    #[arg(short = 'e', long = "maxbytes", value_name = "SIZE", default_value = "64M", value_parser = parse_bytes)]
     max_bytes: usize,
+    /// Size multiplication factor
+    #[arg(short = 'f', long = "stepfactor", value_name = "FACTOR", default_value = "2", value_parser = at_least(2))]
     factor: usize,
+    /// Number of ranks
+    #[arg(short = 'g', long = "ngpus", visible_alias = "ranks", default_value = "2", value_parser = at_least(1))]
     ranks: usize,
+    /// float, half, bfloat16, double, int8, uint8, int16, int32, int64, f8e4m3, f8e5m2
+    #[arg(short = 'd', long = "datatype", default_value = "float", value_parser = parse_dtype)]
     dtype: DType,
+    /// sum, avg, max, min (reductions only)
+    #[arg(short = 'o', long = "op", value_name = "OP", default_value = "sum", value_parser = parse_redop)]
     redop: ReduceOp,
+    /// Timed iterations per size (fewer from 1 MiB up)
+    #[arg(short = 'n', long = "iters", default_value = "20", value_parser = at_least(1))]
     iters: usize,
+    /// Warm-up iterations per size (fewer from 16 MiB up)
+    #[arg(short = 'w', long = "warmup_iters", default_value = "5", value_parser = at_least(0))]
     warmup: usize,
+    /// Check results
+    #[arg(short = 'c', long = "check", value_name = "0|1", default_value = "1", value_parser = zero_one, action = ArgAction::Set)]
     check: bool,
+    /// Pin rank r to CPU r % nproc
+    #[arg(long, value_name = "0|1", default_value = "1", value_parser = zero_one, action = ArgAction::Set)]
     pin: bool,
+    /// 1: ordinary host vectors instead of symmetric-heap buffers
+    #[arg(long, value_name = "0|1", default_value = "0", value_parser = zero_one, action = ArgAction::Set)]
     host: bool,
-    /// Rewrite the inputs before every call (see the usage text).
+    /// 1: rewrite one byte per 64-byte line of this rank's input before every call, as a
+    /// training step produces new inputs (timed; 0 is like nccl-tests)
+    #[arg(long, value_name = "0|1", default_value = "0", value_parser = zero_one, action = ArgAction::Set)]
     touch: bool,
+    /// Machine-readable rows on stdout (comments go to stderr)
+    #[arg(long)]
     csv: bool,
 }
 
 impl Options {
-    fn defaults(op: Op) -> Options {
-        Options {
-            op,
-            min_bytes: 8,
-            max_bytes: 64 << 20,
-            factor: 2,
-            ranks: 2,
-            dtype: DType::F32,
-            redop: ReduceOp::Sum,
-            iters: 20,
-            warmup: 5,
-            check: true,
-            pin: true,
-            host: false,
-            touch: false,
-            csv: false,
-        }
-    }
-
     /// The `redop` column.
     fn redop_name(&self) -> &'static str {
         if self.op.reduces() {
@@ -265,81 +262,53 @@ impl Options {
     }
 }
 
-/// Parses the command line; `Err("")` asks for the usage text.
-fn parse_args(args: &[String]) -> Result<Options, String> {
-    let mut op = None;
-    let mut set: Vec<(String, String)> = Vec::new();
-    let mut csv = false;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-h" | "--help" => return Err(String::new()),
-            "--csv" => csv = true,
-            flag if flag.starts_with('-') => {
-                let v = it.next().ok_or_else(|| format!("{flag} expects a value"))?;
-                set.push((flag.to_string(), v.clone()));
-            }
-            name => {
-                if op.is_some() {
-                    return Err(format!("unexpected argument {name:?} (the op is already given)"));
-                }
-                op = Some(Op::parse(name).ok_or_else(|| {
-                    let known: Vec<&str> = Op::ALL.iter().map(|o| o.name()).collect();
-                    format!("unknown op {name:?}; known: {}", known.join(", "))
-                })?);
-            }
-        }
+fn parse_op(s: &str) -> Result<Op, String> {
+    Op::parse(s).ok_or_else(|| {
+        let known: Vec<&str> = Op::ALL.iter().map(|o| o.name()).collect();
+        format!("unknown op; known: {}", known.join(", "))
+    })
+}
+
+fn parse_bytes(v: &str) -> Result<usize, String> {
+    symm_core::env::parse_size(v).map_err(|_| "expected a size in bytes >= 1 (K, M, G suffixes)".into())
+}
+
+fn at_least(min: usize) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync + 'static {
+    move |v| v.parse::<usize>().ok().filter(|&x| x >= min).ok_or_else(|| format!("expected an integer >= {min}"))
+}
+
+fn parse_dtype(v: &str) -> Result<DType, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "bool" => Err("not a benchmark dtype".into()),
+        "uint32" | "uint64" => Err("not a symm dtype".into()),
+        other => other.parse::<DType>().map_err(|e| e.to_string()),
     }
-    let op = op.ok_or("missing <op>")?;
-    let mut o = Options::defaults(op);
-    o.csv = csv;
-    let size = |flag: &str, v: &str| {
-        symm_core::env::parse_size(v)
-            .map_err(|_| format!("{flag} {v:?}: expected a size in bytes >= 1 (K, M, G suffixes)"))
-    };
-    let count = |flag: &str, v: &str, min: usize| {
-        v.parse::<usize>()
-            .ok()
-            .filter(|&x| x >= min)
-            .ok_or_else(|| format!("{flag} {v:?}: expected an integer >= {min}"))
-    };
-    let flag01 = |flag: &str, v: &str| match v {
+}
+
+fn parse_redop(v: &str) -> Result<ReduceOp, String> {
+    v.parse::<ReduceOp>().map_err(|e| e.to_string())
+}
+
+fn zero_one(v: &str) -> Result<bool, String> {
+    match v {
         "0" => Ok(false),
         "1" => Ok(true),
-        _ => Err(format!("{flag} {v:?}: expected 0 or 1")),
-    };
-    for (flag, v) in &set {
-        let (flag, v) = (flag.as_str(), v.as_str());
-        match flag {
-            "-b" | "--minbytes" => o.min_bytes = size(flag, v)?,
-            "-e" | "--maxbytes" => o.max_bytes = size(flag, v)?,
-            "-f" | "--stepfactor" => o.factor = count(flag, v, 2)?,
-            "-g" | "--ngpus" | "--ranks" => o.ranks = count(flag, v, 1)?,
-            "-d" | "--datatype" => {
-                o.dtype = match v.to_ascii_lowercase().as_str() {
-                    "bool" => return Err(format!("{flag} bool: not a benchmark dtype")),
-                    "uint32" | "uint64" => return Err(format!("{flag} {v}: not a symm dtype")),
-                    other => other.parse::<DType>().map_err(|e| format!("{flag}: {e}"))?,
-                }
-            }
-            "-o" | "--op" => o.redop = v.parse::<ReduceOp>().map_err(|e| format!("{flag}: {e}"))?,
-            "-n" | "--iters" => o.iters = count(flag, v, 1)?,
-            "-w" | "--warmup_iters" => o.warmup = count(flag, v, 0)?,
-            "-c" | "--check" => o.check = flag01(flag, v)?,
-            "--pin" => o.pin = flag01(flag, v)?,
-            "--host" => o.host = flag01(flag, v)?,
-            "--touch" => o.touch = flag01(flag, v)?,
-            other => return Err(format!("unknown option {other:?}")),
-        }
+        _ => Err("expected 0 or 1".into()),
     }
+}
+
+/// Parses the command line (without the program's name); help is an error of its own kind.
+fn parse_args(args: &[String]) -> Result<Options, clap::Error> {
+    let o = Options::try_parse_from(std::iter::once("symm-bench").chain(args.iter().map(String::as_str)))?;
+    let conflict = |m: String| Err(Options::command().error(clap::error::ErrorKind::ArgumentConflict, m));
     if o.min_bytes > o.max_bytes {
-        return Err(format!("-b {} is larger than -e {}", o.min_bytes, o.max_bytes));
+        return conflict(format!("-b {} is larger than -e {}", o.min_bytes, o.max_bytes));
     }
-    if o.ranks < op.min_ranks() {
-        return Err(format!("{} needs at least {} ranks (-g)", op.name(), op.min_ranks()));
+    if o.ranks < o.op.min_ranks() {
+        return conflict(format!("{} needs at least {} ranks (-g)", o.op.name(), o.op.min_ranks()));
     }
-    if op.reduces() && o.redop == ReduceOp::Avg && !o.dtype.is_float() {
-        return Err(format!("-o avg needs a floating-point dtype, not {}", type_name(o.dtype)));
+    if o.op.reduces() && o.redop == ReduceOp::Avg && !o.dtype.is_float() {
+        return conflict(format!("-o avg needs a floating-point dtype, not {}", type_name(o.dtype)));
     }
     Ok(o)
 }
@@ -408,16 +377,8 @@ fn limits_from_env() -> Option<Limits> {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let o = match parse_args(&args) {
-        Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("symm-bench: {e}");
-            }
-            eprintln!("{USAGE}");
-            std::process::exit(if e.is_empty() { 0 } else { 2 });
-        }
-    };
+    // Help exits 0, a bad option 2.
+    let o = parse_args(&args).unwrap_or_else(|e| e.exit());
     let Ok(rank) = std::env::var(RANK_VAR).map(|v| v.parse::<usize>()) else {
         std::process::exit(launch(&args, &o));
     };
@@ -1307,18 +1268,18 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_errors_naming_them() {
-        let err = |v: &[&str]| parse_args(&args(v)).unwrap_err();
-        assert!(err(&[]).contains("missing <op>"));
+        let err = |v: &[&str]| parse_args(&args(v)).unwrap_err().to_string();
+        assert!(err(&[]).contains("<op>"));
         assert!(err(&["reduce"]).contains("unknown op"));
         assert!(err(&["all_reduce", "-o", "avg", "-d", "int32"]).contains("avg"));
         assert!(err(&["all_reduce", "-d", "bool"]).contains("bool"));
         assert!(err(&["sendrecv", "-g", "1"]).contains("at least 2"));
         assert!(err(&["put", "-b", "1M", "-e", "1K"]).contains("larger"));
-        assert!(err(&["put", "-f", "1"]).contains("-f"));
+        assert!(err(&["put", "-f", "1"]).contains("--stepfactor"));
         assert!(err(&["put", "-c", "2"]).contains("0 or 1"));
-        assert!(err(&["put", "-n"]).contains("expects a value"));
+        assert!(err(&["put", "-n"]).contains("a value is required for '--iters"));
         assert!(err(&["put", "--fast", "1"]).contains("--fast"));
-        assert_eq!(err(&["-h"]), "");
+        assert_eq!(parse_args(&args(&["-h"])).unwrap_err().kind(), clap::error::ErrorKind::DisplayHelp);
     }
 
     #[test]
@@ -1329,7 +1290,7 @@ mod tests {
         assert_eq!(shape(Op::AllGather, 100, 4, DType::F32), Shape { bytes: 96, count: 6 });
         assert_eq!(shape(Op::AllGather, 8, 8, DType::F32), Shape { bytes: 0, count: 0 });
         assert_eq!(shape(Op::AllReduce, 10, 4, DType::F32), Shape { bytes: 8, count: 2 });
-        let o = Options::defaults(Op::AllReduce);
+        let o = parse_args(&args(&["all_reduce"])).unwrap();
         assert_eq!((iters_for(&o, 4096), iters_for(&o, 1 << 20), iters_for(&o, 64 << 20)), (20, 20, 4));
         assert_eq!(iters_for(&o, 1 << 30), 3);
         assert_eq!((warmup_for(&o, 8), warmup_for(&o, 64 << 20)), (5, 1));

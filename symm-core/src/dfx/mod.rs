@@ -138,10 +138,8 @@ impl Op {
 /// CLOCK_MONOTONIC in nanoseconds: comparable between the processes of one host.
 #[inline]
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists on Linux and is
-    // served by the vDSO (no system call).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // Served by the vDSO (no system call).
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -452,12 +450,18 @@ pub fn format_dump(me: Rank, all: &[RankRecords], now: u64) -> String {
     s
 }
 
-/// Whether process `pid` exists (same host).
-fn process_alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
-    // SAFETY: signal 0 only checks existence and permission.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+/// Whether process `pid` is running: it exists and is not a zombie (a rank that died but was
+/// not reaped yet by its launcher is dead for its peers). Only meaningful on the same host.
+pub fn process_alive(pid: u32) -> bool {
+    let Some(p) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };
+    // Signal 0 only checks for existence and permission: EPERM means someone else's process.
+    let exists = matches!(rustix::process::test_kill_process(p), Ok(()) | Err(rustix::io::Errno::PERM));
+    // The state is the field after the parenthesised command name in /proc/<pid>/stat.
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])))
+        .unwrap_or(false);
+    exists && !zombie
 }
 
 /// The per-operation statistics of `b` (empty when the backend keeps none).
@@ -491,7 +495,7 @@ pub const STATS_VAR: &str = crate::config::STATS.name;
 /// Whether `SYMM_STATS` leaves the statistics on (the default); an invalid value is an error
 /// naming the variable.
 pub fn stats_from_env() -> std::result::Result<bool, String> {
-    switch_setting(&crate::config::STATS, std::env::var(STATS_VAR).ok().as_deref(), true)
+    switch_setting(&crate::config::STATS, crate::config::environment(STATS_VAR).as_deref(), true)
 }
 
 /// What value `value` of on/off variable `var` asks for (`None`: unset, `default`); an invalid
@@ -514,7 +518,7 @@ pub const TIMING_VAR: &str = crate::config::TIMING.name;
 
 /// Whether `SYMM_TIMING` asks for timing; an invalid value is an error naming the variable.
 pub fn timing_from_env() -> std::result::Result<bool, String> {
-    switch_setting(&crate::config::TIMING, std::env::var(TIMING_VAR).ok().as_deref(), false)
+    switch_setting(&crate::config::TIMING, crate::config::environment(TIMING_VAR).as_deref(), false)
 }
 
 /// The environment variable that turns on cross-rank validation of every collective.
@@ -523,12 +527,31 @@ pub const VALIDATE_VAR: &str = crate::config::VALIDATE.name;
 /// Whether `SYMM_VALIDATE` asks for validation (`1`, `true`, `yes`, `on`). A value that is not
 /// an on/off value reads as off here; a communicator's start-up refuses it.
 pub fn validate_from_env() -> bool {
-    std::env::var(VALIDATE_VAR).is_ok_and(|v| switch(&v) == Some(true))
+    crate::config::environment(VALIDATE_VAR).is_some_and(|v| switch(&v) == Some(true))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zombie_is_not_alive() {
+        assert!(process_alive(std::process::id()));
+        assert!(!process_alive(0) && !process_alive(u32::MAX));
+        let mut running = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        assert!(process_alive(running.id()));
+        running.kill().unwrap();
+        // Not reaped yet: a zombie until `wait`, which `kill(pid, 0)` alone still finds.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while process_alive(running.id()) {
+            assert!(std::time::Instant::now() < deadline, "a killed, unreaped child stays alive");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", running.id())).unwrap();
+        assert!(stat.rsplit_once(')').unwrap().1.trim_start().starts_with('Z'), "{stat}");
+        running.wait().unwrap();
+        assert!(!process_alive(running.id()));
+    }
 
     #[test]
     fn the_statistics_switch_reads_its_spellings_and_names_itself_when_wrong() {

@@ -2,11 +2,11 @@
 //! marking them when the process exits), the SIGUSR1 dump, the `atexit` hook, and the fork
 //! generation (how a communicator finds out that it is being used in a child of `fork()`).
 //!
-//! Nothing runs inside the signal handler but one `write(2)` of a byte to a pipe (async-signal
-//! safe); a background thread reads the pipe and prints the dumps.
+//! The signal handler is `signal-hook`'s: it only wakes a background thread (async-signal
+//! safe), which prints the dumps.
 
 use std::io;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
 
 use super::log::{emit, Level};
@@ -127,24 +127,8 @@ extern "C" fn on_exit() {
     });
 }
 
-/// Write end of the self-pipe the signal handler writes to (-1: not installed).
-static PIPE_WRITE: AtomicI32 = AtomicI32::new(-1);
+/// The signal the dump is installed on.
 static INSTALL: Mutex<Option<i32>> = Mutex::new(None);
-
-extern "C" fn on_signal(_sig: libc::c_int) {
-    // SAFETY: errno is thread-local; reading and restoring it is async-signal safe.
-    let saved = unsafe { *libc::__errno_location() };
-    // Relaxed: the descriptor was stored before the handler was installed (sigaction orders it).
-    let fd = PIPE_WRITE.load(Ordering::Relaxed);
-    if fd >= 0 {
-        let byte = 1u8;
-        // SAFETY: write(2) is async-signal safe; `byte` lives across the call. A full pipe
-        // (EAGAIN, non-blocking) means a dump is already pending: nothing is lost.
-        unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) };
-    }
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = saved };
-}
 
 /// Installs a handler for `signal` (SIGUSR1 by default through [`install_dump_on_signal`]) that
 /// makes a background thread print [`dump_all`] to stderr. Idempotent per process: a second call
@@ -156,36 +140,21 @@ pub fn install_dump_on(signal: i32) -> io::Result<()> {
         Some(s) => return Err(io::Error::other(format!("the dump is already installed on signal {s}"))),
         None => {}
     }
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let (read_fd, write_fd) = (fds[0], fds[1]);
-    // The reader blocks: clear O_NONBLOCK on the read end only.
-    // SAFETY: fcntl on a descriptor this function just created.
-    unsafe { libc::fcntl(read_fd, libc::F_SETFL, 0) };
-    std::thread::Builder::new().name("symm-dump".into()).spawn(move || dump_thread(read_fd))?;
-    // Relaxed: sigaction below is a system call, a full barrier for this thread's later signal.
-    PIPE_WRITE.store(write_fd, Ordering::Relaxed);
-    // SAFETY: a zeroed sigaction is valid; the handler is an async-signal-safe extern "C" fn.
-    let rc = unsafe {
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        act.sa_flags = libc::SA_RESTART;
-        libc::sigemptyset(&mut act.sa_mask);
-        libc::sigaction(signal, &act, std::ptr::null_mut())
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let mut signals = signal_hook::iterator::Signals::new([signal])?;
+    std::thread::Builder::new().name("symm-dump".into()).spawn(move || {
+        // Several signals queued while dumping: one dump answers all of them.
+        for _ in signals.forever() {
+            use std::io::Write;
+            let _ = std::io::stderr().write_all(format!("[symm] dump requested by signal\n{}", dump_all()).as_bytes());
+        }
+    })?;
     *installed = Some(signal);
     Ok(())
 }
 
 /// Installs the SIGUSR1 dump (see [`install_dump_on`]).
 pub fn install_dump_on_signal() -> io::Result<()> {
-    install_dump_on(libc::SIGUSR1)
+    install_dump_on(signal_hook::consts::SIGUSR1)
 }
 
 /// Installs the SIGUSR1 dump when `SYMM_DUMP_ON_SIGNAL` is on; failures are logged, not
@@ -204,23 +173,5 @@ pub fn install_dump_on_signal_from_env() {
 pub fn install_dump_on_signal_logged() {
     if let Err(e) = install_dump_on_signal() {
         emit(Level::Warn, &format!("[symm] warn: {DUMP_ON_SIGNAL_VAR} is on but the SIGUSR1 handler failed: {e}"));
-    }
-}
-
-fn dump_thread(fd: i32) {
-    let mut buf = [0u8; 64];
-    loop {
-        // SAFETY: `buf` is writable for its length; `fd` is this thread's pipe end.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        if n <= 0 {
-            return;
-        }
-        // Several signals queued while dumping: one dump answers all of them.
-        let text = dump_all();
-        use std::io::Write;
-        let _ = std::io::stderr().write_all(format!("[symm] dump requested by signal\n{text}").as_bytes());
     }
 }
