@@ -37,7 +37,8 @@
 //! argument given as a value it recognises (`group` None or a group the API already resolved, that
 //! this rank belongs to; no low-precision format; an op by name or code; a source rank as an `int`
 //! of the group, and so a peer's rank; lists given as a `list` or `tuple`, of tensors, or of counts
-//! as `int`s) and plain contiguous CPU tensors of supported dtypes whose data lies within their
+//! as `int`s or one-element integer tensors; counts also as one integer tensor, as HyperParallel
+//! passes them, see [`FastSpec::counts`]) and plain contiguous CPU tensors of supported dtypes whose data lies within their
 //! storage (two tensors: the same dtype, and the element counts the operation relates). Anything
 //! else goes to the full path **before anything was done** (no round joined, nothing rejected, no
 //! error raised) with the arguments as given, so every error keeps its class and message, a
@@ -707,6 +708,54 @@ impl FastSpec {
     }
 }
 
+impl FastSpec {
+    /// An alltoall's `receive_list` for a group of `n`, in every form the full path reads
+    /// (`symm._api._counts`: the items of `list`, each an int or a one-element integer tensor):
+    /// a plain `list` or `tuple` of `n` items, each an `int` or a one-element integer tensor, or
+    /// an integer tensor with `n` elements whose first dimension is `n` (1-D, or `(n, 1, ...)`).
+    /// `None` for anything else, including a negative count (the full path reports it).
+    fn counts(&self, list: &Bound<'_, PyAny>, n: usize) -> Option<Vec<usize>> {
+        if let Some(items) = plain_items(list, n) {
+            return (0..n)
+                .map(|i| {
+                    let c = items.get_item(i).ok()?;
+                    if c.is_exact_instance_of::<PyInt>() {
+                        return usize::try_from(c.extract::<u64>().ok()?).ok();
+                    }
+                    self.tensor(&c).filter(|t| t.len == 1).and_then(|t| int_element(t, 0))
+                })
+                .collect();
+        }
+        let t = self.tensor(list)?;
+        // `len()` of a tensor is its first dimension (an error for a 0-d one).
+        if t.len != n || list.len().ok()? != n {
+            return None;
+        }
+        (0..n).map(|i| int_element(t, i)).collect()
+    }
+}
+
+/// Element `i` (< `t.len`) of the integer tensor `t`, when it is a count (`>= 0`); `None` for a
+/// floating dtype or a negative value.
+fn int_element(t: Local, i: usize) -> Option<usize> {
+    let at = (t.ptr + i * t.dtype.size()) as *const u8;
+    // SAFETY: `t` is a tensor the fast path read ([`FastSpec::tensor`]): `t.len` elements of
+    // `t.dtype` at `t.ptr` lie within its storage, and the caller holds the tensor for the
+    // call; `i < t.len`. Unaligned reads: nothing guarantees a view's alignment.
+    let v = unsafe {
+        match t.dtype {
+            DType::I64 => at.cast::<i64>().read_unaligned(),
+            DType::I32 => i64::from(at.cast::<i32>().read_unaligned()),
+            DType::I16 => i64::from(at.cast::<i16>().read_unaligned()),
+            DType::I8 => i64::from(at.cast::<i8>().read()),
+            DType::U8 => i64::from(at.read()),
+            DType::Bool => i64::from(at.read() != 0),
+            _ => return None,
+        }
+    };
+    usize::try_from(v).ok()
+}
+
 /// The version CPython keeps for `dict` (`ma_version_tag`, up to Python 3.13: a new value,
 /// unique in the interpreter, at every insertion, deletion and change of a value of a dict with
 /// its own table, such as a module's `vars()`, the mapping the platforms hand over), or `None`
@@ -1053,21 +1102,15 @@ impl Kind {
                 let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
                 let n = g.get().size();
                 let Some(r) = f.tensor(receive) else { return Ok(false) };
-                let (Some(sends), Some(counts)) = (plain_items(sends, n), plain_items(counts, n)) else {
+                let (Some(sends), Some(recv_counts)) = (plain_items(sends, n), f.counts(counts, n)) else {
                     return Ok(false);
                 };
                 let mut locals = Vec::with_capacity(n);
-                let mut recv_counts = Vec::with_capacity(n);
                 for i in 0..n {
-                    let (Ok(s), Ok(c)) = (sends.get_item(i), counts.get_item(i)) else { return Ok(false) };
+                    let Ok(s) = sends.get_item(i) else { return Ok(false) };
                     match f.tensor(&s) {
                         Some(t) if t.dtype == r.dtype => locals.push(t),
                         _ => return Ok(false),
-                    }
-                    let count = c.is_exact_instance_of::<PyInt>().then(|| c.extract::<u64>().ok()).flatten();
-                    match count.and_then(|c| usize::try_from(c).ok()) {
-                        Some(c) => recv_counts.push(c),
-                        None => return Ok(false),
                     }
                 }
                 if !recv_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c)).is_some_and(|t| t <= r.len) {
@@ -1426,8 +1469,28 @@ fn def_name(def: &ffi::PyMethodDef) -> PyResult<&'static str> {
 
 #[cfg(test)]
 mod tests {
-    use super::within_storage;
+    use super::{int_element, within_storage};
+    use crate::comm::Local;
     use symm_core::DType;
+
+    #[test]
+    fn counts_are_read_from_every_integer_dtype_and_never_negative() {
+        let local = |v: &[u8], dtype: DType| Local { ptr: v.as_ptr() as usize, len: v.len() / dtype.size(), dtype };
+        let i64s: Vec<u8> = [3i64, 0, -1].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let t = local(&i64s, DType::I64);
+        assert_eq!([0, 1, 2].map(|i| int_element(t, i)), [Some(3), Some(0), None]);
+        // unaligned: one byte into the buffer
+        let i32s: Vec<u8> = [0u8].into_iter().chain([7i32, -2].iter().flat_map(|v| v.to_ne_bytes())).collect();
+        let t = local(&i32s[1..], DType::I32);
+        assert_eq!([0, 1].map(|i| int_element(t, i)), [Some(7), None]);
+        let i16s: Vec<u8> = [300i16].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        assert_eq!(int_element(local(&i16s, DType::I16), 0), Some(300));
+        assert_eq!(int_element(local(&[0xff], DType::I8), 0), None);
+        assert_eq!(int_element(local(&[0xff], DType::U8), 0), Some(255));
+        assert_eq!(int_element(local(&[1], DType::Bool), 0), Some(1));
+        let f32s = 2.0f32.to_ne_bytes();
+        assert_eq!(int_element(local(&f32s, DType::F32), 0), None); // floats are not counts
+    }
 
     #[test]
     fn the_fast_path_checks_offset_and_elements_against_the_storage() {
