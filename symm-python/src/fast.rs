@@ -796,8 +796,12 @@ impl FastGroup<'_, '_> {
 
 /// The items of `list` when it is a plain `list` or `tuple` (exact types) of `n` items.
 fn plain_items<'py>(list: &Bound<'py, PyAny>, n: usize) -> Option<Bound<'py, PySequence>> {
-    let plain = list.is_exact_instance_of::<PyList>() || list.is_exact_instance_of::<PyTuple>();
-    let seq = list.cast::<PySequence>().ok().filter(|_| plain)?;
+    // Checked first: casting anything else runs `isinstance(list, collections.abc.Sequence)`, which
+    // cost a tensor of counts more than the collective (docs/performance.md, "Python API").
+    if !(list.is_exact_instance_of::<PyList>() || list.is_exact_instance_of::<PyTuple>()) {
+        return None;
+    }
+    let seq = list.cast::<PySequence>().ok()?;
     (seq.len().ok()? == n).then(|| seq.clone())
 }
 
