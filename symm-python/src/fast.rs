@@ -514,6 +514,9 @@ pub(crate) struct FastSpec {
     shim: Option<Shim>,
     /// The framework's dtype objects and the dtypes they are.
     dtypes: Vec<(Py<PyAny>, DType)>,
+    /// The tensors' `size()` method, for the first dimension of a tensor of counts
+    /// ([`FastSpec::counts`]); `None`: such tensors are measured with `len()`.
+    size: Option<Attr>,
     /// The profiler's flag, `(mapping, key)`: true while the framework's profiler records.
     profiler: Option<(Py<PyDict>, Py<PyString>)>,
     /// The mapping's version ([`dict_version`]) when the flag was last read as `False`; 0:
@@ -572,6 +575,7 @@ impl FastSpec {
             storage,
             shim: None,
             dtypes: table,
+            size: Attr::find(&first, "size", true),
             profiler: profiler.map(|(o, k)| (o.unbind(), k.unbind())),
             profiler_off_at: AtomicU64::new(0),
             groups: groups.map(Bound::unbind),
@@ -727,8 +731,13 @@ impl FastSpec {
                 .collect();
         }
         let t = self.tensor(list)?;
-        // `len()` of a tensor is its first dimension (an error for a 0-d one).
-        if t.len != n || list.len().ok()? != n {
+        // The first dimension (none for a 0-d tensor), what `len()` gives, read through `size()`
+        // (torch implements it in C, `len()` in Python: it cost more than the collective).
+        let first = match &self.size {
+            Some(size) => size.read(list).ok()?.cast_into::<PyTuple>().ok()?.get_item(0).ok()?.extract().ok()?,
+            None => list.len().ok()?,
+        };
+        if t.len != n || first != n {
             return None;
         }
         (0..n).map(|i| int_element(t, i)).collect()
