@@ -38,12 +38,12 @@
 //! this rank belongs to; no low-precision format; an op by name or code; a source rank as an `int`
 //! of the group, and so a peer's rank; lists given as a `list` or `tuple`, of tensors, or of counts
 //! as `int`s or one-element integer tensors; counts also as one integer tensor, as HyperParallel
-//! passes them, see [`FastSpec::counts`]) and plain contiguous CPU tensors of supported dtypes whose data lies within their
-//! storage (two tensors: the same dtype, and the element counts the operation relates). Anything
-//! else goes to the full path **before anything was done** (no round joined, nothing rejected, no
-//! error raised) with the arguments as given, so every error keeps its class and message, a
-//! rejected round still lets the peers fail at once instead of waiting, and profiler ranges are
-//! recorded. Errors of the collective itself (Mismatch, Timeout, PeerRejected, ...) come from the
+//! passes them, see [`FastSpec::counts`]) and plain contiguous CPU tensors of supported dtypes
+//! whose data lies within their storage (two tensors: the same dtype, and the element counts the
+//! operation relates). Anything else goes to the full path **before anything was done** (no round
+//! joined, nothing rejected, no error raised) with the arguments as given, so every error keeps its
+//! class and message, a rejected round still lets the peers fail at once instead of waiting, and
+//! profiler ranges are recorded. Errors of the collective itself (Mismatch, Timeout, PeerRejected, ...) come from the
 //! core call both paths end in.
 //!
 //! The collective runs exactly as on the full path: the same core call
@@ -514,9 +514,9 @@ pub(crate) struct FastSpec {
     shim: Option<Shim>,
     /// The framework's dtype objects and the dtypes they are.
     dtypes: Vec<(Py<PyAny>, DType)>,
-    /// The tensors' `size()` method, for the first dimension of a tensor of counts
+    /// The tensors' `shape` property, for the first dimension of a tensor of counts
     /// ([`FastSpec::counts`]); `None`: such tensors are measured with `len()`.
-    size: Option<Attr>,
+    shape: Option<Attr>,
     /// The profiler's flag, `(mapping, key)`: true while the framework's profiler records.
     profiler: Option<(Py<PyDict>, Py<PyString>)>,
     /// The mapping's version ([`dict_version`]) when the flag was last read as `False`; 0:
@@ -575,7 +575,7 @@ impl FastSpec {
             storage,
             shim: None,
             dtypes: table,
-            size: Attr::find(&first, "size", true),
+            shape: Attr::find(&first, "shape", false),
             profiler: profiler.map(|(o, k)| (o.unbind(), k.unbind())),
             profiler_off_at: AtomicU64::new(0),
             groups: groups.map(Bound::unbind),
@@ -731,10 +731,11 @@ impl FastSpec {
                 .collect();
         }
         let t = self.tensor(list)?;
-        // The first dimension (none for a 0-d tensor), what `len()` gives, read through `size()`
-        // (torch implements it in C, `len()` in Python: it cost more than the collective).
-        let first = match &self.size {
-            Some(size) => size.read(list).ok()?.cast_into::<PyTuple>().ok()?.get_item(0).ok()?.extract().ok()?,
+        // The first dimension (none for a 0-d tensor), what `len()` gives, read through `shape`
+        // (a getter in C; `len()` is Python code and `size()` parses its arguments, each of them
+        // costing more than the collective).
+        let first = match &self.shape {
+            Some(shape) => shape.read(list).ok()?.cast_into::<PyTuple>().ok()?.get_item(0).ok()?.extract().ok()?,
             None => list.len().ok()?,
         };
         if t.len != n || first != n {
