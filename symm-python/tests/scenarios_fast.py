@@ -551,7 +551,12 @@ def fast_path_split_ops(rank, world):
         ("alltoall", a2a, ([torch.ones(1)] * world, torch.ones(world), [1] * (world - 1) + [-1]), "receive_list"),
         # counts as tensors: a negative one, a first dimension that is not the group size, floats
         ("alltoall", a2a, ([torch.ones(1)] * world, torch.ones(world), torch.tensor([1] * (world - 1) + [-1])), "-1"),
-        ("alltoall", a2a, ([torch.ones(1)] * world, torch.ones(world), torch.ones(1, world, dtype=torch.int64)), "receive_list"),
+        (
+            "alltoall",
+            a2a,
+            ([torch.ones(1)] * world, torch.ones(world), torch.ones(1, world, dtype=torch.int64)),
+            "receive_list",
+        ),
         ("alltoall", a2a, ([torch.ones(1)] * world, torch.ones(world), torch.ones(world)), "receive_list"),
         ("broadcast", bc, (torch.ones(2), world), "src_rank"),
         ("broadcast", bc, (torch.ones(2), -1), "src_rank"),
