@@ -8,13 +8,15 @@
 //! **The common case** a fast arm runs: every argument given as a value it recognises (`group`
 //! None or a group the API already resolved, that this rank belongs to; no low-precision format;
 //! an op by name or code; a rank as an `int` of the group; lists given as a `list` or `tuple`, of
-//! tensors, or of counts as `int`s) and plain contiguous CPU tensors of supported dtypes whose
-//! data lies within their storage (two tensors: the same dtype, and the element counts the
-//! operation relates). An arm returns `Ok(false)` for anything else **before anything was done**
-//! (no round joined, nothing rejected, no error raised), and the call goes, with its arguments
-//! as given, to the full path, so every error keeps its class and message, a rejected round
-//! still lets the peers fail at once, and profiler ranges are recorded. Errors of the collective
-//! itself (Mismatch, Timeout, PeerRejected, ...) come from the core call both paths end in.
+//! tensors, or of counts as `int`s or one-element integer tensors; counts also as one integer
+//! tensor, as HyperParallel passes them, see [`crate::tensor::Reader::counts`]) and plain
+//! contiguous CPU tensors of supported dtypes whose data lies within their storage (two tensors:
+//! the same dtype, and the element counts the operation relates). An arm returns `Ok(false)` for
+//! anything else **before anything was done** (no round joined, nothing rejected, no error
+//! raised), and the call goes, with its arguments as given, to the full path, so every error
+//! keeps its class and message, a rejected round still lets the peers fail at once, and profiler
+//! ranges are recorded. Errors of the collective itself (Mismatch, Timeout, PeerRejected, ...)
+//! come from the core call both paths end in.
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -24,6 +26,7 @@ use symm_core::{Group, ReduceOp, Transport};
 
 use crate::entry::{Args, Given, MAX_PARAMS};
 use crate::fast::{Fast, FastSpec};
+use crate::tensor::int_element;
 
 /// Declares the table: the [`Kind`] of every collective with its names, parameters, defaults and
 /// stub, its fast arm (`|py, spec, comm, args| { ... }`, run by [`Kind::try_fast`]) and its
@@ -227,7 +230,7 @@ collectives! {
                     _ => return Ok(false),
                 }
             }
-            let Some(recv_counts) = counts(receive_list, n) else { return Ok(false) };
+            let Some(recv_counts) = counts(f, receive_list, n) else { return Ok(false) };
             if !recv_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c)).is_some_and(|t| t <= r.len) {
                 return Ok(false);
             }
@@ -316,20 +319,28 @@ fn tensor_rank<'a, 'py>(
 
 /// The items of `list` when it is a plain `list` or `tuple` (exact types) of `n` items.
 fn plain_items<'py>(list: &Bound<'py, PyAny>, n: usize) -> Option<Bound<'py, PySequence>> {
-    let plain = list.is_exact_instance_of::<PyList>() || list.is_exact_instance_of::<PyTuple>();
-    let seq = list.cast::<PySequence>().ok().filter(|_| plain)?;
+    // Checked first: casting anything else runs `isinstance(list, collections.abc.Sequence)`, which
+    // cost a tensor of counts more than the collective (docs/performance.md, "Python API").
+    if !(list.is_exact_instance_of::<PyList>() || list.is_exact_instance_of::<PyTuple>()) {
+        return None;
+    }
+    let seq = list.cast::<PySequence>().ok()?;
     (seq.len().ok()? == n).then(|| seq.clone())
 }
 
-/// `n` element counts given as a plain `list` or `tuple` of `int`s >= 0; `None` for any other
-/// form (the full path reads it).
-fn counts(list: &Bound<'_, PyAny>, n: usize) -> Option<Vec<usize>> {
-    let items = plain_items(list, n)?;
+/// An alltoall's `receive_list` for a group of `n`, in every form the full path reads
+/// (`symm._api._counts`): a plain `list` or `tuple` of `n` items, each an `int` or a one-element
+/// integer tensor, or one integer tensor of `n` counts ([`crate::tensor::Reader::counts`]).
+/// `None` for anything else, including a negative count (the full path reports it).
+fn counts(f: &FastSpec, list: &Bound<'_, PyAny>, n: usize) -> Option<Vec<usize>> {
+    let Some(items) = plain_items(list, n) else { return f.tensors.counts(list, n) };
     (0..n)
         .map(|i| {
             let c = items.get_item(i).ok()?;
-            let c = c.is_exact_instance_of::<PyInt>().then(|| c.extract::<u64>().ok()).flatten()?;
-            usize::try_from(c).ok()
+            if c.is_exact_instance_of::<PyInt>() {
+                return usize::try_from(c.extract::<u64>().ok()?).ok();
+            }
+            f.tensors.tensor(&c).filter(|t| t.len == 1).and_then(|t| int_element(t, 0))
         })
         .collect()
 }

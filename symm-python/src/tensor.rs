@@ -457,6 +457,9 @@ pub(crate) struct Reader {
     shim: Option<Shim>,
     /// The framework's dtype objects and the dtypes they are.
     dtypes: Vec<(Py<PyAny>, DType)>,
+    /// The tensors' `shape` property, for the first dimension of a tensor of counts
+    /// ([`Reader::counts`]); `None`: such tensors are measured with `len()`.
+    shape: Option<Attr>,
 }
 
 impl Reader {
@@ -492,7 +495,8 @@ impl Reader {
                 let ty = st.get_type();
                 Attr::find(&ty, "nbytes", true).map(|nbytes| (ty.unbind(), nbytes))
             });
-        let mut reader = Reader { types, attrs, storage, shim: None, dtypes: table };
+        let shape = Attr::find(&first, "shape", false);
+        let mut reader = Reader { types, attrs, storage, shim: None, dtypes: table, shape };
         if let Some(mut shim) = shim {
             let agrees = |shim: &Shim| {
                 !probes.is_empty()
@@ -572,12 +576,71 @@ impl Reader {
         }
         Some(Local { ptr, len, dtype })
     }
+
+    /// `n` element counts given as one integer tensor with `n` elements whose first dimension
+    /// is `n` (1-D, or `(n, 1, ...)`), as HyperParallel passes them; `None` for anything else,
+    /// including a negative count (the full path reports it).
+    pub(crate) fn counts(&self, tensor: &Bound<'_, PyAny>, n: usize) -> Option<Vec<usize>> {
+        let t = self.tensor(tensor)?;
+        // The first dimension (none for a 0-d tensor), what `len()` gives, read through `shape`
+        // (a getter in C; `len()` is Python code and `size()` parses its arguments, each of them
+        // costing more than the collective).
+        let first = match &self.shape {
+            Some(shape) => shape.read(tensor).ok()?.cast_into::<PyTuple>().ok()?.get_item(0).ok()?.extract().ok()?,
+            None => tensor.len().ok()?,
+        };
+        if t.len != n || first != n {
+            return None;
+        }
+        (0..n).map(|i| int_element(t, i)).collect()
+    }
+}
+
+/// Element `i` (< `t.len`) of the integer tensor `t`, when it is a count (`>= 0`); `None` for a
+/// floating dtype or a negative value.
+pub(crate) fn int_element(t: Local, i: usize) -> Option<usize> {
+    let at = (t.ptr + i * t.dtype.size()) as *const u8;
+    // SAFETY: `t` is a tensor the fast path read ([`Reader::tensor`]): `t.len` elements of
+    // `t.dtype` at `t.ptr` lie within its storage, and the caller holds the tensor for the
+    // call; `i < t.len`. Unaligned reads: nothing guarantees a view's alignment.
+    let v = unsafe {
+        match t.dtype {
+            DType::I64 => at.cast::<i64>().read_unaligned(),
+            DType::I32 => i64::from(at.cast::<i32>().read_unaligned()),
+            DType::I16 => i64::from(at.cast::<i16>().read_unaligned()),
+            DType::I8 => i64::from(at.cast::<i8>().read()),
+            DType::U8 => i64::from(at.read()),
+            DType::Bool => i64::from(at.read() != 0),
+            _ => return None,
+        }
+    };
+    usize::try_from(v).ok()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::within_storage;
+    use super::{int_element, within_storage};
+    use crate::comm::Local;
     use symm_core::DType;
+
+    #[test]
+    fn counts_are_read_from_every_integer_dtype_and_never_negative() {
+        let local = |v: &[u8], dtype: DType| Local { ptr: v.as_ptr() as usize, len: v.len() / dtype.size(), dtype };
+        let i64s: Vec<u8> = [3i64, 0, -1].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let t = local(&i64s, DType::I64);
+        assert_eq!([0, 1, 2].map(|i| int_element(t, i)), [Some(3), Some(0), None]);
+        // unaligned: one byte into the buffer
+        let i32s: Vec<u8> = [0u8].into_iter().chain([7i32, -2].iter().flat_map(|v| v.to_ne_bytes())).collect();
+        let t = local(&i32s[1..], DType::I32);
+        assert_eq!([0, 1].map(|i| int_element(t, i)), [Some(7), None]);
+        let i16s: Vec<u8> = [300i16].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        assert_eq!(int_element(local(&i16s, DType::I16), 0), Some(300));
+        assert_eq!(int_element(local(&[0xff], DType::I8), 0), None);
+        assert_eq!(int_element(local(&[0xff], DType::U8), 0), Some(255));
+        assert_eq!(int_element(local(&[1], DType::Bool), 0), Some(1));
+        let f32s = 2.0f32.to_ne_bytes();
+        assert_eq!(int_element(local(&f32s, DType::F32), 0), None); // floats are not counts
+    }
 
     #[test]
     fn the_fast_path_checks_offset_and_elements_against_the_storage() {

@@ -453,10 +453,18 @@ def fast_path_split_ops(rank, world):
             )
             assert same_bits(got, want), ("alltoall symmetric", group, scale)
             symm.free(block)
-            # counts as a tensor: the full path, same result
+            # counts as one integer tensor (HyperParallel's form: int64), 1-D or (n, 1), or as
+            # one-element tensors: the fast path, same result
+            ct = torch.tensor(counts)
+            forms = [ct, ct.to(torch.int32), ct.to(torch.int16), ct.view(-1, 1), list(ct), tuple(ct.view(-1, 1))]
+            for c in forms:
+                got = torch.full((sum(counts) + 3,), -1.0)
+                takes("fast", a2a, sends, got, c, group, kind="alltoall")
+                assert same_bits(got, want), ("alltoall counts tensor", group, scale, c)
+            # a strided view of counts: the full path, same result
             got = torch.full((sum(counts) + 3,), -1.0)
-            takes("full", a2a, sends, got, torch.tensor(counts), group, kind="alltoall")
-            assert same_bits(got, want), ("alltoall counts tensor", group, scale)
+            takes("full", a2a, sends, got, torch.stack([ct, ct], 1)[:, 0], group, kind="alltoall")
+            assert same_bits(got, want), ("alltoall strided counts", group, scale)
 
     # send / recv around a ring, in both directions, world and reversed group; even ranks send
     # first (eager messages would not need it; this keeps the pattern valid for any size). Then
@@ -541,6 +549,15 @@ def fast_path_split_ops(rank, world):
         ("alltoall", a2a, ([torch.ones(1)] * world, torch.ones(world - 1), [1] * world), "receive_list"),
         ("alltoall", a2a, ([torch.ones(1, dtype=torch.int32)] * world, torch.ones(world), [1] * world), "dtype"),
         ("alltoall", a2a, ([torch.ones(1)] * world, torch.ones(world), [1] * (world - 1) + [-1]), "receive_list"),
+        # counts as tensors: a negative one, a first dimension that is not the group size, floats
+        ("alltoall", a2a, ([torch.ones(1)] * world, torch.ones(world), torch.tensor([1] * (world - 1) + [-1])), "-1"),
+        (
+            "alltoall",
+            a2a,
+            ([torch.ones(1)] * world, torch.ones(world), torch.ones(1, world, dtype=torch.int64)),
+            "receive_list",
+        ),
+        ("alltoall", a2a, ([torch.ones(1)] * world, torch.ones(world), torch.ones(world)), "receive_list"),
         ("broadcast", bc, (torch.ones(2), world), "src_rank"),
         ("broadcast", bc, (torch.ones(2), -1), "src_rank"),
         ("broadcast", bc, (torch.ones(2), "0"), "src_rank"),

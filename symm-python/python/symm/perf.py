@@ -19,7 +19,8 @@ Sizes are bytes, as in nccl-tests: the buffer of all_reduce, broadcast and sendr
 ``(n-1)/n`` for reduce_scatter, all_gather and alltoall, ``1`` for broadcast and sendrecv.
 
 symm's buffers are symmetric tensors (``symm.empty``: peers read them in place); gloo's and
-MPI's are ordinary tensors. sendrecv is a ring (send to rank + 1, receive from rank - 1), both
+MPI's are ordinary tensors. symm's alltoall gets its ``receive_list`` as an int64 tensor (the
+RFC's form, as HyperParallel passes it). sendrecv is a ring (send to rank + 1, receive from rank - 1), both
 directions at once in every backend: ``shmem_sendrecv``, gloo's ``isend``/``irecv``, MPI's
 ``Sendrecv``.
 
@@ -349,8 +350,11 @@ class SymmBackend(Backend):
         if op == "all_gather":
             return partial(symm.shmem_allgather, recv, send)
         if op == "alltoall":
+            import torch
+
             parts = [send[i * c : (i + 1) * c] for i in range(n)]
-            counts = [c] * n
+            # The RFC's form, as HyperParallel passes it: the counts as an int64 tensor.
+            counts = torch.full((n,), c, dtype=torch.int64)
             return partial(symm.shmem_alltoall, parts, recv, counts)
         if op == "broadcast":
             return partial(symm.shmem_broadcast, recv, 0)
