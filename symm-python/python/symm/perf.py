@@ -208,7 +208,9 @@ def validate(args: argparse.Namespace) -> None:
     if args.bound not in (0, 1):
         raise SystemExit(f"symm.perf: --bound {args.bound}: expected 0 or 1")
     if args.native and "symm" not in backends:
-        raise SystemExit("symm.perf: --native 1 times symm's all_reduce through its native call: it needs the symm backend")
+        raise SystemExit(
+            "symm.perf: --native 1 times symm's all_reduce through its native call: it needs the symm backend"
+        )
     if args.saved and not args.plot:
         raise SystemExit(f"symm.perf: --from {args.saved}: draws a saved run, it needs --plot FILE")
     if args.plot:
