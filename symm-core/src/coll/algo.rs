@@ -16,8 +16,6 @@ use super::kernels;
 use super::ll;
 use super::lowp::{self, SubRun, SCALE_BLOCK};
 use super::state::{ready, Ctx, Progress, DONE, LEN, MAX, RED, REDUCED, SIG, SRC};
-use smallvec::SmallVec;
-
 use crate::backend::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -252,9 +250,16 @@ pub unsafe fn allreduce<B: Backend + ?Sized>(
     Ok(())
 }
 
-/// Scratch of one element per member: on the stack for groups of up to 8 members (the
-/// small-message paths then make no allocation per call).
-pub(super) type Scratch<T> = SmallVec<[T; 8]>;
+/// `n` elements of scratch: on the stack for groups of up to 8 members (the small-message
+/// paths then make no allocation per call), else in `heap`.
+pub(super) fn scratch<'a, T: Copy>(stack: &'a mut [T; 8], heap: &'a mut Vec<T>, n: usize, fill: T) -> &'a mut [T] {
+    if n <= stack.len() {
+        &mut stack[..n]
+    } else {
+        heap.resize(n, fill);
+        heap
+    }
+}
 
 /// Room for `n` messages of `bytes` back to back, in the group's inbox (kept between calls:
 /// no allocation per call once it has grown). Valid until the inbox is next asked for room.
@@ -293,10 +298,13 @@ unsafe fn reduce_inbox<B: Backend + ?Sized>(
     bytes: usize,
     out: *mut u8,
 ) {
-    let srcs: Scratch<*const u8> =
-        (0..ctx.n).map(|j| if j == ctx.me { own } else { room.wrapping_add(j * bytes) }).collect();
+    let (mut on_stack, mut on_heap) = ([std::ptr::null::<u8>(); 8], Vec::new());
+    let srcs = scratch(&mut on_stack, &mut on_heap, ctx.n, std::ptr::null());
+    for (j, src) in srcs.iter_mut().enumerate() {
+        *src = if j == ctx.me { own } else { room.wrapping_add(j * bytes) };
+    }
     // SAFETY: caller's contract.
-    unsafe { kernels::reduce(call.dtype, call.op.expect("a reduction has an op"), &srcs, out, call.count) };
+    unsafe { kernels::reduce(call.dtype, call.op.expect("a reduction has an op"), srcs, out, call.count) };
 }
 
 /// allreduce on the small-message path: every member sends its input to every peer and
@@ -376,7 +384,8 @@ unsafe fn one_shot<B: Backend + ?Sized>(
     // is a measurable part of the call.
     let mut tmps: Vec<Vec<u8>> = if ctx.mapped.is_some() { Vec::new() } else { vec![Vec::new(); ctx.n] };
     let mut unused = Vec::new();
-    let mut srcs = Scratch::from_elem(std::ptr::null(), ctx.n);
+    let (mut on_stack, mut on_heap) = ([std::ptr::null::<u8>(); 8], Vec::new());
+    let srcs = scratch(&mut on_stack, &mut on_heap, ctx.n, std::ptr::null());
     for (j, src) in srcs.iter_mut().enumerate() {
         let off = if j == ctx.me { src_off } else { ctx.read_fact(j, seq, SRC) as usize };
         let tmp = match tmps.get_mut(j) {
@@ -902,7 +911,8 @@ pub unsafe fn alltoall<B: Backend + ?Sized>(
     let window = (ctx.st.tun.stage_bytes / n / size).max(1);
     let my_max = send.iter().map(|s| s.1).max().unwrap_or(0);
     // Where each member's piece lands (on the stack for small groups: no allocation per call).
-    let mut displ = Scratch::from_elem(0, n);
+    let (mut on_stack, mut on_heap) = ([0; 8], Vec::new());
+    let displ = scratch(&mut on_stack, &mut on_heap, n, 0);
     let mut at = 0;
     for (d, &c) in displ.iter_mut().zip(recv_counts) {
         *d = at;

@@ -282,8 +282,12 @@ pub trait Collectives: Communicator {
         if let Some(e) = bad {
             return reject(self, group, Op::AllToAll, e);
         }
-        let sends: algo::Scratch<_> = send.iter().map(|s| (s.as_ptr(), s.len())).collect();
-        run_alltoall(self, group, &sends, recv, recv_counts, opts)
+        let (mut on_stack, mut on_heap) = ([(std::ptr::null(), 0); 8], Vec::new());
+        let sends = algo::scratch(&mut on_stack, &mut on_heap, n, (std::ptr::null(), 0));
+        for (piece, s) in sends.iter_mut().zip(send) {
+            *piece = (s.as_ptr(), s.len());
+        }
+        run_alltoall(self, group, sends, recv, recv_counts, opts)
     }
 
     /// Single-buffer alltoall with split sizes: `send` holds `send_counts[i]` elements for rank
@@ -318,16 +322,15 @@ pub trait Collectives: Communicator {
             return reject(self, group, Op::AllToAll, e);
         }
         let size = send.dtype().size();
+        let (mut on_stack, mut on_heap) = ([(std::ptr::null(), 0); 8], Vec::new());
+        let sends = algo::scratch(&mut on_stack, &mut on_heap, n, (std::ptr::null(), 0));
         let mut at = 0;
-        let sends: algo::Scratch<_> = send_counts
-            .iter()
-            .map(|&c| {
-                // The prefix sums stay within `send` (checked above).
-                at += c;
-                (send.as_ptr().wrapping_add((at - c) * size), c)
-            })
-            .collect();
-        run_alltoall(self, group, &sends, recv, recv_counts, opts)
+        for (piece, &c) in sends.iter_mut().zip(send_counts) {
+            // The prefix sums stay within `send` (checked above).
+            *piece = (send.as_ptr().wrapping_add(at * size), c);
+            at += c;
+        }
+        run_alltoall(self, group, sends, recv, recv_counts, opts)
     }
 
     /// Every member's `buf` becomes group rank `root`'s `buf`. A broadcast of at most
@@ -702,9 +705,13 @@ fn run_alltoall<C: Communicator + ?Sized>(
     if let Some(e) = bad {
         return reject(c, group, Op::AllToAll, e);
     }
-    let send_counts: algo::Scratch<usize> = sends.iter().map(|s| s.1).collect();
+    let (mut on_stack, mut on_heap) = ([0; 8], Vec::new());
+    let send_counts = algo::scratch(&mut on_stack, &mut on_heap, n, 0);
+    for (count, s) in send_counts.iter_mut().zip(sends) {
+        *count = s.1;
+    }
     let count = send_counts.iter().sum::<usize>();
-    let plan = Plan { pairs: Some((&send_counts, recv_counts)), ..Plan::new(Op::AllToAll, count, dtype) };
+    let plan = Plan { pairs: Some((send_counts, recv_counts)), ..Plan::new(Op::AllToAll, count, dtype) };
     let call = Call::new(K::AllToAll, dtype, None, None, 0, 0);
     with_ctx(c, group, opts, plan, |ctx, p| {
         // SAFETY: validated counts; the pieces come from LocalRef/LocalMut arguments.
