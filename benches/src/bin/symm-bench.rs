@@ -72,7 +72,7 @@ use symm_core::{
     LocalRef, ReduceOp, SignalOp, SymmBuffer, SymmetricHeap, F8E4M3, F8E5M2,
 };
 use symm_sim::launch::RANK_VAR;
-use symm_sim::membw::{self, Coll, Limits};
+use symm_sim::membw::{self, Limits};
 use symm_sim::SimComm;
 
 /// Environment variable through which the launcher hands the measured memory rates to the
@@ -83,44 +83,21 @@ const POISON: u8 = 0xA5;
 /// Heap slack beyond the benchmark's buffers (collective workspace, mailboxes, signals).
 const HEAP_SLACK: usize = 64 << 20;
 
-/// The benchmarked operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Op {
-    AllReduce,
-    ReduceScatter,
-    AllGather,
-    AllToAll,
-    SendRecv,
-    Broadcast,
-    Put,
-    PingPong,
+// The benchmarked operation: the memory-bandwidth model's own list of operations.
+use symm_sim::membw::Coll as Op;
+
+/// What the benchmark needs to know of an operation beyond the model.
+trait OpFacts: Sized {
+    fn parse(s: &str) -> Option<Op>;
+    fn reduces(self) -> bool;
+    fn has_in_place(self) -> bool;
+    fn split(self) -> bool;
+    fn min_ranks(self) -> usize;
+    fn bus_factor(self, n: usize) -> f64;
+    fn root(self) -> i64;
 }
 
-impl Op {
-    const ALL: [Op; 8] = [
-        Op::AllReduce,
-        Op::ReduceScatter,
-        Op::AllGather,
-        Op::AllToAll,
-        Op::SendRecv,
-        Op::Broadcast,
-        Op::Put,
-        Op::PingPong,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            Op::AllReduce => "all_reduce",
-            Op::ReduceScatter => "reduce_scatter",
-            Op::AllGather => "all_gather",
-            Op::AllToAll => "alltoall",
-            Op::SendRecv => "sendrecv",
-            Op::Broadcast => "broadcast",
-            Op::Put => "put",
-            Op::PingPong => "pingpong",
-        }
-    }
-
+impl OpFacts for Op {
     /// Accepts the names above, without underscores, and nccl-tests' binary names (`_perf`).
     fn parse(s: &str) -> Option<Op> {
         let norm = |t: &str| t.trim_end_matches("_perf").replace(['_', '-'], "").to_ascii_lowercase();
@@ -156,20 +133,6 @@ impl Op {
             Op::AllReduce => 2.0 * (n - 1.0) / n,
             Op::ReduceScatter | Op::AllGather | Op::AllToAll => (n - 1.0) / n,
             Op::SendRecv | Op::Broadcast | Op::Put | Op::PingPong => 1.0,
-        }
-    }
-
-    /// The op in the memory-bandwidth model.
-    fn coll(self) -> Coll {
-        match self {
-            Op::AllReduce => Coll::AllReduce,
-            Op::ReduceScatter => Coll::ReduceScatter,
-            Op::AllGather => Coll::AllGather,
-            Op::AllToAll => Coll::AllToAll,
-            Op::SendRecv => Coll::SendRecv,
-            Op::Broadcast => Coll::Broadcast,
-            Op::Put => Coll::Put,
-            Op::PingPong => Coll::PingPong,
         }
     }
 
@@ -366,7 +329,7 @@ fn heap_bytes(max_bytes: usize) -> usize {
 
 /// The memory-bandwidth bound of one call of `form` (`in_place`) on `s` bytes, seconds.
 fn bound(limits: &Limits, op: Op, in_place: bool, s: f64, n: usize) -> f64 {
-    limits.bound(membw::traffic(op.coll(), in_place, s, n))
+    limits.bound(membw::traffic(op, in_place, s, n))
 }
 
 /// The rates the launcher measured and handed down (None when another launcher started the
@@ -1314,14 +1277,11 @@ mod tests {
         };
         let l = limits();
         for (k, in_place) in [(0, false), (1, true)] {
-            let want = l.bound(membw::traffic(Coll::AllGather, in_place, (1 << 20) as f64, 2));
+            let want = l.bound(membw::traffic(Op::AllGather, in_place, (1 << 20) as f64, 2));
             assert_eq!(figures(&o, 2, &row, k, Some(&l)).unwrap()[3], want * 1e6);
         }
         // Out of place on 2 ranks: 2 MiB written, 1 MiB by one rank at 1 GB/s, 2 by both at 2.
         assert_eq!(bound(&l, Op::AllGather, false, (1 << 20) as f64, 2), (1 << 20) as f64 / 1e9);
-        for op in Op::ALL {
-            assert_eq!(op.coll().name(), op.name());
-        }
         assert_eq!(limits_from_env(), None);
     }
 
