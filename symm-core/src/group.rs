@@ -4,11 +4,11 @@
 //! [`GroupId`] on every rank (computed from the list, so no communication is needed to agree on
 //! it) and, through [`GroupRegistry`], the same state object inside one process.
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::coll::state::CollState;
 use crate::error::GroupError;
 use crate::rank::{GroupRank, Rank};
 
@@ -44,11 +44,11 @@ struct GroupInner {
     me: Option<GroupRank>,
     /// Whether the group may be used from this rank: Err when it spans hosts.
     usable: Result<(), GroupError>,
-    /// State that layers above the backend keep per group (the collectives' workspace and
-    /// sequence numbers), created on first use; read without a lock on every call.
-    extension: OnceLock<Box<dyn Any + Send + Sync>>,
-    /// Serialises first uses, so that concurrent ones create the extension once.
-    extension_init: Mutex<()>,
+    /// The collectives' state of the group (workspace, sequence numbers), created on first use;
+    /// read without a lock on every call.
+    coll: OnceLock<CollState>,
+    /// Serialises first uses, so that concurrent ones create the state once.
+    coll_init: Mutex<()>,
 }
 
 impl Group {
@@ -81,8 +81,8 @@ impl Group {
             local_of,
             me,
             usable,
-            extension: OnceLock::new(),
-            extension_init: Mutex::new(()),
+            coll: OnceLock::new(),
+            coll_init: Mutex::new(()),
         })))
     }
 
@@ -151,28 +151,27 @@ impl Group {
         GroupError::RankOutOfRange { arg, value: local, size: self.size(), ranks: self.ranks().to_vec() }
     }
 
-    /// The per-group state of type `T`, created by `init` on first use (under a lock, so
-    /// concurrent first uses create it once). A failed `init` leaves nothing behind. Once
-    /// created, a call is a lock-free read. `None` when the group already holds an extension
-    /// of another type (one layer owns a group's extension).
+    /// The collectives' state, created by `init` on first use (under a lock, so concurrent
+    /// first uses create it once). A failed `init` leaves nothing behind. Once created, a call
+    /// is a lock-free read.
     #[inline]
-    pub fn extension<T: Any + Send + Sync, E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<Option<&T>, E> {
-        match self.0.extension.get() {
-            Some(existing) => Ok(existing.downcast_ref::<T>()),
-            None => self.create_extension(init),
+    pub(crate) fn coll_state<E>(&self, init: impl FnOnce() -> Result<CollState, E>) -> Result<&CollState, E> {
+        match self.0.coll.get() {
+            Some(existing) => Ok(existing),
+            None => self.create_coll_state(init),
         }
     }
 
-    /// [`Group::extension`]'s first use: creates the extension under the lock.
+    /// [`Group::coll_state`]'s first use: creates the state under the lock.
     #[cold]
-    fn create_extension<T: Any + Send + Sync, E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<Option<&T>, E> {
+    fn create_coll_state<E>(&self, init: impl FnOnce() -> Result<CollState, E>) -> Result<&CollState, E> {
         // A poisoned lock means a thread panicked in `init`; nothing was set.
-        let _first = self.0.extension_init.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(existing) = self.0.extension.get() {
-            return Ok(existing.downcast_ref::<T>());
+        let _first = self.0.coll_init.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = self.0.coll.get() {
+            return Ok(existing);
         }
-        let created: Box<dyn Any + Send + Sync> = Box::new(init()?);
-        Ok(self.0.extension.get_or_init(|| created).downcast_ref::<T>())
+        let created = init()?;
+        Ok(self.0.coll.get_or_init(|| created))
     }
 
     /// Whether two handles are the same cached group object.
@@ -259,20 +258,6 @@ mod tests {
         let e = g.resolve("target_rank", 2).unwrap_err().to_string();
         assert!(e.contains("target_rank = 2") && e.contains("[3, 1]"), "{e}");
         assert!(g.resolve("target_rank", -1).is_err());
-    }
-
-    #[test]
-    fn extension_is_created_once_and_read_as_its_own_type_only() {
-        let g = Group::new(2, Rank(0), &ranks(&[0, 1]), Ok(())).unwrap();
-        // A failed creation leaves nothing behind.
-        assert_eq!(g.extension::<String, &str>(|| Err("no")), Err("no"));
-        let made = g.extension::<String, ()>(|| Ok("state".to_string())).unwrap();
-        assert_eq!(made.map(String::as_str), Some("state"));
-        // Later uses read it, without creating another.
-        let again = g.extension::<String, ()>(|| panic!("created twice")).unwrap();
-        assert!(std::ptr::eq(made.unwrap(), again.unwrap()));
-        // Another type does not get it.
-        assert_eq!(g.extension::<u64, ()>(|| Ok(7)).unwrap(), None);
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub mod kernels;
 pub(crate) mod ll;
 pub mod lowp;
 mod p2p;
-mod state;
+pub(crate) mod state;
 mod try_lock;
 mod validate;
 mod wait;

@@ -292,7 +292,7 @@ impl CollState {
         group: &'g Group,
         before_blocking: Option<fn()>,
     ) -> Result<&'g CollState> {
-        let st = group.extension(|| {
+        group.coll_state(|| {
             // Collective allocations and a barrier follow: they wait for every member.
             if let Some(f) = before_blocking {
                 f();
@@ -390,11 +390,6 @@ impl CollState {
                 eager_max,
                 tun,
             })
-        })?;
-        st.ok_or_else(|| Error::Unsupported {
-            rank: b.rank(),
-            backend: "symm-core",
-            what: format!("collectives in group {:?}: its extension slot holds another layer's state", group.ranks()),
         })
     }
 }
