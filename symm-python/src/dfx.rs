@@ -39,31 +39,9 @@ static PYTHON: PyOnceLock<pyo3_log::Logger> = PyOnceLock::new();
 /// Whether records go to Python (false: to stderr).
 static FORWARDING: AtomicBool = AtomicBool::new(false);
 /// Records waiting for the GIL, and how many were dropped because the queue was full.
-static QUEUE: Mutex<(VecDeque<Queued>, u64)> = Mutex::new((VecDeque::new(), 0));
+static QUEUE: Mutex<(VecDeque<(Level, String)>, u64)> = Mutex::new((VecDeque::new(), 0));
 
-/// A record, owned.
-struct Queued {
-    level: Level,
-    target: String,
-    message: String,
-    file: Option<&'static str>,
-    line: Option<u32>,
-}
-
-impl Queued {
-    fn record<R>(&self, to: impl FnOnce(&Record<'_>) -> R) -> R {
-        let args = format_args!("{}", self.message);
-        to(&Record::builder()
-            .level(self.level)
-            .target(&self.target)
-            .file_static(self.file)
-            .line(self.line)
-            .args(args)
-            .build())
-    }
-}
-
-fn queue() -> std::sync::MutexGuard<'static, (VecDeque<Queued>, u64)> {
+fn queue() -> std::sync::MutexGuard<'static, (VecDeque<(Level, String)>, u64)> {
     QUEUE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -87,8 +65,8 @@ impl Log for Queue {
                 q.0.pop_front();
                 q.1 += 1;
             }
-            let (level, target, file, line) = (r.level(), r.target().to_string(), r.file_static(), r.line());
-            q.0.push_back(Queued { level, target, message: r.args().to_string(), file, line });
+            // Only symm logs in this module: the target is always symm's.
+            q.0.push_back((r.level(), r.args().to_string()));
         }
         if !FORWARDING.load(Ordering::Acquire) {
             drain_to(&mut to_stderr);
@@ -123,8 +101,11 @@ impl Log for Queue {
 
 /// Hands every queued record to `to`, in order (the queue lock is not held meanwhile).
 fn drain_to(to: &mut dyn FnMut(&Record<'_>)) {
+    let mut hand = |level, message: &str| {
+        to(&Record::builder().level(level).target(TARGET).args(format_args!("{message}")).build())
+    };
     loop {
-        let (records, dropped): (Vec<Queued>, u64) = {
+        let (records, dropped): (Vec<(Level, String)>, u64) = {
             let mut q = queue();
             (q.0.drain(..).collect(), std::mem::take(&mut q.1))
         };
@@ -132,11 +113,10 @@ fn drain_to(to: &mut dyn FnMut(&Record<'_>)) {
             return;
         }
         if dropped > 0 {
-            let message = format!("{dropped} log line(s) dropped (queue full)");
-            Queued { level: Level::Warn, target: TARGET.into(), message, file: None, line: None }.record(&mut *to);
+            hand(Level::Warn, &format!("{dropped} log line(s) dropped (queue full)"));
         }
-        for r in records {
-            r.record(&mut *to);
+        for (level, message) in records {
+            hand(level, &message);
         }
     }
 }

@@ -38,14 +38,15 @@ impl Log for StderrLogger {
     fn log(&self, r: &Record<'_>) {
         // One piece per line, so that lines of concurrent ranks do not interleave (eprint!, not
         // a raw write, so that test harnesses capture it).
-        eprint!("{}", format_args!("[{}] {} {}\n", r.target(), r.level().as_str().to_ascii_lowercase(), r.args()));
+        let line = format!("[{}] {} {}\n", r.target(), r.level().as_str().to_ascii_lowercase(), r.args());
+        eprint!("{line}");
     }
 
     fn flush(&self) {}
 }
 
-/// [`init_with`] symm's [`StderrLogger`]. Called when symm first starts: a [`Bootstrap`](crate::Bootstrap),
-/// a start-up store server, [`set_log_level`], [`log_level`].
+/// [`init_with`] symm's [`StderrLogger`]: called when symm first starts (a
+/// [`Bootstrap`](crate::Bootstrap), a start-up store server, [`set_log_level`], [`log_level`]).
 pub fn init() {
     init_with(&StderrLogger);
 }
