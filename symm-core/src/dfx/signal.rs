@@ -52,7 +52,7 @@ pub fn process_generation() -> u64 {
         // SAFETY: the child handler is an `extern "C"` function without arguments that never
         // unwinds and only does an atomic add (allowed in a child of a multi-threaded fork).
         if unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) } != 0 {
-            log::warn!(target: TARGET, "pthread_atfork failed; a child of fork() is not told from its parent");
+            log::error!(target: TARGET, "pthread_atfork failed; a child of fork() is not told from its parent");
         }
     });
     current_generation()
@@ -82,7 +82,7 @@ pub fn register(source: Arc<dyn DumpSource>) -> Registration {
     ATEXIT.call_once(|| {
         // SAFETY: `on_exit` is an `extern "C"` function without arguments that never unwinds.
         if unsafe { libc::atexit(on_exit) } != 0 {
-            log::warn!(target: TARGET, "atexit failed; peers will see a normal exit as a lost rank");
+            log::error!(target: TARGET, "atexit failed; peers will see a normal exit as a lost rank");
         }
     });
     let generation = process_generation();
@@ -172,6 +172,6 @@ pub fn install_dump_on_signal_from_env() {
 /// Installs the SIGUSR1 dump; a failure is logged, not returned (the dump is a diagnostic).
 pub fn install_dump_on_signal_logged() {
     if let Err(e) = install_dump_on_signal() {
-        log::warn!(target: TARGET, "{DUMP_ON_SIGNAL_VAR} is on but the SIGUSR1 handler failed: {e}");
+        log::error!(target: TARGET, "{DUMP_ON_SIGNAL_VAR} is on but the SIGUSR1 handler failed: {e}");
     }
 }
