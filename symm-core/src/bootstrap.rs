@@ -144,6 +144,7 @@ impl Bootstrap {
     /// A bootstrap over `store`. `prefix` keeps this job's keys apart from other users of the
     /// same store (every rank must pass the same prefix).
     pub fn new(rank: Rank, world_size: usize, store: Arc<dyn Store>, prefix: &str, timeout: Duration) -> Self {
+        crate::dfx::log::init();
         Bootstrap {
             rank,
             world_size,

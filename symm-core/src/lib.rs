@@ -62,6 +62,9 @@ pub mod group;
 pub mod op;
 pub mod rank;
 
+#[doc(hidden)]
+pub use log as __log;
+
 pub use backend::{Backend, DescribeWait, SignalWidth, WaitSite};
 pub use bootstrap::{Bootstrap, Store};
 pub use buffer::{LocalMut, LocalRef, SymmBuffer};

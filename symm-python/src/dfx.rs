@@ -1,45 +1,44 @@
 //! Diagnostics from Python: log lines into `logging`, per-operation statistics, the
 //! flight-recorder dump and records, the SIGUSR1 dump.
 //!
-//! ## The log sink and the GIL
+//! ## The logger and the GIL
 //!
-//! The core calls its sink from whatever thread logs: a Python thread inside a blocking call
-//! (the GIL released by `detach`, or by a collective's own hook while it waits, which PyO3
-//! does not know of: the sink then takes the GIL through the C API), a Python thread holding
-//! the GIL, or a background thread of the core (`symm-*`: the signal-dump reader, the store
-//! server). Every line is queued first;
-//! then a thread that may take the GIL drains the queue into the Python callback
-//! (`symm._diag._forward`), in order. A background `symm-*` thread never waits for the GIL (it
-//! might hold something a Python thread waits for): its lines stay queued until the next line
-//! of a Python thread, or [`flush_log`] (called by `symm.stats`, `symm.dump`, ...). The queue
-//! is bounded; lines over the bound are counted and reported. After the interpreter starts
-//! shutting down (or once the sink is removed by the `atexit` hook) lines go to stderr.
-//!
-//! The core holds its sink lock (shared) while a sink runs, and takes it exclusively to
-//! replace the sink: installing and removing therefore happen with the GIL released, so that
-//! a thread waiting for the GIL inside the sink cannot block the installer forever.
+//! The core's `log` logger is [`Queue`] (installed when the module loads), which hands records
+//! to `pyo3_log` (the `logging` logger named by the target: `symm`) from `symm.init` on, and
+//! writes them to stderr before that, after the interpreter starts shutting down, and once the
+//! `atexit` hook calls [`remove_log_sink`]. A record comes from whatever thread logs: a Python
+//! thread inside a blocking call (the GIL released by `detach`, or by a collective's own hook
+//! while it waits, which PyO3 does not know of: the GIL is then taken through the C API), a
+//! Python thread holding the GIL, or a background thread of the core (`symm-*`: the
+//! signal-dump reader, the store server). Every record is queued first; then a thread that may
+//! take the GIL drains the queue into `pyo3_log`, in order. A background `symm-*` thread never
+//! waits for the GIL (it might hold something a Python thread waits for): its records stay
+//! queued until the next record of a Python thread, or [`flush_log`] (called by `symm.stats`,
+//! `symm.dump`, ...). The queue is bounded; records over the bound are counted and reported.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use log::{Log, Metadata, Record};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList};
+use symm_core::dfx::log::{StderrLogger, TARGET};
 use symm_core::dfx::{self, Level};
 use symm_core::Rank;
 
 use crate::comm::PyCommunicator;
 use crate::errors::{self, IntoPyResult};
 
-/// Lines kept while no thread can hand them to Python; older ones are dropped beyond this.
+/// Records kept while no thread can hand them to Python; older ones are dropped beyond this.
 const QUEUE_LIMIT: usize = 10_000;
 
-/// The Python callback `(level: int, line: str) -> None` (set once).
-static CALLBACK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-/// Whether the installed sink forwards to Python (false: it writes to stderr).
+/// The bridge into `logging` (set once, by [`install_log_sink`]).
+static PYTHON: PyOnceLock<pyo3_log::Logger> = PyOnceLock::new();
+/// Whether records go to Python (false: to stderr).
 static FORWARDING: AtomicBool = AtomicBool::new(false);
-/// Lines waiting for the GIL, and how many were dropped because the queue was full.
+/// Records waiting for the GIL, and how many were dropped because the queue was full.
 static QUEUE: Mutex<(VecDeque<(Level, String)>, u64)> = Mutex::new((VecDeque::new(), 0));
 
 fn queue() -> std::sync::MutexGuard<'static, (VecDeque<(Level, String)>, u64)> {
@@ -51,116 +50,125 @@ fn background_thread() -> bool {
     std::thread::current().name().is_some_and(|n| n.starts_with("symm-"))
 }
 
-/// The sink installed into the core.
-fn sink(level: Level, line: &str) {
-    {
-        let mut q = queue();
-        if q.0.len() >= QUEUE_LIMIT {
-            q.0.pop_front();
-            q.1 += 1;
+/// The core's logger.
+struct Queue;
+
+impl Log for Queue {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, r: &Record<'_>) {
+        {
+            let mut q = queue();
+            if q.0.len() >= QUEUE_LIMIT {
+                q.0.pop_front();
+                q.1 += 1;
+            }
+            // Only symm logs in this module: the target is always symm's.
+            q.0.push_back((r.level(), r.args().to_string()));
         }
-        q.0.push_back((level, line.to_string()));
+        if !FORWARDING.load(Ordering::Acquire) {
+            drain_to(&mut to_stderr);
+            return;
+        }
+        if background_thread() {
+            return;
+        }
+        if crate::coll::gil_released_by_hook() {
+            // Inside a collective that released the GIL by hand while it waits: PyO3 still
+            // counts this thread as attached, so take the GIL through the C API (the thread has
+            // its Python thread state, saved by the collective; `PyGILState_Ensure` restores it
+            // and `PyGILState_Release` saves it again).
+            // SAFETY: the interpreter is running (records are forwarded only between
+            // `install_log_sink` and the `atexit` hook that stops it) and this thread does not
+            // hold the GIL.
+            let state = unsafe { pyo3::ffi::PyGILState_Ensure() };
+            // SAFETY: the GIL is held until the release below.
+            drain(unsafe { Python::assume_attached() });
+            // SAFETY: pairs with the `PyGILState_Ensure` above, on the same thread.
+            unsafe { pyo3::ffi::PyGILState_Release(state) };
+            return;
+        }
+        // `try_attach`: no GIL once the interpreter is shutting down; records then go to stderr.
+        if Python::try_attach(drain).is_none() {
+            drain_to(&mut to_stderr);
+        }
     }
-    if !FORWARDING.load(Ordering::Acquire) {
-        drain_to_stderr();
-        return;
-    }
-    if background_thread() {
-        return;
-    }
-    if crate::coll::gil_released_by_hook() {
-        // Inside a collective that released the GIL by hand while it waits: PyO3 still counts
-        // this thread as attached, so take the GIL through the C API (the thread has its
-        // Python thread state, saved by the collective; `PyGILState_Ensure` restores it and
-        // `PyGILState_Release` saves it again).
-        // SAFETY: the interpreter is running (the sink forwards only between `install_log_sink`
-        // and the `atexit` hook that removes it) and this thread does not hold the GIL.
-        let state = unsafe { pyo3::ffi::PyGILState_Ensure() };
-        // SAFETY: the GIL is held until the release below.
-        drain(unsafe { Python::assume_attached() });
-        // SAFETY: pairs with the `PyGILState_Ensure` above, on the same thread.
-        unsafe { pyo3::ffi::PyGILState_Release(state) };
-        return;
-    }
-    // `try_attach`: no GIL once the interpreter is shutting down; the lines then go to stderr.
-    if Python::try_attach(drain).is_none() {
-        drain_to_stderr();
-    }
+
+    fn flush(&self) {}
 }
 
-fn take() -> (Vec<(Level, String)>, u64) {
-    let mut q = queue();
-    let lines = q.0.drain(..).collect();
-    let dropped = std::mem::take(&mut q.1);
-    (lines, dropped)
-}
-
-fn drain_to_stderr() {
-    let (lines, dropped) = take();
-    if dropped > 0 {
-        eprintln!("[symm] warn: {dropped} log line(s) dropped (queue full)");
-    }
-    for (_, l) in lines {
-        eprintln!("{l}");
-    }
-}
-
-/// Hands every queued line to the Python callback (the queue lock is not held while Python runs).
-fn drain(py: Python<'_>) {
-    let Some(cb) = CALLBACK.get(py) else {
-        drain_to_stderr();
-        return;
+/// Hands every queued record to `to`, in order (the queue lock is not held meanwhile).
+fn drain_to(to: &mut dyn FnMut(&Record<'_>)) {
+    let mut hand = |level, message: &str| {
+        to(&Record::builder().level(level).target(TARGET).args(format_args!("{message}")).build())
     };
     loop {
-        let (lines, dropped) = take();
-        if lines.is_empty() && dropped == 0 {
+        let (records, dropped): (Vec<(Level, String)>, u64) = {
+            let mut q = queue();
+            (q.0.drain(..).collect(), std::mem::take(&mut q.1))
+        };
+        if records.is_empty() && dropped == 0 {
             return;
         }
         if dropped > 0 {
-            let text = format!("[symm] warn: {dropped} log line(s) dropped (queue full)");
-            if let Err(e) = cb.call1(py, (Level::Warn as u8, text)) {
-                e.write_unraisable(py, None);
-            }
+            hand(Level::Warn, &format!("{dropped} log line(s) dropped (queue full)"));
         }
-        for (level, line) in lines {
-            if let Err(e) = cb.call1(py, (level as u8, line)) {
-                e.write_unraisable(py, None);
-            }
+        for (level, message) in records {
+            hand(level, &message);
         }
     }
 }
 
-/// Routes the core's log lines to `callback(level, line)` (levels: 1 error ... 5 trace).
-/// Idempotent; the first callback stays.
-#[pyfunction]
-pub fn install_log_sink(py: Python<'_>, callback: Py<PyAny>) -> PyResult<()> {
-    if !callback.bind(py).is_callable() {
-        return Err(errors::unranked_invalid(
-            py,
-            &format!("callback = {}: expected a callable (level, line)", crate::comm::repr(callback.bind(py))),
-        ));
+/// Writes a record to stderr, as the core's own logger does.
+fn to_stderr(r: &Record<'_>) {
+    StderrLogger.log(r);
+}
+
+/// Hands every queued record to Python; an exception raised by a handler is reported as
+/// unraisable (`pyo3_log` leaves it set).
+fn drain(py: Python<'_>) {
+    let Some(to) = PYTHON.get(py) else {
+        return drain_to(&mut to_stderr);
+    };
+    let pending = PyErr::take(py);
+    drain_to(&mut |r| {
+        to.log(r);
+        if let Some(e) = PyErr::take(py) {
+            e.write_unraisable(py, None);
+        }
+    });
+    if let Some(e) = pending {
+        e.restore(py);
     }
-    let _ = CALLBACK.get_or_init(py, || callback);
+}
+
+/// Hands the core's log records to `logging` from now on (idempotent).
+#[pyfunction]
+pub fn install_log_sink(py: Python<'_>) -> PyResult<()> {
+    // Trace: the core's level (`log`'s max level) filters, then `logging`'s levels.
+    PYTHON.get_or_try_init(py, || {
+        pyo3_log::Logger::new(py, pyo3_log::Caching::Loggers).map(|l| l.filter(log::LevelFilter::Trace))
+    })?;
     FORWARDING.store(true, Ordering::Release);
-    py.detach(|| dfx::set_log_sink(Box::new(sink)));
     Ok(())
 }
 
-/// Sends the core's log lines to stderr again (called at exit, before the interpreter goes).
+/// Sends the core's log records to stderr again (called at exit, before the interpreter goes).
 #[pyfunction]
 pub fn remove_log_sink(py: Python<'_>) {
     flush_log(py);
     FORWARDING.store(false, Ordering::Release);
-    py.detach(dfx::reset_log_sink);
 }
 
-/// Hands lines queued by background threads to Python now.
+/// Hands records queued by background threads to Python now.
 #[pyfunction]
 pub fn flush_log(py: Python<'_>) {
     if FORWARDING.load(Ordering::Acquire) {
         drain(py);
     } else {
-        drain_to_stderr();
+        drain_to(&mut to_stderr);
     }
 }
 
@@ -174,15 +182,14 @@ pub fn set_log_level(py: Python<'_>, level: &Bound<'_, PyAny>) -> PyResult<()> {
         )
     };
     let text: String = level.extract().map_err(|_| bad())?;
-    let parsed = Level::parse(&text).map_err(|_| bad())?;
-    dfx::set_log_level(parsed);
+    dfx::set_log_level(symm_core::config::parse_log_level(&text).map_err(|_| bad())?);
     Ok(())
 }
 
 /// The core's log level in effect (`"off"` when nothing is logged).
 #[pyfunction]
-pub fn log_level() -> &'static str {
-    dfx::log_level().map_or("off", Level::name)
+pub fn log_level() -> String {
+    dfx::log_level().map_or("off", |l| l.as_str()).to_ascii_lowercase()
 }
 
 /// Per-operation statistics of `comm`: one dict per operation with at least one call.
@@ -280,6 +287,7 @@ pub fn error_codes() -> Vec<&'static str> {
 
 /// Adds the diagnostics functions to the native module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    dfx::log::init_with(&Queue);
     m.add_function(wrap_pyfunction!(install_log_sink, m)?)?;
     m.add_function(wrap_pyfunction!(remove_log_sink, m)?)?;
     m.add_function(wrap_pyfunction!(flush_log, m)?)?;

@@ -25,7 +25,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use symm_core::bootstrap::{JobSecret, JOB_SECRET_VAR};
-use symm_core::dfx::{log, Level};
+use symm_core::dfx::log::TARGET;
+use symm_core::dfx::Level;
 use symm_core::{BootstrapError, Store};
 
 #[derive(Debug, Default)]
@@ -166,9 +167,7 @@ impl Drop for Slot {
 }
 
 fn store_log(level: Level, addr: std::net::SocketAddr, what: &str) {
-    if log::enabled(level) {
-        log::emit(level, &format!("[symm] {level} start-up store {addr}: {what}"));
-    }
+    log::log!(target: TARGET, level, "start-up store {addr}: {what}");
 }
 
 impl TcpStoreServer {
@@ -182,6 +181,7 @@ impl TcpStoreServer {
     /// Binds `addr` and serves until dropped: only clients that prove they know `secret` (when
     /// given) are served, within `limits`.
     pub fn bind_with(addr: &str, secret: Option<JobSecret>, limits: StoreLimits) -> io::Result<TcpStoreServer> {
+        symm_core::dfx::log::init();
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));

@@ -1,7 +1,6 @@
 //! Diagnostics with ranks as threads of this process: the flight recorder seen from every
-//! rank, statistics, the log sink, and two threads driving one group.
+//! rank, statistics, the log lines, and two threads driving one group.
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use symm_core::dfx::{self, Level, RecordState};
@@ -9,8 +8,10 @@ use symm_core::{
     Backend, CollOptions, Collectives, Communicator, DType, Error, LocalMut, LocalRef, Rank, ReduceOp, SymmetricHeap,
 };
 use symm_sim::{run_in_process, SimConfig};
+use symm_tests::report::{captured, install_capture};
 
 fn config() -> SimConfig {
+    install_capture();
     let mut c = SimConfig::with_heap_size(32 << 20);
     c.timeout = Duration::from_secs(30);
     c
@@ -239,21 +240,19 @@ fn a_collective_that_timed_out_leaves_its_group_refusing_collectives_on_that_ran
 }
 
 #[test]
-fn the_log_sink_receives_one_line_per_operation_with_rank_and_group() {
-    let lines: Arc<Mutex<Vec<(Level, String)>>> = Arc::default();
-    let sink = lines.clone();
-    dfx::set_log_sink(Box::new(move |level, line| sink.lock().unwrap().push((level, line.to_string()))));
-    dfx::set_log_level(Some(Level::Debug));
-    let results = run_in_process(2, config(), |comm| {
-        allreduce(&comm, 4).expect("allreduce");
-        comm.barrier(&comm.world()).expect("barrier");
+fn the_logger_receives_one_line_per_operation_with_rank_and_group() {
+    let (results, lines) = captured(|| {
+        dfx::set_log_level(Some(Level::Debug));
+        let results = run_in_process(2, config(), |comm| {
+            allreduce(&comm, 4).expect("allreduce");
+            comm.barrier(&comm.world()).expect("barrier");
+        });
+        dfx::set_log_level(Some(Level::Error));
+        results
     });
-    dfx::set_log_level(Some(Level::Error));
-    dfx::reset_log_sink();
     for res in results {
         res.expect("rank start-up");
     }
-    let lines = lines.lock().unwrap();
     for r in 0..2 {
         let done = format!("rank {r}: allreduce #1 in group [0, 1] (count 4 float32) completed");
         assert!(lines.iter().any(|(l, s)| *l == Level::Debug && s.contains(&done)), "no line {done:?} in {lines:#?}");

@@ -6,7 +6,7 @@
 //!   reads. [`dump`] prints the whole node's picture from any rank; [`records`] returns it as
 //!   data. A wait that times out attaches the picture to its [`TimeoutError`] and logs it; with
 //!   `SYMM_DUMP_ON_SIGNAL=1`, SIGUSR1 prints it to stderr ([`install_dump_on_signal`]).
-//! - **Logging** ([`log`]): `SYMM_LOG_LEVEL`, one line per event, pluggable sink.
+//! - **Logging** ([`log`]): through the `log` facade, `SYMM_LOG_LEVEL`, one line per event.
 //! - **Statistics** ([`stats`](fn@stats)): calls, bytes, time and errors per operation, resettable.
 //!
 //! Every recorded operation goes through [`start`] and [`finish`], which cost a few plain
@@ -32,7 +32,7 @@ pub mod stats;
 
 use std::fmt::Write as _;
 
-pub use log::{log_level, reset_log_sink, set_log_level, set_log_sink, Level, LogSink, LOG_LEVEL_VAR};
+pub use log::{log_level, set_log_level, Level, LOG_LEVEL_VAR};
 pub use recorder::{FlightRecord, FlightRing, RankRecords, RecordStart, RecordState, ENTRIES_VAR};
 pub use signal::{
     current_generation, dump_all, install_dump_on, install_dump_on_signal, install_dump_on_signal_from_env,
@@ -204,7 +204,7 @@ impl Started {
 /// and statistics of one communicator must not depend on it.
 #[inline]
 fn timed<B: Backend + ?Sized>(b: &B, op: Op, recording: bool) -> bool {
-    let used = recording || b.op_stats().is_some() || log::enabled(Level::Debug);
+    let used = recording || b.op_stats().is_some() || Level::Debug <= ::log::max_level();
     used && (b.timing() || !op.timing_optional())
 }
 
@@ -288,9 +288,9 @@ fn failed<B: Backend + ?Sized>(b: &B, ev: &OpEvent<'_>, e: &Error) {
     };
     let level = if fatal { Level::Error } else { Level::Warn };
     symm_log!(level, b.rank(), "{} failed ({}): {e}", describe(ev), e.code());
-    if let (Error::Timeout(t), true, true) = (e, fatal, log::enabled(Level::Error)) {
+    if let (Error::Timeout(t), true) = (e, fatal) {
         if let Some(d) = &t.flight_dump {
-            log::emit(Level::Error, &format!("[symm] error rank {}: flight recorder at the timeout:\n{d}", b.rank()));
+            symm_log!(Level::Error, b.rank(), "flight recorder at the timeout:\n{d}");
         }
     }
 }

@@ -9,7 +9,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
 
-use super::log::{emit, Level};
+use super::log::TARGET;
 
 /// The environment variable that installs the SIGUSR1 dump when set to `1`.
 pub const DUMP_ON_SIGNAL_VAR: &str = crate::config::DUMP_ON_SIGNAL.name;
@@ -52,7 +52,7 @@ pub fn process_generation() -> u64 {
         // SAFETY: the child handler is an `extern "C"` function without arguments that never
         // unwinds and only does an atomic add (allowed in a child of a multi-threaded fork).
         if unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) } != 0 {
-            emit(Level::Warn, "[symm] warn: pthread_atfork failed; a child of fork() is not told from its parent");
+            log::error!(target: TARGET, "pthread_atfork failed; a child of fork() is not told from its parent");
         }
     });
     current_generation()
@@ -82,7 +82,7 @@ pub fn register(source: Arc<dyn DumpSource>) -> Registration {
     ATEXIT.call_once(|| {
         // SAFETY: `on_exit` is an `extern "C"` function without arguments that never unwinds.
         if unsafe { libc::atexit(on_exit) } != 0 {
-            emit(Level::Warn, "[symm] warn: atexit failed; peers will see a normal exit as a lost rank");
+            log::error!(target: TARGET, "atexit failed; peers will see a normal exit as a lost rank");
         }
     });
     let generation = process_generation();
@@ -165,13 +165,13 @@ pub fn install_dump_on_signal_from_env() {
     {
         Ok(Some(true)) => install_dump_on_signal_logged(),
         Ok(_) => {}
-        Err(e) => emit(Level::Error, &format!("[symm] error: {e}; no SIGUSR1 dump")),
+        Err(e) => log::error!(target: TARGET, "{e}; no SIGUSR1 dump"),
     }
 }
 
 /// Installs the SIGUSR1 dump; a failure is logged, not returned (the dump is a diagnostic).
 pub fn install_dump_on_signal_logged() {
     if let Err(e) = install_dump_on_signal() {
-        emit(Level::Warn, &format!("[symm] warn: {DUMP_ON_SIGNAL_VAR} is on but the SIGUSR1 handler failed: {e}"));
+        log::error!(target: TARGET, "{DUMP_ON_SIGNAL_VAR} is on but the SIGUSR1 handler failed: {e}");
     }
 }

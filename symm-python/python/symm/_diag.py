@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import threading
 from typing import Any, Dict, List, Union
 
 from . import _symm
@@ -19,30 +18,19 @@ from . import _symm
 #: The logger the core's lines go to.
 logger = logging.getLogger("symm")
 
-#: Core level (1 error ... 5 trace) -> ``logging`` level.
-_LEVELS = {1: logging.ERROR, 2: logging.WARNING, 3: logging.INFO, 4: logging.DEBUG, 5: 5}
+#: The core's ``trace`` level in ``logging``.
 TRACE = 5
 logging.addLevelName(TRACE, "TRACE")
-
-_installed = False
-_install_lock = threading.Lock()
-
-
-def _forward(level: int, line: str) -> None:
-    """Called by the native sink (GIL held) for each line."""
-    logger.log(_LEVELS.get(level, logging.ERROR), "%s", line)
 
 
 def install_logging() -> None:
     """Routes the core's log lines into the ``symm`` logger (idempotent)."""
-    global _installed
-    with _install_lock:
-        if _installed:
-            return
-        _symm.install_log_sink(_forward)
-        # Before the interpreter shuts down: lines of a later exit hook go to stderr.
-        atexit.register(_symm.remove_log_sink)
-        _installed = True
+    _symm.install_log_sink()
+
+
+# Before the interpreter shuts down (and after every exit hook registered later): lines go to
+# stderr from then on.
+atexit.register(_symm.remove_log_sink)
 
 
 def set_log_level(level: Union[str, int, None]) -> None:

@@ -28,13 +28,12 @@
 //!
 //! `victim` and `limit-ms` are ignored by `signal`.
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use symm_core::dfx::{self, Level};
 use symm_core::{Backend, CollOptions, Collectives, Communicator, Error, LocalMut, LocalRef, Rank, ReduceOp};
 use symm_sim::SimComm;
-use symm_tests::report::{say, Checks};
+use symm_tests::report::{captured, install_capture, say, Checks};
 
 /// An allreduce of 16 ones over the world; the sum it gave (the world size when right).
 fn allreduce(comm: &SimComm, timeout: Option<Duration>) -> symm_core::Result<f32> {
@@ -45,6 +44,7 @@ fn allreduce(comm: &SimComm, timeout: Option<Duration>) -> symm_core::Result<f32
 }
 
 fn main() {
+    install_capture();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mode, victim, limit) = match args.as_slice() {
         [m, v, l] => match (v.parse::<u32>(), l.parse::<u64>()) {
@@ -194,17 +194,10 @@ fn timeout(comm: SimComm, mut c: Checks, victim: Rank) -> ! {
         drop(comm);
         c.exit();
     }
-    let logged: Arc<Mutex<Vec<String>>> = Arc::default();
-    let sink = logged.clone();
-    dfx::set_log_sink(Box::new(move |level, line| {
-        if level == Level::Error {
-            sink.lock().unwrap().push(line.to_string());
-        }
-    }));
     let start = Instant::now();
-    let r = allreduce(&comm, Some(Duration::from_secs(1)));
+    let (r, logged) = captured(|| allreduce(&comm, Some(Duration::from_secs(1))));
     let took = start.elapsed();
-    dfx::reset_log_sink();
+    let lines: Vec<String> = logged.into_iter().filter(|(l, _)| *l == Level::Error).map(|(_, s)| s).collect();
     match &r {
         Err(Error::Timeout(t)) => {
             let text = t.to_string();
@@ -229,7 +222,6 @@ fn timeout(comm: SimComm, mut c: Checks, victim: Rank) -> ! {
                 c.check(dump.contains(&format!("rank {r} (pid")), || format!("the dump lacks rank {r}: {dump}"));
             }
             c.check(dump.contains("started"), || format!("the dump shows no running operation: {dump}"));
-            let lines = logged.lock().unwrap();
             c.check(
                 lines.iter().any(|l| {
                     l.contains("flight recorder at the timeout") && l.contains(&format!("rank {victim} (pid"))
