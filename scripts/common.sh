@@ -26,7 +26,7 @@ ensure_cargo() {
         rm -f "$installer"
         cat >&2 <<'MSG'
 Could not download the Rust installer (no curl, or https://sh.rustup.rs is unreachable).
-Install the Rust toolchain (1.80 or newer) yourself, for example with:
+Install the Rust toolchain (1.87 or newer) yourself, for example with:
     curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh
 or with your distribution's packages (cargo, rustc), then run this script again.
 MSG

@@ -78,10 +78,7 @@ step_miri() {
     ensure_miri
     # The tests of the code that does raw-pointer and SIMD work on buffers; miri runs them about
     # a thousand times slower, so they use small sizes under cfg(miri).
-    # Skipped: two lowp tests compare NaN bits, which Rust leaves unspecified and miri varies.
-    cargo +nightly miri test -p symm-core --lib -- coll::kernels:: coll::lowp:: coll::copy:: \
-        --skip lowp::tests::kernels_match_the_plain_computation \
-        --skip lowp::tests::fan_out_reduction_equals_the_reduction_in_every_destination
+    cargo +nightly miri test -p symm-core --lib -- coll::kernels:: coll::lowp:: coll::copy::
 }
 
 step_loom() {

@@ -4,23 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use rustix::thread::CpuSet;
-
-/// The CPUs this process may run on.
-pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
-    let set = rustix::thread::sched_getaffinity(None)?;
-    Ok((0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect())
-}
-
-/// Pins the calling thread (and threads it starts later) to `cpu`, one of [`allowed_cpus`].
-pub fn pin_to(cpu: usize) -> std::io::Result<()> {
-    if cpu >= CpuSet::MAX_CPU {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("cpu {cpu} is out of range")));
-    }
-    let mut set = CpuSet::new();
-    set.set(cpu);
-    Ok(rustix::thread::sched_setaffinity(None, &set)?)
-}
+pub use symm_sim::sys::{allowed_cpus, pin_to};
 
 /// The CPU model named in /proc/cpuinfo, or `None`.
 pub fn cpu_model() -> Option<String> {

@@ -56,90 +56,68 @@ use ReadBy::{Communicator as C, Launcher as L, Python as P, Tests as T};
 const SIZE: &str = "a byte size such as 4096, 64K, 16M or 1G (suffixes K, M, G, T: powers of 1024)";
 const SWITCH: &str = "1, true, yes, on or 0, false, no, off";
 
-pub const HEAP_SIZE: Var = var("SYMMETRIC_MEMORY_HEAP_SIZE", SIZE, "1G", true, C);
-pub const TIMEOUT: Var =
-    var("SYMMETRIC_MEMORY_TIMEOUT", "seconds from 0.001 to 1e9 (fractions allowed)", "120", false, C);
-pub const RANK: Var = var("SYMM_RANK", "an integer from 0 to SYMM_WORLD_SIZE - 1", "none (required)", false, L);
-pub const WORLD_SIZE: Var = var("SYMM_WORLD_SIZE", "an integer from 1 to 1048576", "none (required)", false, L);
-pub const RENDEZVOUS: Var = var("SYMM_RENDEZVOUS", "host:port of the start-up store", "none (required)", false, L);
-pub const RENDEZVOUS_HOSTED: Var = var("SYMM_RENDEZVOUS_HOSTED", "1 or 0", "0", false, L);
-// Ranks agree on it without ever sending it: a record made under another secret fails its MAC.
-pub const JOB_SECRET: Var = var(
-    "SYMM_JOB_SECRET",
-    "any text of at least 16 bytes (the same on every rank); empty counts as unset",
-    "none (Python: shared over the process group)",
-    false,
-    L,
-);
-pub const SPIN_US: Var = var("SYMM_SPIN_US", "microseconds from 0 to 1000000", "by placement", false, C);
-pub const YIELD_US: Var = var("SYMM_YIELD_US", "microseconds from 0 to 1000000", "by placement", false, C);
-pub const TEST_NAP_MS: Var = var("SYMM_TEST_NAP_MS", "milliseconds from 1 to 3600000", "100", false, C);
-pub const LIGHT_SIGNALS: Var = var("SYMM_LIGHT_SIGNALS", SWITCH, "1", false, C);
-pub const HOST_ID: Var = var("SYMM_HOST_ID", "any text without a line break", "hostname + boot id", false, C);
-pub const LOW_PRECISION: Var =
-    var("SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE", "float16, bfloat16, float8_e4m3fn, float8_e5m2, none", "none", true, C);
-pub const COLL_WORKSPACE: Var =
-    var("SYMM_COLL_WORKSPACE", "a byte size from 64K (suffixes K, M, G, T: powers of 1024)", "16M", true, C);
-pub const ALLREDUCE_LL_MAX: Var = var("SYMM_ALLREDUCE_LL_MAX", "a byte size, or 0 (never)", "1K", true, C);
-pub const ALLREDUCE_ONESHOT_MAX: Var = var("SYMM_ALLREDUCE_ONESHOT_MAX", "a byte size, or 0 (never)", "8K", true, C);
-pub const P2P_CHUNK: Var = var(
-    "SYMM_P2P_CHUNK",
-    "a byte size from 128 to 16M (suffixes K, M: powers of 1024), rounded up to a multiple of 64",
-    "16K",
-    true,
-    C,
-);
-pub const BCAST_EAGER_MAX: Var =
-    var("SYMM_BCAST_EAGER_MAX", "a byte size up to 8K, or 0 (never)", "by placement", true, C);
-pub const LL_MAX: Var = var("SYMM_LL_MAX", "a byte size up to 4K, or 0 (never)", "2K", false, C);
-pub const STREAM_STORES_MIN: Var = var("SYMM_STREAM_STORES_MIN", "a byte size, or 0 (always)", "16M", false, C);
-pub const COLL_ACCESS: Var = var("SYMM_COLL_ACCESS", "auto or get", "auto", false, C);
-pub const LOG_LEVEL: Var = var("SYMM_LOG_LEVEL", "off, error, warn, info, debug, trace", "error", false, C);
-pub const VALIDATE: Var = var("SYMM_VALIDATE", SWITCH, "0", true, C);
-pub const FLIGHT_RECORDER_ENTRIES: Var =
-    var("SYMM_FLIGHT_RECORDER_ENTRIES", "a number of records from 0 to 65536", "64", true, C);
-pub const STATS: Var = var("SYMM_STATS", SWITCH, "1", false, C);
-pub const TIMING: Var = var("SYMM_TIMING", SWITCH, "0", false, C);
-pub const DUMP_ON_SIGNAL: Var = var("SYMM_DUMP_ON_SIGNAL", SWITCH, "0", false, C);
-pub const FAST_PATH: Var = var("SYMM_FAST_PATH", SWITCH, "1", false, C);
-pub const PLATFORM: Var = var("SYMM_PLATFORM", "the name of a registered platform (torch, ...)", "torch", false, P);
-pub const TEST_SEED: Var = var("SYMM_TEST_SEED", "a non-negative integer", "fixed per case", false, T);
-pub const TEST_CASES: Var = var("SYMM_TEST_CASES", "a non-negative integer", "64 and 24", false, T);
+/// Declares each variable as a constant, and [`VARS`] listing them in this order.
+macro_rules! vars {
+    ($($name:ident = $var:expr;)*) => {
+        $(pub const $name: Var = $var;)*
+        /// Every variable symm reads, in the README's order.
+        pub const VARS: &[Var] = &[$($name),*];
+    };
+}
 
-/// Every variable symm reads, in the README's order.
-pub const VARS: &[Var] = &[
-    HEAP_SIZE,
-    TIMEOUT,
-    RANK,
-    WORLD_SIZE,
-    RENDEZVOUS,
-    RENDEZVOUS_HOSTED,
-    JOB_SECRET,
-    SPIN_US,
-    YIELD_US,
-    TEST_NAP_MS,
-    LIGHT_SIGNALS,
-    HOST_ID,
-    LOW_PRECISION,
-    COLL_WORKSPACE,
-    ALLREDUCE_LL_MAX,
-    ALLREDUCE_ONESHOT_MAX,
-    P2P_CHUNK,
-    BCAST_EAGER_MAX,
-    LL_MAX,
-    STREAM_STORES_MIN,
-    COLL_ACCESS,
-    LOG_LEVEL,
-    VALIDATE,
-    FLIGHT_RECORDER_ENTRIES,
-    STATS,
-    TIMING,
-    DUMP_ON_SIGNAL,
-    FAST_PATH,
-    PLATFORM,
-    TEST_SEED,
-    TEST_CASES,
-];
+vars! {
+    HEAP_SIZE = var("SYMMETRIC_MEMORY_HEAP_SIZE", SIZE, "1G", true, C);
+    TIMEOUT = var("SYMMETRIC_MEMORY_TIMEOUT", "seconds from 0.001 to 1e9 (fractions allowed)", "120", false, C);
+    RANK = var("SYMM_RANK", "an integer from 0 to SYMM_WORLD_SIZE - 1", "none (required)", false, L);
+    WORLD_SIZE = var("SYMM_WORLD_SIZE", "an integer from 1 to 1048576", "none (required)", false, L);
+    RENDEZVOUS = var("SYMM_RENDEZVOUS", "host:port of the start-up store", "none (required)", false, L);
+    RENDEZVOUS_HOSTED = var("SYMM_RENDEZVOUS_HOSTED", "1 or 0", "0", false, L);
+    // Ranks agree on it without ever sending it: a record made under another secret fails its MAC.
+    JOB_SECRET = var(
+        "SYMM_JOB_SECRET",
+        "any text of at least 16 bytes (the same on every rank); empty counts as unset",
+        "none (Python: shared over the process group)",
+        false,
+        L,
+    );
+    SPIN_US = var("SYMM_SPIN_US", "microseconds from 0 to 1000000", "by placement", false, C);
+    YIELD_US = var("SYMM_YIELD_US", "microseconds from 0 to 1000000", "by placement", false, C);
+    TEST_NAP_MS = var("SYMM_TEST_NAP_MS", "milliseconds from 1 to 3600000", "100", false, C);
+    LIGHT_SIGNALS = var("SYMM_LIGHT_SIGNALS", SWITCH, "1", false, C);
+    HOST_ID = var("SYMM_HOST_ID", "any text without a line break", "hostname + boot id", false, C);
+    LOW_PRECISION = var(
+        "SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE",
+        "float16, bfloat16, float8_e4m3fn, float8_e5m2, none",
+        "none",
+        true,
+        C,
+    );
+    COLL_WORKSPACE =
+        var("SYMM_COLL_WORKSPACE", "a byte size from 64K (suffixes K, M, G, T: powers of 1024)", "16M", true, C);
+    ALLREDUCE_LL_MAX = var("SYMM_ALLREDUCE_LL_MAX", "a byte size, or 0 (never)", "1K", true, C);
+    ALLREDUCE_ONESHOT_MAX = var("SYMM_ALLREDUCE_ONESHOT_MAX", "a byte size, or 0 (never)", "8K", true, C);
+    P2P_CHUNK = var(
+        "SYMM_P2P_CHUNK",
+        "a byte size from 128 to 16M (suffixes K, M: powers of 1024), rounded up to a multiple of 64",
+        "16K",
+        true,
+        C,
+    );
+    BCAST_EAGER_MAX = var("SYMM_BCAST_EAGER_MAX", "a byte size up to 8K, or 0 (never)", "by placement", true, C);
+    LL_MAX = var("SYMM_LL_MAX", "a byte size up to 4K, or 0 (never)", "2K", false, C);
+    STREAM_STORES_MIN = var("SYMM_STREAM_STORES_MIN", "a byte size, or 0 (always)", "16M", false, C);
+    COLL_ACCESS = var("SYMM_COLL_ACCESS", "auto or get", "auto", false, C);
+    LOG_LEVEL = var("SYMM_LOG_LEVEL", "off, error, warn, info, debug, trace", "error", false, C);
+    VALIDATE = var("SYMM_VALIDATE", SWITCH, "0", true, C);
+    FLIGHT_RECORDER_ENTRIES = var("SYMM_FLIGHT_RECORDER_ENTRIES", "a number of records from 0 to 65536", "64", true, C);
+    STATS = var("SYMM_STATS", SWITCH, "1", false, C);
+    TIMING = var("SYMM_TIMING", SWITCH, "0", false, C);
+    DUMP_ON_SIGNAL = var("SYMM_DUMP_ON_SIGNAL", SWITCH, "0", false, C);
+    FAST_PATH = var("SYMM_FAST_PATH", SWITCH, "1", false, C);
+    PLATFORM = var("SYMM_PLATFORM", "the name of a registered platform (torch, ...)", "torch", false, P);
+    TEST_SEED = var("SYMM_TEST_SEED", "a non-negative integer", "fixed per case", false, T);
+    TEST_CASES = var("SYMM_TEST_CASES", "a non-negative integer", "64 and 24", false, T);
+}
 
 /// A setting that is not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -218,12 +218,12 @@ mod tests {
     fn layout_is_aligned_and_disjoint() {
         for (heap, entries) in [(1usize, 0), (4096, 1), (1 << 20, 64), ((1 << 30) + 5, 1000)] {
             let l = Layout::new(heap, entries);
-            assert!(l.heap_size >= heap && l.heap_size % GRANULE == 0);
-            assert!(l.slots >= std::mem::size_of::<Header>() && l.slots % 128 == 0);
+            assert!(l.heap_size >= heap && l.heap_size.is_multiple_of(GRANULE));
+            assert!(l.slots >= std::mem::size_of::<Header>() && l.slots.is_multiple_of(128));
             assert!(l.bitmap >= l.slots + MAX_GROUPS * std::mem::size_of::<GroupSlot>());
             assert!(l.dropped >= l.bitmap + l.bitmap_words * 8);
-            assert!(l.recorder >= l.dropped + l.bitmap_words * 8 && l.recorder % 64 == 0);
-            assert!(l.heap >= l.recorder + FlightRing::bytes_for(entries) && l.heap % GRANULE == 0);
+            assert!(l.recorder >= l.dropped + l.bitmap_words * 8 && l.recorder.is_multiple_of(64));
+            assert!(l.heap >= l.recorder + FlightRing::bytes_for(entries) && l.heap.is_multiple_of(GRANULE));
             assert!(l.bitmap_words * 64 >= l.heap_size / GRANULE);
         }
     }

@@ -8,6 +8,8 @@ use std::fmt;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use crate::sys::{allowed_cpus, pin_to};
+
 /// The operations the benchmarks time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Coll {
@@ -171,7 +173,7 @@ impl Limits {
     /// Measures with one thread and with `threads` (at most the CPUs this process may use), each
     /// pinned to its own CPU when `pin` and the affinity call allows.
     pub fn measure(threads: usize, pin: bool) -> Limits {
-        let cpus = allowed_cpus();
+        let cpus = allowed_cpus().unwrap_or_default();
         let threads = threads.clamp(1, cpus.len().max(1));
         let pin_on: &[usize] = if pin { &cpus } else { &[] };
         let (one, pinned_one) = measure_threads(1, pin_on);
@@ -247,57 +249,25 @@ fn human(bytes: usize) -> String {
     }
 }
 
-/// The CPUs this process may run on (empty if the call fails).
-fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: an all-zero cpu_set_t is a valid, empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a live cpu_set_t and the size passed is its size; pid 0 is this thread.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
-        return Vec::new();
-    }
-    // SAFETY: every index is below CPU_SETSIZE, the capacity of the set.
-    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
-}
-
-/// Pins the calling thread to `cpu` (below CPU_SETSIZE); whether it worked.
-fn pin_to(cpu: usize) -> bool {
-    // SAFETY: an all-zero cpu_set_t is a valid, empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` comes from `allowed_cpus`, below CPU_SETSIZE.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: `set` is a live cpu_set_t and the size passed is its size; pid 0 is this thread.
-    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 }
-}
-
 /// One cache line, aligned: the unit of the kernels.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Line([u64; 8]);
 
+/// A measuring pass; `true`: with streaming (non-temporal) stores.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kernel {
     Read,
-    Write {
-        streaming: bool,
-    },
-    Copy {
-        streaming: bool,
-    },
+    Write(bool),
+    Copy(bool),
     /// The sum of two arrays into a third: a reduction's mix.
-    Add {
-        streaming: bool,
-    },
+    Add(bool),
 }
 
-const KERNELS: [Kernel; 7] = [
-    Kernel::Read,
-    Kernel::Write { streaming: true },
-    Kernel::Write { streaming: false },
-    Kernel::Copy { streaming: true },
-    Kernel::Copy { streaming: false },
-    Kernel::Add { streaming: true },
-    Kernel::Add { streaming: false },
-];
+const KERNELS: [Kernel; 7] = {
+    use Kernel::*;
+    [Read, Write(true), Write(false), Copy(true), Copy(false), Add(true), Add(false)]
+};
 
 /// Rates of every level with `threads` threads, each on its own share of the working set;
 /// whether every thread was pinned.
@@ -310,7 +280,7 @@ fn measure_threads(threads: usize, cpus: &[usize]) -> (Vec<Rates>, bool) {
             .map(|t| {
                 let barrier = &barrier;
                 s.spawn(move || {
-                    let pinned = !cpus.is_empty() && pin_to(cpus[t % cpus.len()]);
+                    let pinned = !cpus.is_empty() && pin_to(cpus[t % cpus.len()]).is_ok();
                     let mut buf = vec![Line([t as u64 + 1; 8]); lines_max];
                     let times = LEVELS
                         .iter()
@@ -348,8 +318,8 @@ fn measure_threads(threads: usize, cpus: &[usize]) -> (Vec<Rates>, bool) {
             let rate = |ki: usize| {
                 // A copy moves whole halves, a sum whole thirds of the lines.
                 let used = match KERNELS[ki] {
-                    Kernel::Copy { .. } => lines / 2 * 2,
-                    Kernel::Add { .. } => lines / 3 * 3,
+                    Kernel::Copy(_) => lines / 2 * 2,
+                    Kernel::Add(_) => lines / 3 * 3,
                     _ => lines,
                 };
                 let moved = (threads * used * 64 * reps) as f64;
@@ -377,12 +347,12 @@ fn run(k: Kernel, buf: &mut [Line]) {
         Kernel::Read => {
             std::hint::black_box(read(std::hint::black_box(&*buf)));
         }
-        Kernel::Write { streaming } => write(std::hint::black_box(buf), streaming),
-        Kernel::Copy { streaming } => {
+        Kernel::Write(streaming) => write(std::hint::black_box(buf), streaming),
+        Kernel::Copy(streaming) => {
             let (src, dst) = buf.split_at_mut(buf.len() / 2);
             copy(std::hint::black_box(src), std::hint::black_box(&mut dst[..src.len()]), streaming)
         }
-        Kernel::Add { streaming } => {
+        Kernel::Add(streaming) => {
             let third = buf.len() / 3;
             let (a, rest) = buf.split_at_mut(third);
             let (b, c) = rest.split_at_mut(third);

@@ -1,5 +1,5 @@
 //! The operating-system calls the backend needs, each wrapped once: anonymous shared memory
-//! (memfd), mappings, futexes and passing file descriptors over a Unix socket.
+//! (memfd), mappings, futexes, passing file descriptors over a Unix socket, and CPU affinity.
 //!
 //! Shared memory is a memfd: it has no name in `/dev/shm` or anywhere else, so nothing can be
 //! left behind when ranks die; the kernel frees it when the last mapping goes away.
@@ -18,7 +18,7 @@ use rustix::mm::{Advice, MapFlags, ProtFlags};
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
 };
-use rustix::thread::{futex, MembarrierCommand, MembarrierQuery};
+use rustix::thread::{futex, CpuSet, MembarrierCommand, MembarrierQuery};
 
 /// Creates an anonymous shared-memory file of `len` bytes (zero-filled, no name anywhere).
 pub fn memfd(name: &str, len: usize) -> io::Result<OwnedFd> {
@@ -147,6 +147,22 @@ pub fn recv_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
             _ => None,
         })
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "peer sent no file descriptor"))
+}
+
+/// The CPUs this process may run on.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    let set = rustix::thread::sched_getaffinity(None)?;
+    Ok((0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect())
+}
+
+/// Pins the calling thread (and threads it starts later) to `cpu`, one of [`allowed_cpus`].
+pub fn pin_to(cpu: usize) -> io::Result<()> {
+    if cpu >= CpuSet::MAX_CPU {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("cpu {cpu} is out of range")));
+    }
+    let mut set = CpuSet::new();
+    set.set(cpu);
+    Ok(rustix::thread::sched_setaffinity(None, &set)?)
 }
 
 /// The number of CPUs online on this host. Not the process's affinity mask: ranks pinned to one

@@ -229,7 +229,7 @@ pub fn wait_until<T, E>(
             std::hint::spin_loop();
         }
         rounds += 1;
-        if rounds % 16 == 0 {
+        if rounds.is_multiple_of(16) {
             // Let a peer sharing this core run now and then even while spinning.
             std::thread::yield_now();
         }

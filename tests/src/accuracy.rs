@@ -43,7 +43,7 @@ pub fn adversarial(set: &str, dtype: DType, r: usize, i: usize) -> f64 {
         // Rank r and rank r+1 nearly cancel, leaving small sums.
         "cancellation" => {
             let base = ((i % 97) as f64 - 48.0) * 1000.0;
-            if r % 2 == 0 {
+            if r.is_multiple_of(2) {
                 base + unit
             } else {
                 -base + unit * 0.5

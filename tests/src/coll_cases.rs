@@ -68,7 +68,7 @@ pub fn value(dtype: DType, r: usize, k: usize, i: usize) -> f64 {
         // fp16 overflows at 65504: keep sums of 8 ranks finite.
         DType::F16 => small * 2f64.powi(((h >> 8) % 16) as i32 - 12) / 3.0,
         _ => {
-            if h % 17 == 0 {
+            if h.is_multiple_of(17) {
                 0.0
             } else {
                 small * 2f64.powi(((h >> 8) % 24) as i32 - 12) / 3.0
@@ -660,7 +660,7 @@ pub fn small_broadcasts<C: Collectives>(comm: &C) {
     let validate = tun.validate;
     // Whether a broadcast of `bytes` is eager (SYMM_BCAST_EAGER_MAX, when set, may turn small
     // ones into rounds: their root then waits and fails with its members).
-    let eager = |bytes: usize| tun.bcast_eager_max.map_or(true, |max| bytes <= max);
+    let eager = |bytes: usize| tun.bcast_eager_max.is_none_or(|max| bytes <= max);
     // 200 broadcasts (more than a root may run ahead of a member) from one root, while the other
     // members start late, then from rotating roots; sizes up to the eager limit and past it
     // (256 bytes where every rank has a core, 8 KiB where ranks share cores).
@@ -858,7 +858,7 @@ pub fn sendrecv<C: Collectives>(comm: &C, cases: usize) {
                 // A large self-message would need the receiver inside recv: skip.
                 continue;
             }
-            if me % 2 == 0 {
+            if me.is_multiple_of(2) {
                 comm.send(&world, LocalRef::from(&data), next, &opts).expect("send large");
                 comm.recv(&world, LocalMut::from(&mut got), prev, &opts).expect("recv large");
             } else {
@@ -906,7 +906,7 @@ pub fn sendrecv_heap<C: Collectives>(comm: &C) {
     // Even ranks send first, odd ranks receive first: a send larger than the mailbox returns
     // only once its receiver has taken the message.
     let in_order = |send: &mut dyn FnMut(), recv: &mut dyn FnMut()| {
-        if me % 2 == 0 {
+        if me.is_multiple_of(2) {
             send();
             recv();
         } else {

@@ -1,4 +1,5 @@
-//! The conformance suite with one process per rank, for 2, 3, 4 and 8 ranks.
+//! The conformance suite with one process per rank, for 2, 3, 4 and 8 ranks, and under settings
+//! that must not change its results.
 
 use std::time::Duration;
 
@@ -76,4 +77,15 @@ fn every_wait_asleep_with_light_fenced_and_mixed_signals() {
             ],
         );
     }
+}
+
+#[test]
+fn collectives_pass_their_cases_in_validation_mode_and_with_a_one_record_flight_recorder() {
+    // Neither may change any result or raise an error that the cases do not expect; the
+    // recorder of one record wraps on every operation.
+    for n in [2, 3, 4] {
+        run_with(symm_tests::COLL_CASES, n, &[("SYMM_VALIDATE", "1"), ("SYMM_TEST_CASES", "4")]);
+    }
+    let recorder = [("SYMM_FLIGHT_RECORDER_ENTRIES", "1"), ("SYMM_LOG_LEVEL", "off"), ("SYMM_TEST_CASES", "4")];
+    run_with(symm_tests::COLL_CASES, 3, &recorder);
 }

@@ -635,51 +635,15 @@ impl Val for f64 {
 /// Runs `$body` with `$t` the Rust type of dtype `$d` (bool is rejected by `parse_args`).
 macro_rules! by_dtype {
     ($d:expr, $t:ident => $body:expr) => {
+        by_dtype!(@ $d, $t, $body; F32 f32, F64 f64, F16 f16, BF16 bf16, F8E4M3 F8E4M3, F8E5M2 F8E5M2,
+            I8 i8, I16 i16, I32 i32, I64 i64, U8 u8)
+    };
+    (@ $d:expr, $t:ident, $body:expr; $($v:ident $ty:ty),*) => {
         match $d {
-            DType::F32 => {
-                type $t = f32;
+            $(DType::$v => {
+                type $t = $ty;
                 $body
-            }
-            DType::F64 => {
-                type $t = f64;
-                $body
-            }
-            DType::F16 => {
-                type $t = f16;
-                $body
-            }
-            DType::BF16 => {
-                type $t = bf16;
-                $body
-            }
-            DType::F8E4M3 => {
-                type $t = F8E4M3;
-                $body
-            }
-            DType::F8E5M2 => {
-                type $t = F8E5M2;
-                $body
-            }
-            DType::I8 => {
-                type $t = i8;
-                $body
-            }
-            DType::I16 => {
-                type $t = i16;
-                $body
-            }
-            DType::I32 => {
-                type $t = i32;
-                $body
-            }
-            DType::I64 => {
-                type $t = i64;
-                $body
-            }
-            DType::U8 => {
-                type $t = u8;
-                $body
-            }
+            })*
             DType::Bool => unreachable!("bool is not a benchmark dtype"),
         }
     };
@@ -1048,20 +1012,15 @@ fn fmt_time(us: f64) -> String {
 
 /// Table header lines (nccl-tests layout plus the bound columns).
 fn table_header() -> [String; 3] {
-    let oop = format!("{:^38}", "out-of-place");
-    let ip = format!("{:^38}", "in-place");
+    const WIDTHS: [usize; 16] = [11, 12, 8, 6, 6, 7, 6, 6, 6, 7, 6, 6, 6, 9, 6, 6];
+    let line = |names: &str| {
+        let cols: Vec<String> = names.split(',').zip(WIDTHS).map(|(name, w)| format!("{name:>w$}")).collect();
+        format!("#{}", cols.join("  "))
+    };
     [
-        format!("#{:50}{oop}{ip}{:^25}", "", "memory bound"),
-        format!(
-            "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>9}  {:>6}  {:>6}",
-            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
-            "#wrong", "bound", "%oop", "%ip"
-        ),
-        format!(
-            "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>9}  {:>6}  {:>6}",
-            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "",
-            ""
-        ),
+        format!("#{:50}{:^38}{:^38}{:^25}", "", "out-of-place", "in-place", "memory bound"),
+        line("size,count,type,redop,root,time,algbw,busbw,#wrong,time,algbw,busbw,#wrong,bound,%oop,%ip"),
+        line("(B),(elements),,,,(us),(GB/s),(GB/s),,(us),(GB/s),(GB/s),,(us),,"),
     ]
 }
 
@@ -1191,33 +1150,9 @@ mod tests {
         assert_eq!((o.op, o.min_bytes, o.max_bytes, o.factor, o.ranks), (Op::AllReduce, 8, 64 << 20, 2, 2));
         assert_eq!((o.dtype, o.redop, o.iters, o.warmup), (DType::F32, ReduceOp::Sum, 20, 5));
         assert!(o.check && o.pin && !o.host && !o.csv);
-        let o = parse_args(&args(&[
-            "-b",
-            "1K",
-            "-e",
-            "2M",
-            "-f",
-            "4",
-            "-g",
-            "8",
-            "-d",
-            "bfloat16",
-            "-o",
-            "max",
-            "-n",
-            "7",
-            "-w",
-            "0",
-            "-c",
-            "0",
-            "--pin",
-            "0",
-            "--host",
-            "1",
-            "--csv",
-            "reduce_scatter_perf",
-        ]))
-        .unwrap();
+        let flags =
+            "-b 1K -e 2M -f 4 -g 8 -d bfloat16 -o max -n 7 -w 0 -c 0 --pin 0 --host 1 --csv reduce_scatter_perf";
+        let o = parse_args(&args(&flags.split(' ').collect::<Vec<_>>())).unwrap();
         assert_eq!((o.op, o.min_bytes, o.max_bytes, o.factor, o.ranks), (Op::ReduceScatter, 1024, 2 << 20, 4, 8));
         assert_eq!((o.dtype, o.redop, o.iters, o.warmup), (DType::BF16, ReduceOp::Max, 7, 0));
         assert!(!o.check && !o.pin && o.host && o.csv);

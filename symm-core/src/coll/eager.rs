@@ -328,7 +328,7 @@ pub(super) fn sent<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, f: Flag) -> (i64, i64)
 fn announce<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, b: u64, sig: i64, count: usize, to: Option<usize>) -> Result<()> {
     let (facts_at, wait_at) = (ctx.word_offset(ctx.me, EAGER_SIG), ctx.word_offset(ctx.me, EAGER_WAIT));
     const _: () = assert!(EAGER_LEN == EAGER_SIG + 1);
-    for j in (0..ctx.n).filter(|&j| j != ctx.me && to.map_or(true, |t| t == j)) {
+    for j in (0..ctx.n).filter(|&j| j != ctx.me && to.is_none_or(|t| t == j)) {
         let peer = ctx.group.ranks()[j];
         match ctx.mapped {
             Some(bases) => {

@@ -55,7 +55,7 @@ const HEAD_DATA: usize = 40;
 const HEAD_DATA_AT: usize = 24;
 // Every dtype's elements (1 to 8 bytes) stay whole in the header line, and the data past it
 // starts on a line of its own.
-const _: () = assert!(HEAD_DATA % 8 == 0 && HEAD_DATA_AT + HEAD_DATA == LINE);
+const _: () = assert!(HEAD_DATA.is_multiple_of(8) && HEAD_DATA_AT + HEAD_DATA == LINE);
 const _: () = assert!(DEFAULT_MAX_BYTES <= MAX_BYTES);
 /// Largest message of one writer to one reader (bytes): what a slot holds.
 pub const MAX_BYTES: usize = 4096;
@@ -68,7 +68,7 @@ pub const DEFAULT_MAX_BYTES: usize = 2048;
 /// Bytes of one slot: the header line, then room for the rest of the largest message.
 const SLOT_BYTES: usize = LINE + (MAX_BYTES - HEAD_DATA).next_multiple_of(LINE);
 // Every byte of the largest message has a place in a slot, and slots stay line-aligned.
-const _: () = assert!(HEAD_DATA + (SLOT_BYTES - LINE) >= MAX_BYTES && SLOT_BYTES % LINE == 0);
+const _: () = assert!(HEAD_DATA + (SLOT_BYTES - LINE) >= MAX_BYTES && SLOT_BYTES.is_multiple_of(LINE));
 /// Reads of a header flag between two looks at the writer's round-protocol flag.
 const LOOK_EVERY: u32 = 16;
 

@@ -303,7 +303,7 @@ pub trait Collectives: Communicator {
     ) -> Result<()> {
         let n = group.size();
         let total: Option<usize> = send_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
-        let bad = if send_counts.len() != n || total.map_or(true, |t| t > send.len()) {
+        let bad = if send_counts.len() != n || total.is_none_or(|t| t > send.len()) {
             Some(ArgError::invalid(
                 "send_counts",
                 format!("{send_counts:?}"),
@@ -685,7 +685,7 @@ fn run_alltoall<C: Communicator + ?Sized>(
             format!("{} counts", recv_counts.len()),
             format!("needs one per group rank ({n})"),
         ))
-    } else if total.map_or(true, |t| t > recv.len()) {
+    } else if total.is_none_or(|t| t > recv.len()) {
         Some(ArgError::invalid(
             "receive_list",
             format!("{recv_counts:?}"),

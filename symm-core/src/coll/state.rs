@@ -100,11 +100,11 @@ pub const EAGER_LEN: usize = 21;
 pub const FAILED: usize = 24;
 const _: () = assert!(READY_EVEN + FACTS_OFFSET + FACT_WORDS <= DONE && READY_ODD + FACTS_OFFSET + FACT_WORDS <= 16);
 const _: () = assert!(REDUCED < READY_ODD && EAGER_LEN < 24 && EAGER_LEN < RECORD_WORDS);
-const _: () = assert!(FAILED % 8 == 0 && FAILED < RECORD_WORDS);
+const _: () = assert!(FAILED.is_multiple_of(8) && FAILED < RECORD_WORDS);
 
 /// The word that carries `READY = seq` (the round's published data).
 pub const fn ready(seq: u64) -> usize {
-    if seq % 2 == 0 {
+    if seq.is_multiple_of(2) {
         READY_EVEN
     } else {
         READY_ODD

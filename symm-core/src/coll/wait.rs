@@ -396,7 +396,7 @@ impl<B: Backend + ?Sized> Ctx<'_, B> {
             } else {
                 std::hint::spin_loop();
             }
-            if polls % FAST_POLLS == 0 && start.elapsed() >= poll_for {
+            if polls.is_multiple_of(FAST_POLLS) && start.elapsed() >= poll_for {
                 return false;
             }
         }

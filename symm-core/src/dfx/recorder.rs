@@ -271,7 +271,7 @@ impl<'a> FlightRing<'a> {
     /// 'a; the memory is zero-filled or a ring of `entries` records, and is accessed only
     /// atomically by anyone (other processes included).
     pub unsafe fn from_raw(base: *mut u8, entries: usize) -> FlightRing<'a> {
-        debug_assert!(entries > 0 && base as usize % RECORD_BYTES == 0);
+        debug_assert!(entries > 0 && (base as usize).is_multiple_of(RECORD_BYTES));
         // SAFETY: the caller guarantees size, alignment, lifetime and atomic-only access; Header
         // and Slot consist only of atomics (valid for any bit pattern, including zero).
         unsafe {
