@@ -59,7 +59,8 @@ class Slow(torch.Tensor):
 def full(fn, first, *args, **kwargs):
     """``fn`` called on the full arm: its first argument (a tensor, or a list of tensors) passed
     as ``Slow`` views of the same memory, the others as given."""
-    slow = type(first)(t.as_subclass(Slow) for t in first) if isinstance(first, (list, tuple)) else first.as_subclass(Slow)
+    many = isinstance(first, (list, tuple))
+    slow = type(first)(t.as_subclass(Slow) for t in first) if many else first.as_subclass(Slow)
     return takes("full", fn, slow, *args, **kwargs)
 
 

@@ -586,18 +586,12 @@ def _descs(st: _State, tensors: Any, arg: str) -> List[Any]:
     return out
 
 
-# The public collectives are native (src/ops.rs): the common case (a plain contiguous CPU
-# tensor, group None or one already used, no profiler recording, no low-precision format) in one
-# call, every other call through the native full path, which uses the helpers above for what
-# needs the platform, and ``_profile_range``.
-shmem_allreduce = _symm.shmem_allreduce
-shmem_reduce_scatter = _symm.shmem_reduce_scatter
-shmem_allgather = _symm.shmem_allgather
-shmem_alltoall = _symm.shmem_alltoall
-shmem_broadcast = _symm.shmem_broadcast
-shmem_send = _symm.shmem_send
-shmem_recv = _symm.shmem_recv
-shmem_sendrecv = _symm.shmem_sendrecv
+# The public collectives (``shmem_allreduce`` ... ``shmem_sendrecv``, one per row of the table in
+# src/ops.rs) are the native functions: the common case (a plain contiguous CPU tensor, group
+# None or one already used, no profiler recording, no low-precision format) in one call, every
+# other call through the native full arm, which uses the helpers above for what needs the
+# platform, and ``_profile_range``.
+globals().update({name: getattr(_symm, name) for name, *_ in _symm.COLLECTIVES})
 
 
 def _profile_range(st: _State, op: str, tensors: Any, group: Any) -> Any:
