@@ -1,42 +1,39 @@
-//! Collectives and point-to-point messages from Python: the arguments are checked here with
-//! the names of the Python API (`output_tensor`, `receive_list`, `src_rank` ...), then the
-//! core's [`Collectives`] runs with the GIL released.
+//! Collectives and point-to-point messages from Python: the conversions of the Python
+//! arguments the core cannot see (op and rank objects, format names), and the core's
+//! [`Collectives`] run with the GIL released, which checks the rest with the names of the
+//! Python API (`output_tensor`, `receive_list`, `src_rank` ...).
 //!
 //! Any contiguous CPU tensor is accepted: the core reads tensors inside the symmetric heap in
 //! place (zero-copy) and stages the others through the group's workspace.
 //!
-//! A rank whose arguments fail a check here still takes part in the collective's round, only to
-//! reject it (as the core does for the errors it finds itself): its peers fail at once with
-//! `PeerRejected` instead of waiting for a Timeout, and the group's round numbers stay in step,
-//! so the group remains usable after the error. Point-to-point calls have no rounds: a bad
-//! `send` leaves its receiver waiting until `SYMMETRIC_MEMORY_TIMEOUT`.
+//! A rank whose arguments fail a conversion still takes part in the collective's round, only to
+//! reject it ([`symm_core::coll::reject`], as the core does for the errors it finds itself): its
+//! peers fail at once with `PeerRejected` instead of waiting for a Timeout, and the group's
+//! round numbers stay in step, so the group remains usable after the error. Point-to-point calls
+//! have no rounds: a bad `send` leaves its receiver waiting until `SYMMETRIC_MEMORY_TIMEOUT`.
 
 use std::cell::Cell;
 
 use pyo3::ffi::PyThreadState;
 use pyo3::prelude::*;
 use symm_core::coll::lowp::FORMATS;
+use symm_core::dfx::Op;
 use symm_core::{
     ArgError, AtRank, CollOptions, Collectives, DType, Group, LocalMut, LocalRef, Rank, ReduceOp, Transport,
 };
 
-use crate::comm::{code_arg, int_arg, repr, Desc, Local, PyCommunicator};
-use crate::errors::{self, invalid, IntoPyResult};
-
-/// An [`ArgError`] raised by `rank`, as a Python exception.
-fn arg_error(py: Python<'_>, rank: Rank, e: ArgError) -> PyErr {
-    errors::to_py(py, &Err::<(), _>(e).at(rank).unwrap_err())
-}
+use crate::comm::{code_arg, int_arg, repr, Local, PyCommunicator};
+use crate::errors::{invalid, IntoPyResult};
 
 /// The reduction of `op`: `"sum"`, `"avg"`, `"max"`, `"min"` or their codes 0..3.
-fn op_arg(py: Python<'_>, rank: Rank, op: &Bound<'_, PyAny>) -> PyResult<ReduceOp> {
+pub(crate) fn op_arg(py: Python<'_>, rank: Rank, op: &Bound<'_, PyAny>) -> PyResult<ReduceOp> {
     code_arg(py, rank, "op", op, ReduceOp::from_code)
 }
 
 /// The transport format: None (the default, from `SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`),
 /// `"none"` (full precision, whatever the default), or the name of one of the low-precision
 /// formats.
-fn low_precision_arg(py: Python<'_>, rank: Rank, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Transport> {
+pub(crate) fn low_precision_arg(py: Python<'_>, rank: Rank, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Transport> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(Transport::Default) };
     let accepted = "accepted: float16, bfloat16, float8_e4m3fn, float8_e5m2, 'none' (full precision), or None \
                     (the default, from SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE)";
@@ -51,7 +48,13 @@ fn low_precision_arg(py: Python<'_>, rank: Rank, obj: Option<&Bound<'_, PyAny>>)
 }
 
 /// A rank of `group` given by the caller as `arg` (GroupError when outside the group).
-fn group_rank_arg(py: Python<'_>, me: Rank, g: &Group, arg: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+pub(crate) fn group_rank_arg(
+    py: Python<'_>,
+    me: Rank,
+    g: &Group,
+    arg: &'static str,
+    obj: &Bound<'_, PyAny>,
+) -> PyResult<usize> {
     let r = int_arg(py, me, arg, obj)?;
     g.resolve(arg, r).map(|(l, _)| l.index()).at(me).py(py)
 }
@@ -62,69 +65,16 @@ fn options(transport: Transport) -> CollOptions {
     CollOptions { transport, before_blocking: Some(release_gil), ..CollOptions::default() }
 }
 
-/// Checks that `tensor` holds `want` elements; the error names `arg` and says why.
-fn check_len(py: Python<'_>, me: Rank, arg: &'static str, got: &Local, want: usize, why: String) -> PyResult<()> {
-    if got.len == want {
-        Ok(())
-    } else {
-        Err(invalid(py, me, arg, format!("{} elements", got.len), &why))
-    }
-}
-
-/// Checks that `other` has `base`'s dtype (`other_arg` is named; `base_arg` is the reference).
-fn check_same_dtype(
-    py: Python<'_>,
-    me: Rank,
-    other_arg: &'static str,
-    other: &Local,
-    base_arg: &str,
-    base: &Local,
-) -> PyResult<()> {
-    if other.dtype == base.dtype {
-        Ok(())
-    } else {
-        Err(arg_error(
-            py,
-            me,
-            ArgError::DTypeMismatch {
-                arg: other_arg,
-                expected: format!("{base_arg}'s {}", base.dtype),
-                actual: other.dtype.to_string(),
-            },
-        ))
-    }
-}
-
 impl PyCommunicator {
-    /// Takes part in `g`'s next collective round only to reject it: peers waiting in a
-    /// collective of `g` fail with `PeerRejected`, and the round numbers stay in step.
-    ///
-    /// The core offers no public "reject" call, so this makes the core reject one of its own:
-    /// an out-of-place allreduce whose output is shorter than its input, which the core turns
-    /// down through a round before touching any memory.
-    pub(crate) fn reject_round(&self, py: Python<'_>, g: &Group) {
+    /// Rejects this rank's part in `g`'s next collective (recorded as `op`) for the argument
+    /// error `e` the binding found ([`symm_core::coll::reject`]): the members waiting in it fail
+    /// with PeerRejected. Returns `e` (the core's error is the expected rejection, or a failure
+    /// to reach the peers, which leaves them to their bounded waits).
+    pub(crate) fn reject_round(&self, py: Python<'_>, g: &Group, op: Op, e: PyErr) -> PyErr {
+        let why = ArgError::invalid("arguments", e.value(py).to_string(), "refused by the Python binding");
         let comm = self.comm();
-        py.detach(|| {
-            let input = [0u8; 1];
-            let mut output = [0u8; 1];
-            // SAFETY: both arrays live until the call returns; the lengths (1 and 0 bytes) lie
-            // within them, and the arrays are disjoint.
-            let (inp, out) = unsafe {
-                (
-                    LocalRef::from_raw(input.as_ptr(), 1, DType::U8),
-                    LocalMut::from_raw(output.as_mut_ptr(), 0, DType::U8),
-                )
-            };
-            // The error is the expected rejection (or a failure to reach the peers at all,
-            // which leaves them to their bounded waits); the caller raises its own error.
-            let _ = comm.allreduce_into(g, inp, out, ReduceOp::Sum, &options(Transport::Default));
-        });
-    }
-
-    /// Runs the argument checks of a collective of `g`; when they fail, rejects the round
-    /// first (see [`PyCommunicator::reject_round`]).
-    pub(crate) fn checked<T>(&self, py: Python<'_>, g: &Group, check: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
-        check().inspect_err(|_| self.reject_round(py, g))
+        let _ = py.detach(|| symm_core::coll::reject(comm, g, op, why));
+        e
     }
 
     /// Fails with GroupError unless this rank is a member of `g` (a non-member takes no part in
@@ -133,24 +83,8 @@ impl PyCommunicator {
         g.member().map(|_| ()).at(self.rank_id()).py(py)
     }
 
-    pub(crate) fn coll_allreduce(
-        &self,
-        py: Python<'_>,
-        g: &Group,
-        tensor: &Desc,
-        op: &Bound<'_, PyAny>,
-        low_precision: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        let me = self.rank_id();
-        self.member_of(py, g)?;
-        let (t, op, lp) = self.checked(py, g, || {
-            Ok((self.local(py, tensor, "tensor")?, op_arg(py, me, op)?, low_precision_arg(py, me, low_precision)?))
-        })?;
-        self.run_allreduce(py, g, t, op, lp)
-    }
-
     /// The in-place allreduce of a checked tensor, the GIL released as [`gil_released`] says:
-    /// what the full path and the fast path ([`crate::fast`]) both end in.
+    /// what both arms of the table ([`crate::ops`]) end in.
     pub(crate) fn run_allreduce(
         &self,
         py: Python<'_>,
@@ -170,37 +104,7 @@ impl PyCommunicator {
         gil_released(py, t.len * t.dtype.size(), run).py(py)
     }
 
-    #[allow(clippy::too_many_arguments)] // the Python call's arguments, checked together
-    pub(crate) fn coll_reduce_scatter(
-        &self,
-        py: Python<'_>,
-        g: &Group,
-        output: &Desc,
-        input: &Desc,
-        op: &Bound<'_, PyAny>,
-        low_precision: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        let me = self.rank_id();
-        self.member_of(py, g)?;
-        let n = g.size();
-        let (o, i, op, lp) = self.checked(py, g, || {
-            let o = self.local(py, output, "output_tensor")?;
-            let i = self.local(py, input, "input_tensor")?;
-            check_same_dtype(py, me, "output_tensor", &o, "input_tensor", &i)?;
-            let why = format!(
-                "must hold group size {n} x output_tensor's {} elements = {} (input_tensor is split into {n} equal \
-                 parts, part r is reduced into group rank r's output_tensor)",
-                o.len,
-                n * o.len
-            );
-            check_len(py, me, "input_tensor", &i, n * o.len, why)?;
-            Ok((o, i, op_arg(py, me, op)?, low_precision_arg(py, me, low_precision)?))
-        })?;
-        self.run_reduce_scatter(py, g, o, i, op, lp)
-    }
-
-    /// The reduce_scatter of checked tensors (`i` holds the group size times `o`'s elements,
-    /// same dtype): what the full path and the fast path both end in.
+    /// The reduce_scatter of `i` into `o` (the core checks their sizes, dtypes and overlap).
     pub(crate) fn run_reduce_scatter(
         &self,
         py: Python<'_>,
@@ -226,28 +130,7 @@ impl PyCommunicator {
         .py(py)
     }
 
-    pub(crate) fn coll_allgather(&self, py: Python<'_>, g: &Group, output: &Desc, input: &Desc) -> PyResult<()> {
-        let me = self.rank_id();
-        self.member_of(py, g)?;
-        let n = g.size();
-        let (o, i) = self.checked(py, g, || {
-            let o = self.local(py, output, "output_tensor")?;
-            let i = self.local(py, input, "input_tensor")?;
-            check_same_dtype(py, me, "output_tensor", &o, "input_tensor", &i)?;
-            let why = format!(
-                "must hold group size {n} x input_tensor's {} elements = {} (the inputs of the group's ranks, \
-                 concatenated in group-rank order)",
-                i.len,
-                n * i.len
-            );
-            check_len(py, me, "output_tensor", &o, n * i.len, why)?;
-            Ok((o, i))
-        })?;
-        self.run_allgather(py, g, o, i)
-    }
-
-    /// The allgather of checked tensors (`o` holds the group size times `i`'s elements, same
-    /// dtype): what the full path and the fast path both end in.
+    /// The allgather of `i` into `o` (the core checks their sizes, dtypes and overlap).
     pub(crate) fn run_allgather(&self, py: Python<'_>, g: &Group, o: Local, i: Local) -> PyResult<()> {
         let comm = self.comm();
         gil_released(py, o.len * o.dtype.size(), || {
@@ -263,73 +146,8 @@ impl PyCommunicator {
         .py(py)
     }
 
-    pub(crate) fn coll_alltoall(
-        &self,
-        py: Python<'_>,
-        g: &Group,
-        send: &[Desc],
-        receive: &Desc,
-        receive_list: &[Bound<'_, PyAny>],
-    ) -> PyResult<()> {
-        let me = self.rank_id();
-        self.member_of(py, g)?;
-        let n = g.size();
-        let (sends, r, counts) = self.checked(py, g, || {
-            if send.len() != n {
-                let why = format!("needs one tensor per group rank ({n}); entry i goes to group rank i");
-                return Err(invalid(py, me, "send_tensor_list", format!("{} tensors", send.len()), &why));
-            }
-            let r = self.local(py, receive, "receive_tensor")?;
-            let sends = (0..n)
-                .map(|i| self.local_at(py, &send[i], "send_tensor_list", Some(i)))
-                .collect::<PyResult<Vec<Local>>>()?;
-            if let Some((i, s)) = sends.iter().enumerate().find(|(_, s)| s.dtype != r.dtype) {
-                let e = ArgError::DTypeMismatch {
-                    arg: "send_tensor_list",
-                    expected: format!("receive_tensor's {}", r.dtype),
-                    actual: format!("{} (entry {i})", s.dtype),
-                };
-                return Err(arg_error(py, me, e));
-            }
-            if receive_list.len() != n {
-                let why = format!("needs one count per group rank ({n}): the elements received from each");
-                return Err(invalid(py, me, "receive_list", format!("{} counts", receive_list.len()), &why));
-            }
-            let mut counts = Vec::with_capacity(n);
-            for (i, c) in receive_list.iter().enumerate() {
-                let count = c.extract::<i64>().ok().and_then(|v| usize::try_from(v).ok());
-                let Some(count) = count else {
-                    return Err(invalid(
-                        py,
-                        me,
-                        "receive_list",
-                        format!("{} (entry {i})", repr(c)),
-                        "counts are integers >= 0 (elements received from each group rank)",
-                    ));
-                };
-                counts.push(count);
-            }
-            match counts.iter().try_fold(0usize, |a, &c| a.checked_add(c)) {
-                Some(t) if t <= r.len => Ok((sends, r, counts)),
-                total => Err(invalid(
-                    py,
-                    me,
-                    "receive_list",
-                    format!("{counts:?}"),
-                    &format!(
-                        "sums to {}, more than receive_tensor's {} elements",
-                        total.map_or_else(|| "more than 2^64".to_string(), |t| t.to_string()),
-                        r.len
-                    ),
-                )),
-            }
-        })?;
-        self.run_alltoall(py, g, &sends, r, &counts)
-    }
-
-    /// The alltoall of checked tensors (one send tensor per group rank, all of `r`'s dtype;
-    /// `counts`, one per group rank, summing to at most `r`'s elements): what the full path and
-    /// the fast path both end in.
+    /// The alltoall of `sends` into `r` by `counts` (the core checks that there is one of each
+    /// per group rank, the dtypes, that the counts fit `r`, and that `r` overlaps no send).
     pub(crate) fn run_alltoall(
         &self,
         py: Python<'_>,
@@ -343,7 +161,7 @@ impl PyCommunicator {
         gil_released(py, bytes, || {
             // SAFETY: every `Local` describes a contiguous host tensor the caller holds for the
             // call (the `Desc` contract, which the fast path keeps too); the receive tensor is
-            // written only at the offsets of `counts`, whose sum was checked against its length.
+            // written only at the offsets of `counts`, whose sum the core checks against its length.
             let refs: Vec<LocalRef<'_>> =
                 sends.iter().map(|s| unsafe { LocalRef::from_raw(s.ptr as *const u8, s.len, s.dtype) }).collect();
             // SAFETY: as above.
@@ -353,23 +171,7 @@ impl PyCommunicator {
         .py(py)
     }
 
-    pub(crate) fn coll_broadcast(
-        &self,
-        py: Python<'_>,
-        g: &Group,
-        tensor: &Desc,
-        src_rank: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let me = self.rank_id();
-        self.member_of(py, g)?;
-        let (t, root) = self.checked(py, g, || {
-            Ok((self.local(py, tensor, "tensor")?, group_rank_arg(py, me, g, "src_rank", src_rank)?))
-        })?;
-        self.run_broadcast(py, g, t, root)
-    }
-
-    /// The broadcast of a checked tensor from group rank `root` (a rank of `g`): what the full
-    /// path and the fast path both end in.
+    /// The broadcast of a checked tensor from group rank `root` (a rank of `g`).
     pub(crate) fn run_broadcast(&self, py: Python<'_>, g: &Group, t: Local, root: usize) -> PyResult<()> {
         let comm = self.comm();
         gil_released(py, t.len * t.dtype.size(), || {
@@ -380,22 +182,7 @@ impl PyCommunicator {
         .py(py)
     }
 
-    pub(crate) fn p2p_send(
-        &self,
-        py: Python<'_>,
-        g: &Group,
-        tensor: &Desc,
-        dst_rank: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let me = self.rank_id();
-        self.member_of(py, g)?;
-        let t = self.local(py, tensor, "tensor")?;
-        let dst = group_rank_arg(py, me, g, "dst_rank", dst_rank)?;
-        self.run_send(py, g, t, dst)
-    }
-
-    /// The send of a checked tensor to group rank `dst` (a rank of `g`): what the full path and
-    /// the fast path both end in.
+    /// The send of a checked tensor to group rank `dst` (a rank of `g`).
     pub(crate) fn run_send(&self, py: Python<'_>, g: &Group, t: Local, dst: usize) -> PyResult<()> {
         let comm = self.comm();
         gil_released(py, t.len * t.dtype.size(), || {
@@ -407,36 +194,8 @@ impl PyCommunicator {
         .py(py)
     }
 
-    pub(crate) fn p2p_sendrecv(
-        &self,
-        py: Python<'_>,
-        g: &Group,
-        send_tensor: &Desc,
-        dst_rank: &Bound<'_, PyAny>,
-        recv_tensor: &Desc,
-        src_rank: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let me = self.rank_id();
-        self.member_of(py, g)?;
-        let s = self.local(py, send_tensor, "send_tensor")?;
-        let dst = group_rank_arg(py, me, g, "dst_rank", dst_rank)?;
-        let r = self.local(py, recv_tensor, "recv_tensor")?;
-        let src = group_rank_arg(py, me, g, "src_rank", src_rank)?;
-        if overlapping(s, r) {
-            let (sb, rb) = (s.len * s.dtype.size(), r.len * r.dtype.size());
-            let e = ArgError::invalid(
-                "recv_tensor",
-                format!("{rb} bytes at {:#x}", r.ptr),
-                format!("must not overlap send_tensor ({sb} bytes at {:#x})", s.ptr),
-            );
-            return Err(arg_error(py, me, e));
-        }
-        self.run_sendrecv(py, g, s, dst, r, src)
-    }
-
-    /// The send of checked tensor `s` to group rank `dst` and the receive into `r` from group
-    /// rank `src`, at once (`s` and `r` do not overlap): what the full path and the fast path
-    /// both end in.
+    /// The send of `s` to group rank `dst` and the receive into `r` from group rank `src`, at
+    /// once (the core checks that `s` and `r` do not overlap).
     pub(crate) fn run_sendrecv(
         &self,
         py: Python<'_>,
@@ -449,7 +208,7 @@ impl PyCommunicator {
         let comm = self.comm();
         gil_released(py, s.len * s.dtype.size() + r.len * r.dtype.size(), || {
             // SAFETY: `s` and `r` describe the caller's contiguous host tensors, held for the
-            // call, and do not overlap; the call returns once the data is out of `s` and the
+            // call (the core refuses overlapping ones); the call returns once the data is out of `s` and the
             // message is in `r`.
             let (send, recv) = unsafe {
                 (
@@ -462,22 +221,7 @@ impl PyCommunicator {
         .py(py)
     }
 
-    pub(crate) fn p2p_recv(
-        &self,
-        py: Python<'_>,
-        g: &Group,
-        tensor: &Desc,
-        src_rank: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let me = self.rank_id();
-        self.member_of(py, g)?;
-        let t = self.local(py, tensor, "tensor")?;
-        let src = group_rank_arg(py, me, g, "src_rank", src_rank)?;
-        self.run_recv(py, g, t, src)
-    }
-
-    /// The receive into a checked tensor from group rank `src` (a rank of `g`): what the full
-    /// path and the fast path both end in.
+    /// The receive into a checked tensor from group rank `src` (a rank of `g`).
     pub(crate) fn run_recv(&self, py: Python<'_>, g: &Group, t: Local, src: usize) -> PyResult<()> {
         let comm = self.comm();
         gil_released(py, t.len * t.dtype.size(), || {
@@ -488,16 +232,6 @@ impl PyCommunicator {
         })
         .py(py)
     }
-}
-
-/// Whether the bytes of two tensors overlap (empty ones overlap nothing).
-pub(crate) fn overlapping(a: Local, b: Local) -> bool {
-    symm_core::coll::ranges_overlap(
-        a.ptr as *const u8,
-        a.len * a.dtype.size(),
-        b.ptr as *const u8,
-        b.len * b.dtype.size(),
-    )
 }
 
 /// Calls up to this many bytes keep the GIL until they block ([`gil_released_when_blocking`]);

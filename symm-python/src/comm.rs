@@ -686,115 +686,6 @@ impl PyCommunicator {
         py.detach(|| comm.wait_until(&sig, off, cmp, value, timeout)).py(py)
     }
 
-    /// Collective over `group`: every member's `tensor` becomes the reduction (`op`: 0/"sum",
-    /// 1/"avg", 2/"max", 3/"min") of all members' `tensor`, bit-identical on every member.
-    /// `low_precision_dtype`: the transport format's name, or None for the default
-    /// (`SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`, unset: full precision).
-    #[pyo3(signature = (group, tensor, op, low_precision_dtype=None))]
-    fn allreduce(
-        &self,
-        py: Python<'_>,
-        group: &Bound<'_, PyGroup>,
-        tensor: Desc,
-        op: &Bound<'_, PyAny>,
-        low_precision_dtype: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        self.coll_allreduce(py, &group.get().g, &tensor, op, low_precision_dtype)
-    }
-
-    /// Collective over `group`: `input_tensor` holds `group.size` equal parts; member r's
-    /// `output_tensor` becomes the reduction of part r over all members.
-    #[pyo3(signature = (group, output_tensor, input_tensor, op, low_precision_dtype=None))]
-    fn reduce_scatter(
-        &self,
-        py: Python<'_>,
-        group: &Bound<'_, PyGroup>,
-        output_tensor: Desc,
-        input_tensor: Desc,
-        op: &Bound<'_, PyAny>,
-        low_precision_dtype: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        self.coll_reduce_scatter(py, &group.get().g, &output_tensor, &input_tensor, op, low_precision_dtype)
-    }
-
-    /// Collective over `group`: member r's `input_tensor` lands in part r of every member's
-    /// `output_tensor` (`group.size` parts).
-    fn allgather(
-        &self,
-        py: Python<'_>,
-        group: &Bound<'_, PyGroup>,
-        output_tensor: Desc,
-        input_tensor: Desc,
-    ) -> PyResult<()> {
-        self.coll_allgather(py, &group.get().g, &output_tensor, &input_tensor)
-    }
-
-    /// Collective over `group`: `send_tensor_list[i]` goes to group rank i; what group rank i
-    /// sends lands in `receive_tensor` at the sum of `receive_list[:i]` and must be exactly
-    /// `receive_list[i]` elements (Mismatch otherwise).
-    fn alltoall(
-        &self,
-        py: Python<'_>,
-        group: &Bound<'_, PyGroup>,
-        send_tensor_list: Vec<Desc>,
-        receive_tensor: Desc,
-        receive_list: Vec<Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        self.coll_alltoall(py, &group.get().g, &send_tensor_list, &receive_tensor, &receive_list)
-    }
-
-    /// Collective over `group`: every member's `tensor` becomes group rank `src_rank`'s.
-    fn broadcast(
-        &self,
-        py: Python<'_>,
-        group: &Bound<'_, PyGroup>,
-        tensor: Desc,
-        src_rank: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        self.coll_broadcast(py, &group.get().g, &tensor, src_rank)
-    }
-
-    /// Sends `tensor` to group rank `dst_rank` (messages between a pair arrive in order).
-    /// Returns once the data is out of `tensor`: buffered at the receiver for small messages,
-    /// streamed as the receiver consumes it for large ones.
-    fn send(
-        &self,
-        py: Python<'_>,
-        group: &Bound<'_, PyGroup>,
-        tensor: Desc,
-        dst_rank: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        self.p2p_send(py, &group.get().g, &tensor, dst_rank)
-    }
-
-    /// Receives the next message from group rank `src_rank` into `tensor`; it must have
-    /// `tensor`'s element count and dtype (Mismatch otherwise; the message is consumed).
-    fn recv(
-        &self,
-        py: Python<'_>,
-        group: &Bound<'_, PyGroup>,
-        tensor: Desc,
-        src_rank: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        self.p2p_recv(py, &group.get().g, &tensor, src_rank)
-    }
-
-    /// Sends `send_tensor` to group rank `dst_rank` and receives the next message from group
-    /// rank `src_rank` into `recv_tensor`, both at once (the messages pair with `send`/`recv`
-    /// as well). `recv_tensor` must not overlap `send_tensor`; the incoming message must have its
-    /// element count and dtype (Mismatch otherwise, after the send is complete).
-    fn sendrecv(
-        &self,
-        py: Python<'_>,
-        group: &Bound<'_, PyGroup>,
-        send_tensor: Desc,
-        dst_rank: &Bound<'_, PyAny>,
-        recv_tensor: Desc,
-        src_rank: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        self.p2p_sendrecv(py, &group.get().g, &send_tensor, dst_rank, &recv_tensor, src_rank)
-    }
-
     /// Makes this communicator the one the fast path of the public collectives runs on
     /// (`symm._symm.shmem_allreduce`), with what it needs to read the platform's tensors
     /// itself. Called once, by `symm.init` (one runtime per process); later calls are ignored.
@@ -857,12 +748,16 @@ impl PyCommunicator {
         self.coll_rendezvous(py, &group.get().g, &tensor, pad_bytes)
     }
 
-    /// Takes part in `group`'s next collective round only to reject it, so that members
-    /// waiting in a collective fail with PeerRejected (for argument errors found in Python).
+    /// Takes part in `group`'s next collective round only to reject it (recorded as an
+    /// allreduce), so that members waiting in a collective fail with PeerRejected (for
+    /// argument errors found in Python; see `symm_core::coll::reject`).
     fn reject(&self, py: Python<'_>, group: &Bound<'_, PyGroup>) {
         let g = &group.get().g;
         if g.member().is_ok() {
-            self.reject_round(py, g);
+            let why = ArgError::invalid("arguments", "rejected", "refused by the Python API");
+            let comm = self.comm();
+            // The caller raises its own error; this one is the expected rejection.
+            let _ = py.detach(|| symm_core::coll::reject(comm, g, symm_core::dfx::Op::AllReduce, why));
         }
     }
 

@@ -3,18 +3,21 @@
 //! keywords matched by identity with the interned parameter names), without PyO3's argument
 //! extraction and trampoline, and runs the fast path. Every call it does not run goes, as
 //! given, to the `#[pyfunction]` PyO3 generated (the *binding*: Python's TypeErrors for calls
-//! that do not bind, then [`Kind::call`], the full path registered by `symm._api` with
-//! [`set_full_path`]), whose name, signature and documentation the entry point shares.
+//! that do not bind, then [`Kind::call`], the native full path), whose name and documentation
+//! the entry point shares, with the signature of the table's row.
 
-use std::sync::Mutex;
-
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::ffi;
+use pyo3::intern;
 use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyCFunction, PyDict, PyString, PyTuple};
+use pyo3::types::{PyCFunction, PyString, PyTuple};
+use symm_core::{Group, ReduceOp, Transport};
 
+use crate::coll::{group_rank_arg, low_precision_arg, op_arg};
+use crate::comm::{repr, Desc, Local, PyCommunicator, PyGroup};
+use crate::errors::invalid;
 use crate::fast::FAST;
 use crate::ops::{bindings, Kind};
 
@@ -160,56 +163,131 @@ impl Kind {
             // reference or NULL with an exception set.
             Some(binding) => unsafe { ffi::PyObject_Vectorcall(binding.as_ptr(), args, nargsf as usize, kwnames) },
             None => {
-                PyRuntimeError::new_err(format!("symm: {} is not registered", self.name())).restore(py);
+                PyRuntimeError::new_err(format!("symm: {} is not registered", self.function())).restore(py);
                 std::ptr::null_mut()
             }
         }
     }
 
-    /// Where the Python function of the full path is kept (registered by `symm._api`).
-    fn full_path(self) -> &'static Mutex<Option<Py<PyAny>>> {
-        static FULL: [Mutex<Option<Py<PyAny>>>; KINDS] = [const { Mutex::new(None) }; KINDS];
-        &FULL[self as usize]
-    }
-
-    /// The binding's body: the full path with the arguments given (the entry point hands over
-    /// only calls the fast path did not run).
+    /// The binding's body, for the calls the entry point hands over: symm's state (started on
+    /// first use), the group resolved by the platform, the profiler range opened while the
+    /// framework's profiler records, then the full arm of the table ([`Kind::full`]).
     pub(crate) fn call(self, py: Python<'_>, a: &Args<'_, '_>) -> PyResult<()> {
-        // The lock is held only to take a reference: never while Python code runs.
-        let full = self.full_path().lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|f| f.clone_ref(py));
-        let Some(full) = full else {
-            return Err(PyRuntimeError::new_err(format!("symm: the full path of {} is not registered", self.name())));
-        };
-        // The leading arguments given by position, the others (after an omitted one) by name.
-        let leading = a.iter().take_while(|v| v.is_some()).count();
-        let args = PyTuple::new(py, a[..leading].iter().flatten().collect::<Vec<_>>())?;
-        let rest: Vec<_> =
-            self.params().iter().zip(a).skip(leading).filter_map(|(n, v)| Some((*n, v.as_ref()?))).collect();
-        if rest.is_empty() {
-            full.bind(py).call1(args)?;
-        } else {
-            let kwargs = PyDict::new(py);
-            for (name, value) in rest {
-                kwargs.set_item(name, value)?;
-            }
-            full.bind(py).call(args, Some(&kwargs))?;
+        static API: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+        let api = API.get_or_try_init(py, || py.import("symm._api").map(Bound::unbind))?.bind(py);
+        let st = api.call_method0(intern!(py, "_current"))?;
+        let param = |name| self.params().iter().position(|p| *p == name).and_then(|i| a[i]).map(|v| v.to_owned());
+        let group = param("group").unwrap_or_else(|| py.None().into_bound(py));
+        let g = api.call_method1(intern!(py, "_native_group"), (&st, &group))?.cast_into::<PyGroup>()?;
+        let comm = st.getattr(intern!(py, "comm"))?.cast_into::<PyCommunicator>()?;
+        comm.get().member_of(py, g.get().group())?;
+        let range =
+            api.call_method1(intern!(py, "_profile_range"), (&st, self.op().name(), param(self.profiled()), &group))?;
+        let open = !range.is_none();
+        if open {
+            range.call_method0(intern!(py, "__enter__"))?;
         }
-        Ok(())
+        let r = self.full(py, &Full { kind: self, api, st, comm, group: g }, a);
+        if open {
+            range.call_method1(intern!(py, "__exit__"), (py.None(), py.None(), py.None()))?;
+        }
+        r
     }
 }
 
-/// Registers `function` as the full path of collective `kind` (`"allreduce"`): the public
-/// function calls it for every call that is not the common case. Called by `symm._api` when
-/// it is imported (tests may swap in a wrapper). Returns the function registered before, or
-/// None.
-#[pyfunction]
-pub(crate) fn set_full_path(kind: &str, function: Py<PyAny>) -> PyResult<Option<Py<PyAny>>> {
-    let Some(k) = Kind::ALL.iter().copied().find(|k| k.name() == kind) else {
-        let known = Kind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ");
-        return Err(PyValueError::new_err(format!("kind = {kind:?}: no fast path (known: {known})")));
-    };
-    let mut slot = k.full_path().lock().unwrap_or_else(|e| e.into_inner());
-    Ok(slot.replace(function))
+/// What a full arm converts its arguments with: the platform's helpers in `symm._api`
+/// (describing tensors, reading one-element tensors as numbers, dtype names), then the
+/// binding's own checks of what the core cannot see (Python types, freed tensors, storage).
+/// An argument refused here rejects the call's round ([`PyCommunicator::reject_round`]), so
+/// that the peers waiting in it fail at once; every other check is the core's.
+pub(crate) struct Full<'py> {
+    kind: Kind,
+    api: &'py Bound<'py, PyModule>,
+    st: Bound<'py, PyAny>,
+    comm: Bound<'py, PyCommunicator>,
+    group: Bound<'py, PyGroup>,
+}
+
+impl<'py> Full<'py> {
+    pub(crate) fn comm(&self) -> &PyCommunicator {
+        self.comm.get()
+    }
+
+    pub(crate) fn group(&self) -> &Group {
+        self.group.get().group()
+    }
+
+    /// `r`, having rejected the round when it is an error of a collective (point-to-point
+    /// calls have no rounds).
+    fn checked<T>(&self, r: PyResult<T>) -> PyResult<T> {
+        let p2p = matches!(self.kind, Kind::Send | Kind::Recv | Kind::SendRecv);
+        r.map_err(|e| if p2p { e } else { self.comm().reject_round(self.comm.py(), self.group(), self.kind.op(), e) })
+    }
+
+    fn helper(&self, name: &str, value: Option<Borrowed<'_, 'py, PyAny>>, arg: &str) -> PyResult<Bound<'py, PyAny>> {
+        self.api.call_method1(name, (&self.st, value, arg))
+    }
+
+    /// A tensor argument (`symm._api._desc`: not freed, a tensor of the platform).
+    pub(crate) fn tensor(&self, value: Option<Borrowed<'_, 'py, PyAny>>, arg: &'static str) -> PyResult<Local> {
+        let py = self.comm.py();
+        self.checked(self.helper("_desc", value, arg).and_then(|d| self.comm().local(py, &d.extract()?, arg)))
+    }
+
+    /// A list of tensors (`symm._api._descs`).
+    pub(crate) fn tensors(&self, value: Option<Borrowed<'_, 'py, PyAny>>, arg: &'static str) -> PyResult<Vec<Local>> {
+        let py = self.comm.py();
+        let descs = self.helper("_descs", value, arg).and_then(|d| d.extract::<Vec<Desc>>());
+        let locals =
+            descs.and_then(|d| d.iter().enumerate().map(|(i, d)| self.comm().local_at(py, d, arg, Some(i))).collect());
+        self.checked(locals)
+    }
+
+    /// A number argument as the platform reads it (a one-element tensor is its value).
+    fn scalar(&self, value: Option<Borrowed<'_, 'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        let py = self.comm.py();
+        self.st.getattr(intern!(py, "platform"))?.call_method1(intern!(py, "scalar"), (value,))
+    }
+
+    /// A reduction (`"sum"` when not given).
+    pub(crate) fn op(&self, value: Option<Borrowed<'_, 'py, PyAny>>) -> PyResult<ReduceOp> {
+        if value.is_none() {
+            return Ok(ReduceOp::Sum);
+        }
+        let (py, me) = (self.comm.py(), self.comm().rank_id());
+        self.checked(self.scalar(value).and_then(|v| op_arg(py, me, &v)))
+    }
+
+    /// A low-precision format (a dtype or its name; `symm._api._low_precision`).
+    pub(crate) fn low_precision(&self, value: Option<Borrowed<'_, 'py, PyAny>>) -> PyResult<Transport> {
+        let py = self.comm.py();
+        let name = self.helper("_low_precision", value, "low_precision_dtype");
+        self.checked(name.and_then(|n| low_precision_arg(py, self.comm().rank_id(), Some(&n))))
+    }
+
+    /// A rank of the group.
+    pub(crate) fn rank(&self, value: Option<Borrowed<'_, 'py, PyAny>>, arg: &'static str) -> PyResult<usize> {
+        let (py, me) = (self.comm.py(), self.comm().rank_id());
+        self.checked(self.scalar(value).and_then(|v| group_rank_arg(py, me, self.group(), arg, &v)))
+    }
+
+    /// Element counts, one per group rank (`symm._api._counts`: a sequence of ints or a 1-D
+    /// integer tensor); the core checks how many there are and what they sum to.
+    pub(crate) fn counts(&self, value: Option<Borrowed<'_, 'py, PyAny>>, arg: &'static str) -> PyResult<Vec<usize>> {
+        let (py, me) = (self.comm.py(), self.comm().rank_id());
+        let items = self.helper("_counts", value, arg).and_then(|c| c.extract::<Vec<Bound<'py, PyAny>>>());
+        let counts = items.and_then(|items| {
+            let count = |(i, c): (usize, &Bound<'py, PyAny>)| {
+                let n = c.extract::<i64>().ok().and_then(|v| usize::try_from(v).ok());
+                n.ok_or_else(|| {
+                    let shown = format!("{} (entry {i})", repr(c));
+                    invalid(py, me, arg, shown, "counts are integers >= 0 (elements received from each group rank)")
+                })
+            };
+            items.iter().enumerate().map(count).collect()
+        });
+        self.checked(counts)
+    }
 }
 
 /// An argument as given, `None` when omitted (so that an explicit `None` reaches the full path
@@ -241,8 +319,8 @@ pub(crate) unsafe extern "C" fn entry<const K: usize>(
 }
 
 /// Adds the public functions to the module `m`: each is its entry point (see [`Kind::entry`]),
-/// under the name, signature and documentation of its `#[pyfunction]`, which binds the calls
-/// the entry point hands over.
+/// under the name and documentation of its `#[pyfunction]`, which binds the calls the entry
+/// point hands over, and the signature of its row ([`Kind::text_signature`]).
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     for (kind, binding) in bindings(m)? {
@@ -252,6 +330,14 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         let mut def = unsafe { *(*binding.as_ptr().cast::<ffi::PyCFunctionObject>()).m_ml };
         def.ml_meth = ffi::PyMethodDefPointer { PyCFunctionFastWithKeywords: Kind::ENTRIES[kind as usize] };
         def.ml_flags = ffi::METH_FASTCALL | ffi::METH_KEYWORDS;
+        // CPython reads the signature from the documentation's first line: PyO3's own line
+        // (from the binding's parameters, whose defaults it cannot show) is replaced.
+        // SAFETY: `ml_doc` is a static NUL-terminated string (a definition PyO3 made).
+        let doc = unsafe { std::ffi::CStr::from_ptr(def.ml_doc) }.to_string_lossy();
+        let body = doc.split_once("\n--\n\n").map_or(&*doc, |(_, body)| body);
+        let doc = format!("{}{}\n--\n\n{body}", kind.function(), kind.text_signature());
+        let doc = std::ffi::CString::new(doc).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        def.ml_doc = Box::leak(doc.into_boxed_c_str()).as_ptr();
         // The definition must outlive the function object: one per module initialisation,
         // which happens once per process.
         let def: &'static mut ffi::PyMethodDef = Box::leak(Box::new(def));

@@ -2,8 +2,8 @@
 //! [`crate::ops`]): what it knows of the platform and the communicator it runs on, set once by
 //! `symm.init` ([`enable`]).
 //!
-//! The full path (`symm._api`) checks the profiler, resolves the group, asks the platform adapter
-//! to describe each tensor as a [`Desc`](crate::comm::Desc) tuple, and the communicator converts
+//! The full arm ([`crate::entry::Full`]) opens the profiler range, resolves the group, asks the
+//! platform adapter to describe each tensor as a [`Desc`](crate::comm::Desc) tuple, and converts
 //! and checks that before running the core. For a tiny message that argument handling costs
 //! many times the collective itself (a 2-rank allreduce of 8 bytes takes about 0.25-0.4 us in
 //! Rust). The fast path does the same in one native call with the fewest reads: the entry point
@@ -15,7 +15,7 @@
 //! which CPython keeps up to 3.13). docs/performance.md, "What the simplification measured
 //! (issue 22)", has what each of these saves.
 //!
-//! The collective runs exactly as on the full path: the same core call
+//! The collective runs exactly as on the full arm: the same core call
 //! ([`PyCommunicator::run_allreduce`] and its siblings), which for small messages keeps the GIL
 //! while it spins and releases it when it is about to block (a collective may wait for its
 //! peers; holding the GIL then would stall every other Python thread for as long as the slowest

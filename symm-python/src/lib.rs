@@ -15,9 +15,9 @@
 //! - [`comm`]: `Communicator`, `Group`, `HeapBlock` (buffer protocol: zero-copy tensors).
 //! - [`coll`]: collectives and send/recv, checked with the Python argument names.
 //! - [`ops`]: the table of the public collectives (`shmem_allreduce` ...): their functions,
-//!   stubs and fast paths; [`entry`]: their entry points (the common case in one native call,
-//!   the rest through the full path in Python); [`fast`]: what the fast path knows of the
-//!   platform; [`tensor`]: how it reads the platform's tensors.
+//!   stubs and both arms; [`entry`]: their entry points (the common case in one native call,
+//!   the rest through the native full arm); [`fast`]: what the fast arm knows of the platform;
+//!   [`tensor`]: how it reads the platform's tensors.
 //! - [`store`]: the framework's store as a [`symm_core::Store`] for start-up.
 //! - [`errors`]: one exception class per error code, all under `symm.SymmError`.
 //! - [`dfx`]: diagnostics: logging into `logging`, statistics, flight-recorder dumps.
@@ -51,7 +51,6 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<comm::PyGroup>()?;
     m.add_class::<comm::HeapBlock>()?;
     m.add_function(wrap_pyfunction!(comm::init, m)?)?;
-    m.add_function(wrap_pyfunction!(entry::set_full_path, m)?)?;
     m.add_function(wrap_pyfunction!(perf::memory_bound, m)?)?;
     entry::register(m)?;
     errors::register(m)?;

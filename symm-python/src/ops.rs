@@ -1,43 +1,48 @@
 //! The table of the public collectives: one entry per collective gives its Python function
 //! (name, parameters, defaults, signature, documentation), the stub line of `symm/__init__.pyi`
-//! (tests/test_stubs.py compares both stub files with the table), the name its full path is
-//! registered under (`symm._api`, [`crate::entry`]) and how the fast path parses its
-//! arguments and runs it. A new collective is an entry here, its algorithm in the core, its
-//! full path in `symm._api` and its tests.
+//! (tests/test_stubs.py compares both stub files with the table), the argument its profiler
+//! range describes, and how its two arms parse its arguments and run it: the fast arm for the
+//! common case, the full arm for every call. A new collective is an entry here, its algorithm
+//! in the core and its tests.
 //!
 //! **The common case** a fast arm runs: every argument given as a value it recognises (`group`
 //! None or a group the API already resolved, that this rank belongs to; no low-precision format;
 //! an op by name or code; a rank as an `int` of the group; lists given as a `list` or `tuple`, of
 //! tensors, or of counts as `int`s or one-element integer tensors; counts also as one integer
 //! tensor, as HyperParallel passes them, see [`crate::tensor::Reader::counts`]) and plain
-//! contiguous CPU tensors of supported dtypes whose data lies within their storage (two tensors:
-//! the same dtype, and the element counts the operation relates). An arm returns `Ok(false)` for
-//! anything else **before anything was done** (no round joined, nothing rejected, no error
-//! raised), and the call goes, with its arguments as given, to the full path, so every error
-//! keeps its class and message, a rejected round still lets the peers fail at once, and profiler
-//! ranges are recorded. Errors of the collective itself (Mismatch, Timeout, PeerRejected, ...)
-//! come from the core call both paths end in.
+//! contiguous CPU tensors of supported dtypes whose data lies within their storage. An arm
+//! returns `Ok(false)` for anything else **before anything was done** (no round joined, nothing
+//! rejected, no error raised), and the call goes, with its arguments as given, to the full arm
+//! ([`crate::entry::Full`]): the platform resolves the group and describes the tensors, a
+//! profiler range is recorded, and an argument the binding refuses (a Python type, a freed
+//! tensor, a storage check) rejects the round so that the peers fail at once. Both arms end in
+//! the same core call, which checks everything else (sizes, dtypes, overlaps, counts) once,
+//! with the Python argument names.
 
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCFunction, PyInt, PyList, PySequence, PyString, PyTuple};
+use symm_core::dfx::Op;
 use symm_core::{Group, ReduceOp, Transport};
 
-use crate::entry::{Args, Given, MAX_PARAMS};
+use crate::entry::{Args, Full, Given, MAX_PARAMS};
 use crate::fast::{Fast, FastSpec};
 use crate::tensor::int_element;
 
-/// Declares the table: the [`Kind`] of every collective with its names, parameters, defaults and
-/// stub, its fast arm (`|py, spec, comm, args| { ... }`, run by [`Kind::try_fast`]) and its
-/// `#[pyfunction]`, the *binding* whose definition the entry point shares ([`crate::entry`]).
+/// Declares the table: the [`Kind`] of every collective (named as its [`Op`]) with its
+/// parameters, defaults, stub and profiled argument, its fast arm (`|py, spec, comm, args| {
+/// ... }`, run by [`Kind::try_fast`]), its full arm (`|py, full, args| { ... }`, run by
+/// [`Kind::call`]) and its `#[pyfunction]`, the *binding* whose definition the entry point
+/// shares ([`crate::entry`]).
 macro_rules! collectives {
     ($(
         $(#[doc = $doc:literal])*
-        $kind:ident $full:literal => fn $name:ident($($req:ident),+ $(; $($opt:ident = $default:literal),+)?)
-            text_signature $text_signature:literal,
+        $kind:ident => fn $name:ident($($req:ident),+ $(; $($opt:ident = $default:literal),+)?)
             stub $stub:literal,
-            |$py:ident, $f:ident, $comm:ident, $a:ident| $body:block
+            profiled $profiled:ident,
+            fast |$py:ident, $f:ident, $comm:ident, $a:ident| $body:block
+            full |$fpy:ident, $c:ident, $fa:ident| $full:block
     )+) => {
         /// The public collectives, one per entry of the table.
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,9 +57,9 @@ macro_rules! collectives {
             pub(crate) const ENTRIES: &'static [ffi::PyCFunctionFastWithKeywords] =
                 &[$(crate::entry::entry::<{ Kind::$kind as usize }>),+];
 
-            /// The name its full path is registered under (`set_full_path`).
-            pub(crate) fn name(self) -> &'static str {
-                match self { $(Kind::$kind => $full),+ }
+            /// The core's operation (its name is the one of messages and profiler ranges).
+            pub(crate) fn op(self) -> Op {
+                match self { $(Kind::$kind => Op::$kind),+ }
             }
 
             /// The public function's name.
@@ -62,7 +67,7 @@ macro_rules! collectives {
                 match self { $(Kind::$kind => stringify!($name)),+ }
             }
 
-            /// The parameters of the Python function, in order (the full path declares the same).
+            /// The parameters of the Python function, in order.
             pub(crate) fn params(self) -> &'static [&'static str] {
                 match self { $(Kind::$kind => &[$(stringify!($req),)+ $($(stringify!($opt),)+)?]),+ }
             }
@@ -82,6 +87,19 @@ macro_rules! collectives {
                 match self { $(Kind::$kind => $stub),+ }
             }
 
+            /// The Python signature, `(tensor, op='sum', ...)`.
+            pub(crate) fn text_signature(self) -> String {
+                let (names, required) = (self.params(), self.required());
+                let defaults = names[required..].iter().zip(self.defaults()).map(|(n, d)| format!("{n}={d}"));
+                let all: Vec<String> = names[..required].iter().map(|n| n.to_string()).chain(defaults).collect();
+                format!("({})", all.join(", "))
+            }
+
+            /// The parameter a profiler range describes (its elements and dtype).
+            pub(crate) fn profiled(self) -> &'static str {
+                match self { $(Kind::$kind => stringify!($profiled)),+ }
+            }
+
             /// Runs the call when it is the common case and returns true; returns false having
             /// done nothing otherwise.
             pub(crate) fn try_fast(self, py: Python<'_>, fast: &Fast, a: &Args<'_, '_>) -> PyResult<bool> {
@@ -98,12 +116,22 @@ macro_rules! collectives {
                 }
                 Ok(true)
             }
+
+            /// The full arm: any call, its group resolved and its profiler range open.
+            pub(crate) fn full(self, py: Python<'_>, c: &Full<'_>, a: &Args<'_, '_>) -> PyResult<()> {
+                match self {
+                    $(Kind::$kind => {
+                        let ($fpy, $c, $fa) = (py, c, a);
+                        $full
+                    })+
+                }
+            }
         }
 
         $(
             $(#[doc = $doc])*
             #[pyfunction]
-            #[pyo3(signature = ($($req,)+ $($($opt = Given(None),)+)?), text_signature = $text_signature)]
+            #[pyo3(signature = ($($req,)+ $($($opt = Given(None),)+)?))]
             fn $name<'py>(py: Python<'py>, $($req: Bound<'py, PyAny>,)+ $($($opt: Given<'py>,)+)?) -> PyResult<()> {
                 let given = [$(Some($req.as_borrowed()),)+ $($($opt.0.as_ref().map(Bound::as_borrowed),)+)?];
                 let mut a: Args<'_, '_> = [None; MAX_PARAMS];
@@ -146,16 +174,20 @@ collectives! {
     ///     InvalidArgument: a bad tensor, op or format (on this rank; the others get PeerRejected).
     ///     Mismatch: the members disagree on count, dtype, op or format (on every member).
     ///     GroupError: this rank is not a member. Timeout: a member did not come in time.
-    AllReduce "allreduce" => fn shmem_allreduce(tensor; op = "'sum'", group = "None", low_precision_dtype = "None")
-        text_signature "(tensor, op='sum', group=None, low_precision_dtype=None)",
+    AllReduce => fn shmem_allreduce(tensor; op = "'sum'", group = "None", low_precision_dtype = "None")
         stub "tensor: torch.Tensor, op: ReduceOp = 'sum', group: GroupLike = None, \
               low_precision_dtype: LowPrecision = None",
-        |py, f, comm, a| {
+        profiled tensor,
+        fast |py, f, comm, a| {
             let [Some(tensor), op, g, lp, _] = a else { return Ok(false) };
             let Some(op) = reduce_op(op.as_deref()).filter(|_| no_format(lp)) else { return Ok(false) };
             let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
             let Some(t) = f.tensors.tensor(tensor) else { return Ok(false) };
             comm.run_allreduce(py, g.get(), t, op, Transport::Default)?;
+        }
+        full |py, c, a| {
+            let (t, op, lp) = (c.tensor(a[0], "tensor")?, c.op(a[1])?, c.low_precision(a[3])?);
+            c.comm().run_allreduce(py, c.group(), t, op, lp)
         }
 
     /// ``input_tensor`` holds ``group_size`` equal parts (in flat element order); group rank r's
@@ -165,20 +197,22 @@ collectives! {
     /// output_tensor.numel()`` and both have the same dtype. ``output_tensor`` may be this rank's
     /// own part of ``input_tensor`` (in place) or disjoint from it. ``op`` and
     /// ``low_precision_dtype`` as in ``shmem_allreduce``.
-    ReduceScatter "reduce_scatter" =>
+    ReduceScatter =>
         fn shmem_reduce_scatter(output_tensor, input_tensor; op = "'sum'", group = "None", low_precision_dtype = "None")
-        text_signature "(output_tensor, input_tensor, op='sum', group=None, low_precision_dtype=None)",
         stub "output_tensor: torch.Tensor, input_tensor: torch.Tensor, op: ReduceOp = 'sum', group: GroupLike = None, \
               low_precision_dtype: LowPrecision = None",
-        |py, f, comm, a| {
+        profiled input_tensor,
+        fast |py, f, comm, a| {
             let [Some(output), Some(input), op, g, lp] = a else { return Ok(false) };
             let Some(op) = reduce_op(op.as_deref()).filter(|_| no_format(lp)) else { return Ok(false) };
             let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
             let (Some(o), Some(i)) = (f.tensors.tensor(output), f.tensors.tensor(input)) else { return Ok(false) };
-            if o.dtype != i.dtype || o.len.checked_mul(g.get().size()) != Some(i.len) {
-                return Ok(false);
-            }
             comm.run_reduce_scatter(py, g.get(), o, i, op, Transport::Default)?;
+        }
+        full |py, c, a| {
+            let (o, i) = (c.tensor(a[0], "output_tensor")?, c.tensor(a[1], "input_tensor")?);
+            let (op, lp) = (c.op(a[2])?, c.low_precision(a[4])?);
+            c.comm().run_reduce_scatter(py, c.group(), o, i, op, lp)
         }
 
     /// Every member's ``output_tensor`` becomes the concatenation, in group-rank order, of the
@@ -187,17 +221,18 @@ collectives! {
     /// Collective over ``group``. ``output_tensor.numel()`` must be ``group_size *
     /// input_tensor.numel()`` (the flat layout: with contiguous tensors, the concatenation along
     /// dim 0); same dtype. ``input_tensor`` may be this rank's own part of ``output_tensor``.
-    AllGather "allgather" => fn shmem_allgather(output_tensor, input_tensor; group = "None")
-        text_signature "(output_tensor, input_tensor, group=None)",
+    AllGather => fn shmem_allgather(output_tensor, input_tensor; group = "None")
         stub "output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: GroupLike = None",
-        |py, f, comm, a| {
+        profiled input_tensor,
+        fast |py, f, comm, a| {
             let [Some(output), Some(input), g, ..] = a else { return Ok(false) };
             let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
             let (Some(o), Some(i)) = (f.tensors.tensor(output), f.tensors.tensor(input)) else { return Ok(false) };
-            if o.dtype != i.dtype || i.len.checked_mul(g.get().size()) != Some(o.len) {
-                return Ok(false);
-            }
             comm.run_allgather(py, g.get(), o, i)?;
+        }
+        full |py, c, a| {
+            let (o, i) = (c.tensor(a[0], "output_tensor")?, c.tensor(a[1], "input_tensor")?);
+            c.comm().run_allgather(py, c.group(), o, i)
         }
 
     /// Personalised exchange: ``send_tensor_list[i]`` goes to group rank i; what group rank i
@@ -213,11 +248,11 @@ collectives! {
     ///     receive_list: the element count received from each group rank: a sequence of ints or a
     ///         1-D integer tensor. Each must equal what that rank sends here (Mismatch, raised by
     ///         the ranks whose count disagrees, otherwise).
-    AllToAll "alltoall" => fn shmem_alltoall(send_tensor_list, receive_tensor, receive_list; group = "None")
-        text_signature "(send_tensor_list, receive_tensor, receive_list, group=None)",
+    AllToAll => fn shmem_alltoall(send_tensor_list, receive_tensor, receive_list; group = "None")
         stub "send_tensor_list: Sequence[torch.Tensor], receive_tensor: torch.Tensor, \
               receive_list: Union[Sequence[IntLike], torch.Tensor], group: GroupLike = None",
-        |py, f, comm, a| {
+        profiled send_tensor_list,
+        fast |py, f, comm, a| {
             let [Some(sends), Some(receive), Some(receive_list), g, _] = a else { return Ok(false) };
             let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
             let n = g.get().size();
@@ -225,26 +260,30 @@ collectives! {
             let Some(sends) = plain_items(sends, n) else { return Ok(false) };
             let mut locals = Vec::with_capacity(n);
             for i in 0..n {
-                match sends.get_item(i).ok().and_then(|s| f.tensors.tensor(&s)) {
-                    Some(t) if t.dtype == r.dtype => locals.push(t),
-                    _ => return Ok(false),
-                }
+                let Some(t) = sends.get_item(i).ok().and_then(|s| f.tensors.tensor(&s)) else { return Ok(false) };
+                locals.push(t);
             }
             let Some(recv_counts) = counts(f, receive_list, n) else { return Ok(false) };
-            if !recv_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c)).is_some_and(|t| t <= r.len) {
-                return Ok(false);
-            }
             comm.run_alltoall(py, g.get(), &locals, r, &recv_counts)?;
+        }
+        full |py, c, a| {
+            let sends = c.tensors(a[0], "send_tensor_list")?;
+            let (r, counts) = (c.tensor(a[1], "receive_tensor")?, c.counts(a[2], "receive_list")?);
+            c.comm().run_alltoall(py, c.group(), &sends, r, &counts)
         }
 
     /// Every member's ``tensor`` becomes group rank ``src_rank``'s ``tensor``. Collective over
     /// ``group``; ``src_rank`` is a rank of ``group`` (global when ``group`` is None).
-    Broadcast "broadcast" => fn shmem_broadcast(tensor, src_rank; group = "None")
-        text_signature "(tensor, src_rank, group=None)",
+    Broadcast => fn shmem_broadcast(tensor, src_rank; group = "None")
         stub "tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None",
-        |py, f, comm, a| {
+        profiled tensor,
+        fast |py, f, comm, a| {
             let Some((g, t, root)) = tensor_rank(f, a) else { return Ok(false) };
             comm.run_broadcast(py, g.get(), t, root)?;
+        }
+        full |py, c, a| {
+            let (t, root) = (c.tensor(a[0], "tensor")?, c.rank(a[1], "src_rank")?);
+            c.comm().run_broadcast(py, c.group(), t, root)
         }
 
     /// Sends ``tensor`` to ``dst_rank`` (a rank of ``group``), which receives it with
@@ -256,24 +295,32 @@ collectives! {
     /// that both send a large message to each other before receiving wait for each other (order
     /// them: one sends first). The first call in a group allocates its workspace collectively
     /// (see the README).
-    Send "send" => fn shmem_send(tensor, dst_rank; group = "None")
-        text_signature "(tensor, dst_rank, group=None)",
+    Send => fn shmem_send(tensor, dst_rank; group = "None")
         stub "tensor: torch.Tensor, dst_rank: IntLike, group: GroupLike = None",
-        |py, f, comm, a| {
+        profiled tensor,
+        fast |py, f, comm, a| {
             let Some((g, t, dst)) = tensor_rank(f, a) else { return Ok(false) };
             comm.run_send(py, g.get(), t, dst)?;
+        }
+        full |py, c, a| {
+            let (t, dst) = (c.tensor(a[0], "tensor")?, c.rank(a[1], "dst_rank")?);
+            c.comm().run_send(py, c.group(), t, dst)
         }
 
     /// Receives the next message from ``src_rank`` (a rank of ``group``) into ``tensor``.
     ///
     /// The message must have ``tensor``'s element count and dtype; otherwise Mismatch names both
     /// (the message is consumed, and the pair stays usable).
-    Recv "recv" => fn shmem_recv(tensor, src_rank; group = "None")
-        text_signature "(tensor, src_rank, group=None)",
+    Recv => fn shmem_recv(tensor, src_rank; group = "None")
         stub "tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None",
-        |py, f, comm, a| {
+        profiled tensor,
+        fast |py, f, comm, a| {
             let Some((g, t, src)) = tensor_rank(f, a) else { return Ok(false) };
             comm.run_recv(py, g.get(), t, src)?;
+        }
+        full |py, c, a| {
+            let (t, src) = (c.tensor(a[0], "tensor")?, c.rank(a[1], "src_rank")?);
+            c.comm().run_recv(py, c.group(), t, src)
         }
 
     /// Sends ``send_tensor`` to ``dst_rank`` and receives the next message from ``src_rank`` into
@@ -286,22 +333,23 @@ collectives! {
     /// ``recv_tensor``'s element count and dtype (otherwise Mismatch names both, after the send is
     /// complete; the message is consumed and the pair stays usable). ``dst_rank`` and ``src_rank``
     /// may be equal, and may be this rank.
-    SendRecv "sendrecv" => fn shmem_sendrecv(send_tensor, dst_rank, recv_tensor, src_rank; group = "None")
-        text_signature "(send_tensor, dst_rank, recv_tensor, src_rank, group=None)",
+    SendRecv => fn shmem_sendrecv(send_tensor, dst_rank, recv_tensor, src_rank; group = "None")
         stub "send_tensor: torch.Tensor, dst_rank: IntLike, recv_tensor: torch.Tensor, src_rank: IntLike, \
               group: GroupLike = None",
-        |py, f, comm, a| {
+        profiled send_tensor,
+        fast |py, f, comm, a| {
             let [Some(send), Some(dst), Some(recv), Some(src), g] = a else { return Ok(false) };
             let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
             let (Some(dst), Some(src)) = (group_rank(dst, g.get()), group_rank(src, g.get())) else {
                 return Ok(false);
             };
             let (Some(s), Some(r)) = (f.tensors.tensor(send), f.tensors.tensor(recv)) else { return Ok(false) };
-            // Overlapping tensors: the full path's error names them.
-            if crate::coll::overlapping(s, r) {
-                return Ok(false);
-            }
             comm.run_sendrecv(py, g.get(), s, dst, r, src)?;
+        }
+        full |py, c, a| {
+            let (s, dst) = (c.tensor(a[0], "send_tensor")?, c.rank(a[1], "dst_rank")?);
+            let (r, src) = (c.tensor(a[2], "recv_tensor")?, c.rank(a[3], "src_rank")?);
+            c.comm().run_sendrecv(py, c.group(), s, dst, r, src)
         }
 }
 
@@ -328,10 +376,10 @@ fn plain_items<'py>(list: &Bound<'py, PyAny>, n: usize) -> Option<Bound<'py, PyS
     (seq.len().ok()? == n).then(|| seq.clone())
 }
 
-/// An alltoall's `receive_list` for a group of `n`, in every form the full path reads
-/// (`symm._api._counts`): a plain `list` or `tuple` of `n` items, each an `int` or a one-element
+/// An alltoall's `receive_list` for a group of `n`, in every form the full arm reads
+/// ([`Full::counts`]): a plain `list` or `tuple` of `n` items, each an `int` or a one-element
 /// integer tensor, or one integer tensor of `n` counts ([`crate::tensor::Reader::counts`]).
-/// `None` for anything else, including a negative count (the full path reports it).
+/// `None` for anything else, including a negative count (the full arm reports it).
 fn counts(f: &FastSpec, list: &Bound<'_, PyAny>, n: usize) -> Option<Vec<usize>> {
     let Some(items) = plain_items(list, n) else { return f.tensors.counts(list, n) };
     (0..n)
@@ -346,7 +394,7 @@ fn counts(f: &FastSpec, list: &Bound<'_, PyAny>, n: usize) -> Option<Vec<usize>>
 }
 
 /// A rank of group `g` given as a plain `int` (not a bool, a tensor, ...); `None` for anything
-/// else, including a rank outside the group (the full path reports it).
+/// else, including a rank outside the group (the full arm reports it).
 fn group_rank(rank: &Bound<'_, PyAny>, g: &Group) -> Option<usize> {
     if !rank.is_exact_instance_of::<PyInt>() {
         return None;
@@ -378,10 +426,11 @@ fn reduce_op(op: Option<&Bound<'_, PyAny>>) -> Option<ReduceOp> {
     ReduceOp::from_code(code).ok()
 }
 
-/// The table as Python sees it (`_symm.COLLECTIVES`): per collective, `(function, full-path
-/// name, parameters, defaults of the trailing parameters, stub parameter list)`, for the test
-/// that keeps the stub files in step with the table.
+/// The table as Python sees it (`_symm.COLLECTIVES`): per collective, `(function, operation,
+/// parameters, defaults of the trailing parameters, stub parameter list)`, for the test that
+/// keeps the stub files in step with the table.
 pub(crate) fn table(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
-    let rows = Kind::ALL.iter().map(|k| (k.function(), k.name(), k.params().to_vec(), k.defaults().to_vec(), k.stub()));
+    let rows =
+        Kind::ALL.iter().map(|k| (k.function(), k.op().name(), k.params().to_vec(), k.defaults().to_vec(), k.stub()));
     PyTuple::new(py, rows)
 }

@@ -8,6 +8,7 @@
 //! tensor fails at once on every member instead of corrupting a peer's data later.
 
 use pyo3::prelude::*;
+use symm_core::dfx::Op;
 use symm_core::{CollOptions, Collectives, Error, Group, GroupError, LocalMut, LocalRef};
 
 use crate::comm::{Desc, PyCommunicator};
@@ -37,7 +38,7 @@ impl PyCommunicator {
     ) -> PyResult<(usize, usize)> {
         let me = self.rank_id();
         self.member_of(py, g)?;
-        let buf = self.checked(py, g, || {
+        let check = || {
             let buf = self.symmetric(py, tensor, "tensor")?;
             let alloc = buf.group();
             if let Some(&target) = g.ranks().iter().find(|&&r| alloc.to_local(r).is_none()) {
@@ -45,7 +46,8 @@ impl PyCommunicator {
                 return Err(errors::to_py(py, &Error::Group { rank: me, source }));
             }
             Ok(buf)
-        })?;
+        };
+        let buf = check().map_err(|e| self.reject_round(py, g, Op::AllGather, e))?;
         let as_i64 = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
         let mine = [as_i64(buf.heap_offset()), as_i64(buf.bytes()), as_i64(pad_bytes)];
         let mut all = vec![0i64; FIELDS * g.size()];

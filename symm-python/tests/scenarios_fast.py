@@ -1,11 +1,11 @@
-"""The fast path of ``symm.shmem_allreduce`` and of ``shmem_reduce_scatter``, ``shmem_allgather``
-and ``shmem_broadcast`` (src/ops.rs), on real ranks (run by worker.py as
-``scenarios_fast.<name>``): which calls take it, that its results are the full path's bit for
-bit, and that every other call still gets the full path's checks, errors, rejections and
-profiler ranges.
+"""The two arms of the public collectives (src/ops.rs), on real ranks (run by worker.py as
+``scenarios_fast.<name>``): which calls the fast arm takes, that its results and errors are the
+full arm's bit for bit, and that every other call gets the full arm's conversions, errors,
+rejections and profiler ranges.
 
-Which path a call took is seen by registering a counting wrapper as the full path
-(``_symm.set_full_path``): a call that reaches it took the full path.
+Which arm a call took is seen by counting the calls of ``symm._api._current``, which the full
+arm starts with and the fast arm never calls. A call with tensors of a subclass (``full``)
+always takes the full arm: the fast arm reads tensors of the exact types only.
 """
 
 from __future__ import annotations
@@ -24,48 +24,44 @@ from scenarios_coll import symmetric_like
 from symm import _api, _symm
 
 
-#: The full path of each collective with a fast path, by the name it is registered under.
-FULL_PATHS = {
-    "allreduce": _api._shmem_allreduce,
-    "reduce_scatter": _api._shmem_reduce_scatter,
-    "allgather": _api._shmem_allgather,
-    "alltoall": _api._shmem_alltoall,
-    "broadcast": _api._shmem_broadcast,
-    "send": _api._shmem_send,
-    "recv": _api._shmem_recv,
-    "sendrecv": _api._shmem_sendrecv,
-}
-
-
 class FullPath:
-    """Counts the calls of a collective (``kind``) that take the full path, while registered."""
-
-    def __init__(self, kind="allreduce") -> None:
-        self.calls = 0
-        self.kind = kind
-        self.inner = FULL_PATHS[kind]
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.inner(*args, **kwargs)
+    """Counts the calls that take the full arm while active."""
 
     def __enter__(self) -> "FullPath":
-        _symm.set_full_path(self.kind, self)
+        self.calls, self.inner = 0, _api._current
+
+        def counting():
+            self.calls += 1
+            return self.inner()
+
+        _api._current = counting
         return self
 
     def __exit__(self, *exc) -> None:
-        _symm.set_full_path(self.kind, self.inner)
+        _api._current = self.inner
 
 
-def takes(path, fn, *args, kind="allreduce", **kwargs):
-    """Runs ``fn(*args, **kwargs)`` and asserts that it took ``path`` ("fast" or "full") for
-    collective ``kind``; returns what it returned (an exception it raised propagates)."""
-    with FullPath(kind) as full:
+def takes(path, fn, *args, **kwargs):
+    """Runs ``fn(*args, **kwargs)`` and asserts that it took ``path`` ("fast" or "full"); returns
+    what it returned (an exception it raised propagates)."""
+    with FullPath() as full:
         try:
             return fn(*args, **kwargs)
         finally:
             want = 0 if path == "fast" else 1
-            assert full.calls == want, f"expected the {path} path, the full path ran {full.calls} times"
+            assert full.calls == want, f"expected the {path} arm, the full arm ran {full.calls} times"
+
+
+class Slow(torch.Tensor):
+    """A tensor subclass, which the fast arm does not read."""
+
+
+def full(fn, first, *args, **kwargs):
+    """``fn`` called on the full arm: its first argument (a tensor, or a list of tensors) passed
+    as ``Slow`` views of the same memory, the others as given."""
+    many = isinstance(first, (list, tuple))
+    slow = type(first)(t.as_subclass(Slow) for t in first) if many else first.as_subclass(Slow)
+    return takes("full", fn, slow, *args, **kwargs)
 
 
 def values(rank, count, dtype, salt):
@@ -134,7 +130,7 @@ def fast_path(rank, world):
                     salt += 1
                     x = values(rank, count, dtype, salt)
                     want = x.clone()
-                    _api._shmem_allreduce(want, op, group)  # the full path itself
+                    full(symm.shmem_allreduce, want, op, group)  # the full arm
                     f = symm.shmem_allreduce
                     a = symmetric_like(x, group)
                     takes("fast", f, a, op, group)
@@ -149,7 +145,7 @@ def fast_path(rank, world):
     # op omitted is "sum"; a Parameter (exact type torch.nn.Parameter) and a view are tensors too
     x = values(rank, 33, torch.float32, 99)
     want = x.clone()
-    _api._shmem_allreduce(want)
+    full(symm.shmem_allreduce, want)
     a = x.clone()
     takes("fast", lambda: symm.shmem_allreduce(a))
     assert same_bits(a, want)
@@ -165,7 +161,7 @@ def fast_path(rank, world):
     # by their text; so are op codes that are not CPython's cached small ints (a bool).
     x = values(rank, 9, torch.float32, 98)
     want = x.clone()
-    _api._shmem_allreduce(want, "max")
+    full(symm.shmem_allreduce, want, "max")
     a = x.clone()
     kw = {"".join(["ten", "sor"]): a, "".join(["o", "p"]): "".join(["ma", "x"])}
     takes("fast", lambda: symm.shmem_allreduce(**kw))
@@ -181,7 +177,7 @@ def fast_path(rank, world):
     # Not the common case: the full path, with its results and errors.
     x = values(rank, 64, torch.float32, 7)
     ref = x.clone()
-    _api._shmem_allreduce(ref, "sum", None, torch.bfloat16)
+    full(symm.shmem_allreduce, ref, "sum", None, torch.bfloat16)
     a = x.clone()
     takes("full", lambda: symm.shmem_allreduce(a, "sum", None, torch.bfloat16))  # a format
     assert same_bits(a, ref)
@@ -191,7 +187,7 @@ def fast_path(rank, world):
     a = x.clone()
     takes("full", lambda: symm.shmem_allreduce(a, torch.tensor(2)))  # op as a tensor: max
     ref = x.clone()
-    _api._shmem_allreduce(ref, "max")
+    full(symm.shmem_allreduce, ref, "max")
     assert same_bits(a, ref)
 
     class MyTensor(torch.Tensor):
@@ -200,11 +196,10 @@ def fast_path(rank, world):
     a = x.clone().as_subclass(MyTensor)
     takes("full", lambda: symm.shmem_allreduce(a))  # a subclass
     ref = x.clone()
-    _api._shmem_allreduce(ref)
+    full(symm.shmem_allreduce, ref)
     assert same_bits(a.as_subclass(torch.Tensor), ref)
 
-    # Errors: every rank makes the same mistake; the full path raises them, with the same
-    # class and message as a direct call of the full path.
+    # Errors: every rank makes the same mistake; the full arm raises them.
     inv = symm.InvalidArgument
     nc = torch.ones(4, 4).t()
     bad = [
@@ -220,9 +215,7 @@ def fast_path(rank, world):
         (symm.Unsupported, (torch.ones(4, device="meta"),), {}, "meta"),
     ]
     for cls, args, kwargs, needle in bad:
-        e = expect(cls, partial(takes, "full", symm.shmem_allreduce, *args, **kwargs), needle, rank=rank)
-        direct = expect(cls, partial(_api._shmem_allreduce, *args, **kwargs), needle, rank=rank)
-        assert str(e) == str(direct), (str(e), str(direct))
+        expect(cls, partial(takes, "full", symm.shmem_allreduce, *args, **kwargs), needle, rank=rank)
     # Arguments that do not bind raise TypeError, as for a Python function, before either path.
     for call in [
         lambda: symm.shmem_allreduce(),
@@ -378,7 +371,7 @@ def fast_path_split_ops(rank, world):
         ("allgather", lambda: ag(torch.zeros(world), torch.zeros(1), group=rev)),
         ("broadcast", lambda: bc(torch.zeros(1), 0, group=rev)),
     ]:
-        takes("full" if kind == "reduce_scatter" else "fast", call, kind=kind)  # the group: cached once
+        takes("full" if kind == "reduce_scatter" else "fast", call)  # the group: cached once
 
     salt = 0
     for dtype in [torch.float32, torch.bfloat16, torch.int64, torch.uint8]:
@@ -391,20 +384,20 @@ def fast_path_split_ops(rank, world):
                 for op in ["sum", "max", 3]:
                     x = values(rank, n * count, dtype, salt)
                     want = torch.empty(count, dtype=dtype)
-                    _api._shmem_reduce_scatter(want, x.clone(), op, group)
+                    full(symm.shmem_reduce_scatter, want, x.clone(), op, group)
                     out = torch.empty(count, dtype=dtype)
-                    takes("fast", rs, out, x.clone(), op, group, kind="reduce_scatter")
+                    takes("fast", rs, out, x.clone(), op, group)
                     assert same_bits(out, want), ("reduce_scatter", dtype, count, group, op)
                     a = symmetric_like(x, group)
-                    takes("fast", rs, a[me * count : (me + 1) * count], a, op=op, group=group, kind="reduce_scatter")
+                    takes("fast", rs, a[me * count : (me + 1) * count], a, op=op, group=group)
                     assert same_bits(a[me * count : (me + 1) * count], want), ("reduce_scatter in place", dtype)
                     symm.free(a)
                 # allgather, out of place and in place (input = this rank's part of the output)
                 x = values(rank, count, dtype, salt)
                 want = torch.empty(n * count, dtype=dtype)
-                _api._shmem_allgather(want, x, group)
+                full(symm.shmem_allgather, want, x, group)
                 out = torch.empty(n * count, dtype=dtype)
-                takes("fast", ag, out, x, group, kind="allgather")
+                takes("fast", ag, out, x, group)
                 assert same_bits(out, want), ("allgather", dtype, count, group)
                 out = torch.zeros(n * count, dtype=dtype)
                 out[me * count : (me + 1) * count] = x
@@ -414,16 +407,15 @@ def fast_path_split_ops(rank, world):
                     output_tensor=out,
                     input_tensor=out[me * count : (me + 1) * count],
                     group=group,
-                    kind="allgather",
                 )
                 assert same_bits(out, want), ("allgather in place", dtype, count, group)
                 # broadcast from every group rank
                 for src in range(n):
                     x = values(rank, count, dtype, salt + src)
                     want = x.clone()
-                    _api._shmem_broadcast(want, src, group)
+                    full(symm.shmem_broadcast, want, src, group)
                     a = x.clone()
-                    takes("fast", bc, a, src, group, kind="broadcast")
+                    takes("fast", bc, a, src, group)
                     assert same_bits(a, want), ("broadcast", dtype, count, group, src)
 
     # alltoall with uneven counts (what rank s sends to rank d: s + 2 d + 1 elements), lists and
@@ -435,10 +427,10 @@ def fast_path_split_ops(rank, world):
             sends = [values(rank, scale * (me + 2 * d + 1), torch.float32, 50 + d) for d in range(world)]
             counts = [scale * (s + 2 * me + 1) for s in range(world)]
             want = torch.full((sum(counts) + 3,), -1.0)
-            _api._shmem_alltoall(sends, want, counts, group)
+            full(symm.shmem_alltoall, sends, want, counts, group)
             for form in [list, tuple]:
                 got = torch.full((sum(counts) + 3,), -1.0)
-                takes("fast", a2a, form(sends), got, form(counts), group, kind="alltoall")
+                takes("fast", a2a, form(sends), got, form(counts), group)
                 assert same_bits(got, want), ("alltoall", group, scale, form)
             # views into one symmetric block (the same size on every rank)
             block = symm.empty((3 * scale * world * world,), torch.float32, group=group)
@@ -449,7 +441,7 @@ def fast_path_split_ops(rank, world):
                 at += t.numel()
             got = torch.full((sum(counts) + 3,), -1.0)
             takes(
-                "fast", a2a, send_tensor_list=sym, receive_tensor=got, receive_list=counts, group=group, kind="alltoall"
+                "fast", a2a, send_tensor_list=sym, receive_tensor=got, receive_list=counts, group=group
             )
             assert same_bits(got, want), ("alltoall symmetric", group, scale)
             symm.free(block)
@@ -459,11 +451,11 @@ def fast_path_split_ops(rank, world):
             forms = [ct, ct.to(torch.int32), ct.to(torch.int16), ct.view(-1, 1), list(ct), tuple(ct.view(-1, 1))]
             for c in forms:
                 got = torch.full((sum(counts) + 3,), -1.0)
-                takes("fast", a2a, sends, got, c, group, kind="alltoall")
+                takes("fast", a2a, sends, got, c, group)
                 assert same_bits(got, want), ("alltoall counts tensor", group, scale, c)
             # a strided view of counts: the full path, same result
             got = torch.full((sum(counts) + 3,), -1.0)
-            takes("full", a2a, sends, got, torch.stack([ct, ct], 1)[:, 0], group, kind="alltoall")
+            takes("full", a2a, sends, got, torch.stack([ct, ct], 1)[:, 0], group)
             assert same_bits(got, want), ("alltoall strided counts", group, scale)
 
     # send / recv around a ring, in both directions, world and reversed group; even ranks send
@@ -480,40 +472,37 @@ def fast_path_split_ops(rank, world):
                 peer = prv if group is None else world - 1 - prv
                 want = values(peer, count, torch.float32, count + step)
                 got = torch.empty(count)
-                sending = partial(takes, "fast", send, x, nxt, group, kind="send")
-                receiving = partial(takes, "fast", recv, got, prv, group, kind="recv")
+                sending = partial(takes, "fast", send, x, nxt, group)
+                receiving = partial(takes, "fast", recv, got, prv, group)
                 for call in (sending, receiving) if me % 2 == 0 else (receiving, sending):
                     call()
                 assert same_bits(got, want), ("send/recv", group, count, step)
                 got = torch.empty(count)
-                takes("fast", sendrecv, x, nxt, got, prv, group, kind="sendrecv")
+                takes("fast", sendrecv, x, nxt, got, prv, group)
                 assert same_bits(got, want), ("sendrecv", group, count, step)
                 got = torch.empty(count)
                 kw = dict(send_tensor=x, dst_rank=nxt, recv_tensor=got, src_rank=prv, group=group)
-                takes("fast", sendrecv, **kw, kind="sendrecv")
+                takes("fast", sendrecv, **kw)
                 assert same_bits(got, want), ("sendrecv by keyword", group, count, step)
-    # Overlapping tensors take the full path, which names them.
+    # Overlapping tensors: the core refuses them on either arm, naming them.
     both = torch.zeros(8)
-    expect(
-        symm.InvalidArgument,
-        lambda: takes("full", sendrecv, both[:5], rank, both[4:], rank, kind="sendrecv"),
-        "overlap",
-        rank=rank,
-    )
+    for call in [partial(takes, "fast", sendrecv), partial(full, sendrecv)]:
+        e = expect(symm.InvalidArgument, partial(call, both[:5], rank, both[4:], rank), "overlap", rank=rank)
+        assert "recv_tensor" in str(e) and "send_tensor" in str(e), e
     # A message that does not match the receive: Mismatch (consumed; the pair stays usable).
     if rank == 0:
-        takes("fast", send, torch.ones(3), 1, kind="send")
-        takes("fast", send, torch.full((2,), 7.0), 1, kind="send")
+        takes("fast", send, torch.ones(3), 1)
+        takes("fast", send, torch.full((2,), 7.0), 1)
     elif rank == 1:
-        expect(symm.Mismatch, lambda: takes("fast", recv, torch.empty(4), 0, kind="recv"), rank=rank)
+        expect(symm.Mismatch, lambda: takes("fast", recv, torch.empty(4), 0), rank=rank)
         got = torch.empty(2)
-        takes("fast", recv, got, 0, kind="recv")
+        takes("fast", recv, got, 0)
         assert got.tolist() == [7.0, 7.0], got
     # Ranks the fast path does not take: the full path, with its errors.
     for kind, f in [("send", send), ("recv", recv)]:
         for peer in [world, -1, "1"]:
             try:
-                takes("full", f, torch.ones(1), peer, kind=kind)
+                takes("full", f, torch.ones(1), peer)
             except (symm.InvalidArgument, symm.GroupError):
                 pass
             else:
@@ -523,15 +512,15 @@ def fast_path_split_ops(rank, world):
     # Not the common case: the full path, with the same results.
     x = values(rank, world * 64, torch.float32, 5)
     want = torch.empty(64)
-    _api._shmem_reduce_scatter(want, x.clone(), "sum", None, torch.bfloat16)
+    full(symm.shmem_reduce_scatter, want, x.clone(), "sum", None, torch.bfloat16)
     out = torch.empty(64)
-    takes("full", rs, out, x.clone(), low_precision_dtype="bfloat16", kind="reduce_scatter")  # a format
+    takes("full", rs, out, x.clone(), low_precision_dtype="bfloat16")  # a format
     assert same_bits(out, want)
     a = torch.full((3,), float(rank))
-    takes("full", bc, a, torch.tensor(1), kind="broadcast")  # src_rank as a tensor
+    takes("full", bc, a, torch.tensor(1))  # src_rank as a tensor
     assert a.tolist() == [1.0] * 3, a
     a = torch.full((3,), float(rank))
-    takes("full", bc, a, True, kind="broadcast")  # a bool is not taken for a rank
+    takes("full", bc, a, True)  # a bool is not taken for a rank
     assert a.tolist() == [1.0] * 3, a
 
     # Errors: every rank makes the same mistake; the full path raises them, with the same class
@@ -564,13 +553,15 @@ def fast_path_split_ops(rank, world):
     ]
     for kind, f, args, needle in bad:
         try:
-            FULL_PATHS[kind](*args)
+            full(f, *args)
         except symm.SymmError as e:
             direct = e
         else:
             raise AssertionError(f"{kind}{args}: expected an error")
         assert isinstance(direct, (inv, symm.GroupError)), direct  # a rank outside the group
-        e = expect(type(direct), partial(takes, "full", f, *args, kind=kind), needle, rank=rank)
+        # The same error whichever arm the call takes (the core checks sizes, dtypes and counts
+        # for both).
+        e = expect(type(direct), partial(f, *args), needle, rank=rank)
         assert str(e) == str(direct), (str(e), str(direct))
     for call in [lambda: rs(torch.ones(1)), lambda: ag(torch.ones(1), bogus=1), lambda: bc(torch.ones(1))]:
         try:
@@ -586,38 +577,38 @@ def fast_path_split_ops(rank, world):
     t0 = time.monotonic()
     if rank == 1:
         expect(
-            symm.GroupError, lambda: takes("full", bc, torch.ones(4), world, kind="broadcast"), "src_rank", rank=rank
+            symm.GroupError, lambda: takes("full", bc, torch.ones(4), world), "src_rank", rank=rank
         )
     else:
         got = torch.full((4,), float(rank))
-        takes("fast", bc, got, 0, kind="broadcast")
+        takes("fast", bc, got, 0)
         assert got.tolist() == [0.0] * 4, got
     assert time.monotonic() - t0 < 5, time.monotonic() - t0
     a = torch.full((2,), float(rank))
-    takes("fast", bc, a, world - 1, kind="broadcast")
+    takes("fast", bc, a, world - 1)
     assert a.tolist() == [float(world - 1)] * 2, a
     # sizes that differ: Mismatch from the core on the fast path
     expect(
         symm.Mismatch,
-        lambda: takes("fast", ag, torch.ones(world * (2 + rank)), torch.ones(2 + rank), kind="allgather"),
+        lambda: takes("fast", ag, torch.ones(world * (2 + rank)), torch.ones(2 + rank)),
         rank=rank,
     )
 
     # Blocking on the fast path releases the GIL: a thread keeps running while this rank waits
     # (a member of the broadcast: its source does not wait for the others).
     other_threads_run_while_waiting(
-        rank, lambda: takes("fast", bc, torch.ones(8), world - 1, kind="broadcast"), dist.barrier
+        rank, lambda: takes("fast", bc, torch.ones(8), world - 1), dist.barrier
     )
 
     # While the profiler records, calls take the full path, which records the range.
     with torch.profiler.profile() as prof:
-        takes("full", rs, torch.ones(3), torch.ones(3 * world), kind="reduce_scatter")
-        takes("full", ag, torch.ones(3 * world), torch.ones(3), kind="allgather")
-        takes("full", bc, torch.ones(3), 0, kind="broadcast")
-        takes("full", a2a, [torch.ones(1)] * world, torch.ones(world), [1] * world, kind="alltoall")
+        takes("full", rs, torch.ones(3), torch.ones(3 * world))
+        takes("full", ag, torch.ones(3 * world), torch.ones(3))
+        takes("full", bc, torch.ones(3), 0)
+        takes("full", a2a, [torch.ones(1)] * world, torch.ones(world), [1] * world)
         if rank < 2:
-            takes("full", send, torch.ones(3), 1 - rank, kind="send")
-            takes("full", recv, torch.ones(3), 1 - rank, kind="recv")
+            takes("full", send, torch.ones(3), 1 - rank)
+            takes("full", recv, torch.ones(3), 1 - rank)
     keys = {e.key for e in prof.key_averages()}
     for name in ["reduce_scatter", "allgather", "broadcast", "alltoall"] + (["send", "recv"] if rank < 2 else []):
         assert any(k.startswith(f"symm::{name}(") for k in keys), (name, sorted(k for k in keys if "symm" in k))

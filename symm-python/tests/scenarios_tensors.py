@@ -163,7 +163,6 @@ def collectives(n):
 
     out = [
         ("allreduce", "tensor", lambda x: ar(x("tensor", 8))),
-        ("allreduce (full path)", "tensor", lambda x: _api._shmem_allreduce(x("tensor", 8))),
         ("allreduce (a format)", "tensor", lambda x: ar(x("tensor", 8), low_precision_dtype="bfloat16")),
         # From the bad rank: a root's peers wait for its data (an eager root does not wait for
         # its peers, so it cannot learn of their refusal).
@@ -195,12 +194,8 @@ def refused_everywhere(rank, world):
 
             t0 = time.monotonic()
             if rank == bad_rank:
-                if "full path" in op:
-                    fn = partial(call, x)
-                else:
-                    # The public function hands the call to the full path before doing anything.
-                    fn = partial(takes, "full", call, x, kind=op.split(" ")[0].replace("alltoallv", "alltoall"))
-                e = expect(symm.InvalidArgument, fn, f"{arg} = ", says, rank=rank)
+                # The fast arm hands the call to the full arm before doing anything.
+                e = expect(symm.InvalidArgument, partial(takes, "full", call, x), f"{arg} = ", says, rank=rank)
                 assert "entry 0" in str(e) or arg != "send_tensor_list", str(e)
             else:
                 try:
@@ -260,14 +255,14 @@ def point_to_point(rank, world):
     fake(1)  # FakeTensorMode's first use takes seconds: not in the timed calls
     assert world == 2
     peer = 1 - rank
-    # The public function hands each refused call to the full path before doing anything.
-    full = partial(takes, "full")
+    # The fast arm hands each refused call to the full arm before doing anything.
+    on_full = partial(takes, "full")
     for kind, (make, says) in BAD.items():
         data = torch.arange(8, dtype=torch.float32) + 10 * rank
         # A refused send: the receiver gets the next (good) message, promptly.
         t0 = time.monotonic()
         if rank == 0:
-            expect(symm.InvalidArgument, partial(full, symm.shmem_send, make(8), 1, kind="send"), "tensor = ", says)
+            expect(symm.InvalidArgument, partial(on_full, symm.shmem_send, make(8), 1), "tensor = ", says)
             symm.shmem_send(data, 1)
         else:
             got = torch.zeros(8)
@@ -275,7 +270,7 @@ def point_to_point(rank, world):
             assert got.tolist() == list(range(8)), got
         # A refused recv consumes nothing: the message is still there for the next recv.
         if rank == 1:
-            expect(symm.InvalidArgument, partial(full, symm.shmem_recv, make(8), 0, kind="recv"), "tensor = ", says)
+            expect(symm.InvalidArgument, partial(on_full, symm.shmem_recv, make(8), 0), "tensor = ", says)
             got = torch.zeros(8)
             symm.shmem_recv(got, 0)
             assert got.tolist() == list(range(8)), got
@@ -286,7 +281,7 @@ def point_to_point(rank, world):
             got = torch.zeros(8)
             if rank == 0:
                 s, r = (make(8), got) if arg == "send_tensor" else (data, make(8))
-                call = partial(full, symm.shmem_sendrecv, s, 1, r, 1, kind="sendrecv")
+                call = partial(on_full, symm.shmem_sendrecv, s, 1, r, 1)
                 expect(symm.InvalidArgument, call, f"{arg} = ", says, rank=rank)
             symm.shmem_sendrecv(data, peer, got, peer)
             assert got.tolist() == (torch.arange(8, dtype=torch.float32) + 10 * peer).tolist(), got

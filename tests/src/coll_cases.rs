@@ -7,8 +7,8 @@ use proptest::prelude::*;
 use symm_core::coll::lowp::FORMATS;
 use symm_core::coll::{eager_max_bytes, Tunables};
 use symm_core::{
-    bf16, f16, CollOptions, Collectives, Communicator, DType, Error, Group, LocalMut, LocalRef, ReduceOp, SymmBuffer,
-    Transport, F8E4M3, F8E5M2,
+    bf16, f16, ArgError, CollOptions, Collectives, Communicator, DType, Error, Group, LocalMut, LocalRef, ReduceOp,
+    SymmBuffer, Transport, F8E4M3, F8E5M2,
 };
 
 use crate::gen::{draw, seed};
@@ -1127,6 +1127,24 @@ pub fn errors<C: Collectives>(comm: &C) {
             );
         }
         assert_rank(&e, "rejected");
+    }
+    // One rank rejects its call itself (an error found before the call): the others, waiting
+    // in their allreduce, fail at once with PeerRejected.
+    if n >= 2 {
+        let mut buf = vec![1.0f32; 4];
+        let r = if me == 1 {
+            let why = ArgError::invalid("tensor", "<freed>", "released");
+            symm_core::coll::reject(comm, &world, symm_core::dfx::Op::AllReduce, why)
+        } else {
+            comm.allreduce(&world, LocalMut::from(&mut buf), ReduceOp::Sum, &opts)
+        };
+        let e = r.unwrap_err();
+        if me == 1 {
+            assert!(matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("tensor = <freed>"), "{e}");
+        } else {
+            assert!(matches!(e, Error::PeerRejected { .. }) && e.to_string().contains("global rank 1"), "{e}");
+        }
+        assert_rank(&e, "rejected by the caller");
     }
     // Wrong dtype pairing.
     let input = vec![1.0f32; 4];

@@ -107,7 +107,7 @@ fn check_parts(whole: Part, part: Part, n: usize, me: usize) -> Option<ArgError>
     if part.dtype != whole.dtype {
         return Some(ArgError::DTypeMismatch {
             arg: part.arg,
-            expected: whole.dtype.to_string(),
+            expected: format!("{}'s {}", whole.arg, whole.dtype),
             actual: part.dtype.to_string(),
         });
     }
@@ -144,6 +144,8 @@ fn ranges_partially_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usi
 
 /// Collective communication over a group. Every member calls the same collectives in the same
 /// order; each call returns when the caller's part is complete and its buffers may be reused.
+/// A member that cannot make its call (its arguments failed a check of its own) calls
+/// [`reject`] in its place, so that the others fail with `PeerRejected`.
 pub trait Collectives: Communicator {
     /// In place: every member's `buf` becomes the reduction of all members' `buf`.
     fn allreduce(&self, group: &Group, mut buf: LocalMut<'_>, op: ReduceOp, opts: &CollOptions) -> Result<()> {
@@ -211,8 +213,8 @@ pub trait Collectives: Communicator {
             Ok(lp) => lp,
             Err(e) => return reject(self, group, Op::ReduceScatter, e),
         };
-        let whole = Part { arg: "input", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
-        let part = Part { arg: "output", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
+        let whole = Part { arg: "input_tensor", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
+        let part = Part { arg: "output_tensor", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
         if let Some(e) = check_parts(whole, part, n, me) {
             return reject(self, group, Op::ReduceScatter, e);
         }
@@ -240,8 +242,8 @@ pub trait Collectives: Communicator {
     ) -> Result<()> {
         let n = group.size();
         let me = group.member().at(self.rank())?.index();
-        let whole = Part { arg: "output", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
-        let part = Part { arg: "input", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
+        let whole = Part { arg: "output_tensor", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
+        let part = Part { arg: "input_tensor", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
         if let Some(e) = check_parts(whole, part, n, me) {
             return reject(self, group, Op::AllGather, e);
         }
@@ -273,7 +275,7 @@ pub trait Collectives: Communicator {
         } else if let Some((i, s)) = send.iter().enumerate().find(|(_, s)| s.dtype() != dtype) {
             Some(ArgError::DTypeMismatch {
                 arg: "send_tensor_list",
-                expected: dtype.to_string(),
+                expected: format!("receive_tensor's {dtype}"),
                 actual: format!("{} (entry {i})", s.dtype()),
             })
         } else {
@@ -410,9 +412,9 @@ pub trait Collectives: Communicator {
         // The peer may read `send` in place while `recv` is being written.
         if ranges_overlap(s, send_bytes, r, recv_bytes) {
             return Err(ArgError::invalid(
-                "recv",
+                "recv_tensor",
                 format!("{recv_bytes} bytes at {r:p}"),
-                format!("must not overlap send ({send_bytes} bytes at {s:p})"),
+                format!("must not overlap send_tensor ({send_bytes} bytes at {s:p})"),
             ))
             .at(rank);
         }
@@ -624,9 +626,13 @@ fn with_state<C: Communicator + ?Sized, T>(
     r
 }
 
-/// Fails a call with a local argument error, first telling the peers (so they fail fast with
-/// `PeerRejected` instead of waiting).
-fn reject<C: Communicator + ?Sized>(c: &C, group: &Group, op: Op, e: ArgError) -> Result<()> {
+/// Fails this member's next collective call of `group` (recorded as `op`) with the argument
+/// error `e`, found by the caller before it could make the call (a language binding's own
+/// checks): takes part in the call's round only to reject it, so that the members waiting in
+/// their collective fail at once with [`Error::PeerRejected`] instead of a Timeout, and the
+/// group's round numbers stay in step. The collectives reject their own bad arguments the same
+/// way. Returns the error: `InvalidArgument` with `e`, or `GroupError` for a non-member.
+pub fn reject<C: Communicator + ?Sized>(c: &C, group: &Group, op: Op, e: ArgError) -> Result<()> {
     let rank = c.rank();
     group.member().at(rank)?;
     with_ctx(c, group, &CollOptions::default(), Plan::rejected(op), |ctx, p| {

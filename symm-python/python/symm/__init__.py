@@ -29,6 +29,7 @@ Diagnostics: the core logs into the ``symm`` logger (``SYMM_LOG_LEVEL``, ``set_l
 shows up in ``torch.profiler`` as ``symm::<op>(<numel> x <dtype>, group=...)``.
 """
 
+from . import _symm
 from ._symm import (
     DTYPES,
     BootstrapError,
@@ -71,17 +72,9 @@ from ._api import (
     memory_stats,
     rendezvous,
     set_signal_pad_size,
-    shmem_allgather,
-    shmem_allreduce,
-    shmem_alltoall,
-    shmem_broadcast,
     shmem_get,
     shmem_put,
     shmem_put_with_signal,
-    shmem_recv,
-    shmem_reduce_scatter,
-    shmem_send,
-    shmem_sendrecv,
     shmem_signal_op,
     shmem_wait_for_signal,
     split_group,
@@ -124,22 +117,18 @@ __all__ = [
     "reset_stats",
     "set_log_level",
     "set_signal_pad_size",
-    "shmem_allgather",
-    "shmem_allreduce",
-    "shmem_alltoall",
-    "shmem_broadcast",
     "shmem_get",
     "shmem_put",
     "shmem_put_with_signal",
-    "shmem_recv",
-    "shmem_reduce_scatter",
-    "shmem_send",
-    "shmem_sendrecv",
     "shmem_signal_op",
     "shmem_wait_for_signal",
     "split_group",
     "stats",
 ]
+
+# The public collectives: one per row of the native table (src/ops.rs).
+globals().update({name: getattr(_symm, name) for name, *_ in _symm.COLLECTIVES})
+__all__ += [name for name, *_ in _symm.COLLECTIVES]
 
 
 def __getattr__(name: str) -> object:

@@ -39,9 +39,6 @@ class _State:
         self.fast_path: Optional[str] = None
 
 
-T = TypeVar("T")
-
-
 _lock = threading.RLock()
 _state: Optional[_State] = None
 #: Start-up attempts of this process: a failed attempt (every rank fails together, e.g. heap
@@ -82,10 +79,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _size(st: _State, tensor: Any) -> str:
-    d = st.platform.describe(tensor)
-    if d is None:
+    """``<numel> x <dtype>`` of a tensor, or of a list of tensors together."""
+    many = isinstance(tensor, (list, tuple))
+    ds = [d for d in map(st.platform.describe, tensor if many else [tensor]) if d is not None]
+    if not ds:
         return "?"
-    return f"{d[1]} x {d[2].rpartition('.')[2]}"
+    return f"{sum(d[1] for d in ds)} x {ds[0][2].rpartition('.')[2]}"
 
 
 def _count(st: _State, n: Any, like: Any) -> str:
@@ -542,24 +541,14 @@ def shmem_wait_for_signal(
 # --------------------------------------------------------------------------------------------
 
 
-def _prepared(st: _State, g: _symm.Group, build: Callable[[], T]) -> T:
-    """Runs ``build`` (the Python-side argument conversion of a collective of ``g``); when it
-    raises, first rejects the round so that the peers do not wait for this rank."""
-    try:
-        return build()
-    except Exception:
-        st.comm.reject(g)
-        raise
-
-
-def _low_precision(st: _State, value: Any) -> Optional[str]:
+def _low_precision(st: _State, value: Any, arg: str) -> Optional[str]:
     if value is None:
         return None
     name = st.platform.dtype_name(value)
     if name is None:
         raise _invalid(
             st.comm.rank,
-            "low_precision_dtype",
+            arg,
             repr(value),
             "expected a dtype or its name: float16, bfloat16, float8_e4m3fn, float8_e5m2, "
             "'none' (full precision), or None",
@@ -597,150 +586,24 @@ def _descs(st: _State, tensors: Any, arg: str) -> List[Any]:
     return out
 
 
-@_profiled("allreduce", _on("tensor"))
-def _shmem_allreduce(tensor: Any, op: Any = "sum", group: Any = None, low_precision_dtype: Any = None) -> None:
-    """The full path of ``shmem_allreduce``: every call that is not the common case the native
-    function runs itself (see ``symm._symm.shmem_allreduce``, which is the public function and
-    holds its documentation)."""
-    st = _current()
-    g = _native_group(st, group)
-    t, lp = _prepared(st, g, lambda: (_desc(st, tensor, "tensor"), _low_precision(st, low_precision_dtype)))
-    st.comm.allreduce(g, t, st.platform.scalar(op), lp)
+# The public collectives (``shmem_allreduce`` ... ``shmem_sendrecv``, one per row of the table in
+# src/ops.rs) are the native functions: the common case (a plain contiguous CPU tensor, group
+# None or one already used, no profiler recording, no low-precision format) in one call, every
+# other call through the native full arm, which uses the helpers above for what needs the
+# platform, and ``_profile_range``.
+globals().update({name: getattr(_symm, name) for name, *_ in _symm.COLLECTIVES})
 
 
-# The public function is native: it runs the common case (a plain contiguous CPU tensor, group
-# None or one already used, no profiler recording, no low-precision format) in one call, and
-# passes every other call to the full path above before doing anything (src/ops.rs). So are
-# shmem_reduce_scatter, shmem_allgather, shmem_alltoall, shmem_broadcast, shmem_send,
-# shmem_recv and shmem_sendrecv below.
-_symm.set_full_path("allreduce", _shmem_allreduce)
-shmem_allreduce = _symm.shmem_allreduce
-
-
-@_profiled("reduce_scatter", _on("input_tensor"))
-def _shmem_reduce_scatter(
-    output_tensor: Any, input_tensor: Any, op: Any = "sum", group: Any = None, low_precision_dtype: Any = None
-) -> None:
-    """The full path of ``shmem_reduce_scatter`` (native, like ``shmem_allreduce``; its
-    documentation is the public function's)."""
-    st = _current()
-    g = _native_group(st, group)
-    o, i, lp = _prepared(
-        st,
-        g,
-        lambda: (
-            _desc(st, output_tensor, "output_tensor"),
-            _desc(st, input_tensor, "input_tensor"),
-            _low_precision(st, low_precision_dtype),
-        ),
-    )
-    st.comm.reduce_scatter(g, o, i, st.platform.scalar(op), lp)
-
-
-_symm.set_full_path("reduce_scatter", _shmem_reduce_scatter)
-shmem_reduce_scatter = _symm.shmem_reduce_scatter
-
-
-@_profiled("allgather", _on("input_tensor"))
-def _shmem_allgather(output_tensor: Any, input_tensor: Any, group: Any = None) -> None:
-    """The full path of ``shmem_allgather`` (native, like ``shmem_allreduce``; its documentation
-    is the public function's)."""
-    st = _current()
-    g = _native_group(st, group)
-    o, i = _prepared(
-        st, g, lambda: (_desc(st, output_tensor, "output_tensor"), _desc(st, input_tensor, "input_tensor"))
-    )
-    st.comm.allgather(g, o, i)
-
-
-_symm.set_full_path("allgather", _shmem_allgather)
-shmem_allgather = _symm.shmem_allgather
-
-
-def _alltoall_text(st: _State, a: Dict[str, Any]) -> str:
-    sends = a["send_tensor_list"]
-    ds = [st.platform.describe(t) for t in sends]
-    numel = sum(d[1] for d in ds if d is not None)
-    dtype = next((d[2].rpartition(".")[2] for d in ds if d is not None), "?")
-    return f"{numel} x {dtype}, {_group_text(st, a['group'])}"
-
-
-@_profiled("alltoall", _alltoall_text)
-def _shmem_alltoall(send_tensor_list: Any, receive_tensor: Any, receive_list: Any, group: Any = None) -> None:
-    """The full path of ``shmem_alltoall`` (native, like ``shmem_allreduce``; its documentation
-    is the public function's)."""
-    st = _current()
-    g = _native_group(st, group)
-    sends, r, counts = _prepared(
-        st,
-        g,
-        lambda: (
-            _descs(st, send_tensor_list, "send_tensor_list"),
-            _desc(st, receive_tensor, "receive_tensor"),
-            _counts(st, receive_list, "receive_list"),
-        ),
-    )
-    st.comm.alltoall(g, sends, r, counts)
-
-
-_symm.set_full_path("alltoall", _shmem_alltoall)
-shmem_alltoall = _symm.shmem_alltoall
-
-
-@_profiled("broadcast", _on("tensor"))
-def _shmem_broadcast(tensor: Any, src_rank: Any, group: Any = None) -> None:
-    """The full path of ``shmem_broadcast`` (native, like ``shmem_allreduce``; its documentation
-    is the public function's)."""
-    st = _current()
-    g = _native_group(st, group)
-    t = _prepared(st, g, lambda: _desc(st, tensor, "tensor"))
-    st.comm.broadcast(g, t, st.platform.scalar(src_rank))
-
-
-_symm.set_full_path("broadcast", _shmem_broadcast)
-shmem_broadcast = _symm.shmem_broadcast
-
-
-@_profiled("send", _on("tensor"))
-def _shmem_send(tensor: Any, dst_rank: Any, group: Any = None) -> None:
-    """The full path of ``shmem_send`` (native, like ``shmem_allreduce``; its documentation is
-    the public function's)."""
-    st = _current()
-    st.comm.send(_native_group(st, group), _desc(st, tensor, "tensor"), st.platform.scalar(dst_rank))
-
-
-_symm.set_full_path("send", _shmem_send)
-shmem_send = _symm.shmem_send
-
-
-@_profiled("recv", _on("tensor"))
-def _shmem_recv(tensor: Any, src_rank: Any, group: Any = None) -> None:
-    """The full path of ``shmem_recv`` (native, like ``shmem_allreduce``; its documentation is
-    the public function's)."""
-    st = _current()
-    st.comm.recv(_native_group(st, group), _desc(st, tensor, "tensor"), st.platform.scalar(src_rank))
-
-
-_symm.set_full_path("recv", _shmem_recv)
-shmem_recv = _symm.shmem_recv
-
-
-@_profiled("sendrecv", _on("send_tensor"))
-def _shmem_sendrecv(send_tensor: Any, dst_rank: Any, recv_tensor: Any, src_rank: Any, group: Any = None) -> None:
-    """The full path of ``shmem_sendrecv`` (native, like ``shmem_allreduce``; its documentation
-    is the public function's)."""
-    st = _current()
-    st.comm.sendrecv(
-        _native_group(st, group),
-        _desc(st, send_tensor, "send_tensor"),
-        st.platform.scalar(dst_rank),
-        _desc(st, recv_tensor, "recv_tensor"),
-        st.platform.scalar(src_rank),
-    )
-
-
-_symm.set_full_path("sendrecv", _shmem_sendrecv)
-shmem_sendrecv = _symm.shmem_sendrecv
+def _profile_range(st: _State, op: str, tensors: Any, group: Any) -> Any:
+    """The profiler range of a collective's native full path, ``symm::<op>(<numel> x <dtype>,
+    group=<ranks>)``, or None while the framework's profiler does not record."""
+    if not st.platform.profiling():
+        return None
+    try:
+        what = f"{_size(st, tensors)}, {_group_text(st, group)}"
+    except Exception:
+        what = "?"  # bad arguments: the call itself reports them
+    return st.platform.record_function(f"symm::{op}({what})")
 
 
 def create_group(ranks: Sequence[int]) -> Any:

@@ -34,13 +34,8 @@ symm,gloo,mpi). ``deepspeed``, asked for by name, adds DeepSpeed's shared-memory
 CPUs (the kernel of ``deepspeed.comm.inference_all_reduce``, called directly: in place, sum,
 all_reduce only; float32 needs AVX2, bfloat16 and float16 AVX-512, as DeepSpeed itself decides)
 and the ratio ``symm/deepspeed``; it needs ``pip install deepspeed ninja`` and builds its kernel
-on first use. Each ratio ``symm/<peer>`` is the peer's time over symm's. ``--native 1`` adds
-the column ``rust``: the same all_reduce (in place, on the same symmetric tensor, in the same
-processes, right after the Python timing) through the native module's private call with the
-tensor's descriptor made once (``Communicator.allreduce``, the core call ``symm-bench
-all_reduce`` times in place plus one call into the native module), and ``py/rust``, symm's time
-through the public API divided by that: the cost of the public API's argument handling measured
-in one run. Other operations show ``N/A`` there.
+on first use. Each ratio ``symm/<peer>`` is the peer's time over symm's. The core's own time
+for the same calls is ``symm-bench``'s (docs/performance.md).
 
 Memory-bandwidth bound (the one model ``symm-bench`` reports too, ``symm_sim::membw`` through
 ``_symm.memory_bound``): before the operations rank 0 measures the host's memory rates
@@ -87,7 +82,6 @@ RATIOS = {
     "symm/gloo": ("gloo", "symm", "busbw ratio (> 1: symm faster)"),
     "symm/mpi": ("mpi", "symm", "busbw ratio (> 1: symm faster)"),
     "symm/deepspeed": ("deepspeed", "symm", "busbw ratio (> 1: symm faster)"),
-    "py/rust": ("symm", "rust", "symm's time through the public API / through the private native call (rust column)"),
 }
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
 #: The operations every backend here runs in place (the others out of place).
@@ -150,12 +144,6 @@ def parser() -> argparse.ArgumentParser:
         default=1,
         help="1 (default): measure the copy bandwidth and print each size's memory-bandwidth bound and %% reached",
     )
-    p.add_argument(
-        "--native",
-        type=int,
-        default=0,
-        help="1: add the time of symm's all_reduce through the private native call (same run) and py/rust",
-    )
     p.add_argument("--json", metavar="FILE", help="save the run (times and bounds) as JSON in FILE")
     p.add_argument(
         "--plot",
@@ -203,14 +191,8 @@ def validate(args: argparse.Namespace) -> None:
         )
     if args.pin not in (0, 1):
         raise SystemExit(f"symm.perf: --pin {args.pin}: expected 0 or 1")
-    if args.native not in (0, 1):
-        raise SystemExit(f"symm.perf: --native {args.native}: expected 0 or 1")
     if args.bound not in (0, 1):
         raise SystemExit(f"symm.perf: --bound {args.bound}: expected 0 or 1")
-    if args.native and "symm" not in backends:
-        raise SystemExit(
-            "symm.perf: --native 1 times symm's all_reduce through its native call: it needs the symm backend"
-        )
     if args.saved and not args.plot:
         raise SystemExit(f"symm.perf: --from {args.saved}: draws a saved run, it needs --plot FILE")
     if args.plot:
@@ -361,43 +343,6 @@ class SymmBackend(Backend):
         if op == "broadcast":
             return partial(symm.shmem_broadcast, recv, 0)
         return partial(symm.shmem_sendrecv, send, (rank + 1) % n, recv, (rank - 1) % n)
-
-
-class NativeAllreduce:
-    """symm's in-place sum all_reduce of one symmetric tensor through the native module's private
-    call (``Communicator.allreduce`` with the tensor's descriptor made once), in a Python loop:
-    the core's time plus one call into the native module, without the public API's argument
-    handling."""
-
-    def __init__(self, tensor: Any) -> None:
-        from symm import _api
-
-        st = _api._current()
-        self.comm, self.world = st.comm, st.world
-        self.tensor = tensor  # keeps the memory the descriptor points to alive
-        desc = st.platform.describe(tensor)
-        assert desc is not None, "a tensor of the platform"
-        self.desc = desc
-
-    def __call__(self) -> None:
-        self.comm.allreduce(self.world, self.desc, 0)
-
-    def loop(self, iters: int) -> float:
-        return call_loop(partial(self.comm.allreduce, self.world, self.desc, 0), iters)
-
-
-class RustBackend(SymmBackend):
-    """symm's all_reduce through the native module's private call (``NativeAllreduce``): the
-    core's time for the same call on the same symmetric tensor, in the same processes."""
-
-    name = "rust"
-
-    def run(self, op: str, bufs: Dict[str, Any], rank: int, n: int) -> Optional[Callable[[], Any]]:
-        return NativeAllreduce(bufs["recv"]) if op == "all_reduce" else None
-
-    def loop(self, step: Callable[[], Any], iters: int) -> float:
-        assert isinstance(step, NativeAllreduce)
-        return step.loop(iters)
 
 
 class GlooBackend(Backend):
@@ -652,8 +597,6 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
     backends: List[Backend] = []
     if "symm" in args.backends:
         backends.append(SymmBackend())
-        if args.native:
-            backends.append(RustBackend())
     if "gloo" in args.backends:
         backends.append(GlooBackend())
     if "mpi" in args.backends and mpi_comm is not None and args.dtype not in ("bfloat16", "float16"):
