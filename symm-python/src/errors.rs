@@ -333,7 +333,7 @@ mod tests {
     #[test]
     fn parents_come_before_children_and_codes_are_unique() {
         for (i, c) in CLASSES.iter().enumerate() {
-            assert!(c.parent.map_or(true, |p| p < i), "{}", c.name);
+            assert!(c.parent.is_none_or(|p| p < i), "{}", c.name);
             assert!(c.code.is_none() || CLASSES.iter().filter(|d| d.code == c.code).count() == 1, "{}", c.name);
         }
         assert_eq!(CLASSES[CLASSES[class_index("SYMM_E_HEAP_EXHAUSTED")].parent.unwrap()].name, "HeapError");
