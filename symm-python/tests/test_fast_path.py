@@ -69,6 +69,16 @@ def test_perf_backend_options_are_checked(monkeypatch):
         monkeypatch.setattr(importlib.util, "find_spec", find_spec)
         with pytest.raises(SystemExit, match=f"--backends deepspeed: {message}"):
             perf.main(["--backends", "symm,deepspeed"])
+    # Under an MPI launcher the mpi backend reads tensors through numpy: refused before any
+    # measurement when numpy is missing (the launcher itself is faked: nothing is started).
+    monkeypatch.setattr(perf, "_mpi_world", lambda: object())
+    def no_numpy(name, package=None):
+        return None if name == "numpy" else real_find_spec(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", no_numpy)
+    with pytest.raises(SystemExit, match="--backends mpi: numpy not installed"):
+        perf.main(["--backends", "symm,mpi"])
+    monkeypatch.undo()
     # Its kernels: float32 from AVX2 (level 1), bfloat16 and float16 from AVX-512 (level 2).
     runs = perf.DeepSpeedBackend.kernel_runs
     assert runs(1, "float32") and runs(2, "bfloat16") and runs(2, "float16")

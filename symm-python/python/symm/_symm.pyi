@@ -8,7 +8,7 @@ describes a tensor the caller holds); the native side refuses (InvalidArgument) 
 """
 
 import datetime
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 Desc = Tuple[int, int, str, bool, str, Optional[str], Tuple[int, int]]
 Index = Any  # an int, or anything with __index__

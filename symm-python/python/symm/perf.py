@@ -27,7 +27,8 @@ directions at once in every backend: ``shmem_sendrecv``, gloo's ``isend``/``irec
 Launching: by default the command spawns ``-g`` ranks itself (gloo process group on a free
 port of 127.0.0.1). Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) it uses those ranks. The
 MPI columns appear when the ranks were started by an MPI launcher and ``mpi4py`` imports
-(``mpirun -n 2 python -m symm.perf``); otherwise they are left out silently.
+(``mpirun -n 2 python -m symm.perf``; it needs numpy too, or it refuses to start); otherwise
+they are left out silently.
 
 ``--backends`` picks the backends (e.g. ``--backends symm`` for symm alone; default
 symm,gloo,mpi). ``deepspeed``, asked for by name, adds DeepSpeed's shared-memory allreduce for
@@ -829,6 +830,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     # torch is first imported (here or in the ranks spawned below); an explicit setting wins.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     mpi = _mpi_world()
+    if mpi is not None and "mpi" in args.backends and importlib.util.find_spec("numpy") is None:
+        raise SystemExit(
+            "symm.perf: --backends mpi: numpy not installed (pip install numpy: mpi4py reads the tensors through it), "
+            "or leave mpi out of --backends"
+        )
     if mpi is not None:
         import torch.distributed as dist
 
