@@ -18,9 +18,7 @@ use pyo3::ffi::PyThreadState;
 use pyo3::prelude::*;
 use symm_core::coll::lowp::FORMATS;
 use symm_core::dfx::Op;
-use symm_core::{
-    ArgError, AtRank, CollOptions, Collectives, DType, Group, LocalMut, LocalRef, Rank, ReduceOp, Transport,
-};
+use symm_core::{ArgError, AtRank, CollOptions, Collectives, DType, Group, LocalRef, Rank, ReduceOp, Transport};
 
 use crate::comm::{code_arg, int_arg, repr, Local, PyCommunicator};
 use crate::errors::{invalid, IntoPyResult};
@@ -98,10 +96,10 @@ impl PyCommunicator {
             // SAFETY: `t` describes the caller's contiguous host tensor, held by the caller for
             // the call (the `Desc` contract, which the fast path keeps too: it reads the tensor
             // object the caller passed); the call returns only when it is done writing it.
-            let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };
+            let buf = unsafe { t.writer() };
             comm.allreduce(g, buf, op, &options(transport))
         };
-        gil_released(py, t.len * t.dtype.size(), run).py(py)
+        gil_released(py, t.bytes(), run).py(py)
     }
 
     /// The reduce_scatter of `i` into `o` (the core checks their sizes, dtypes and overlap).
@@ -115,16 +113,11 @@ impl PyCommunicator {
         transport: Transport,
     ) -> PyResult<()> {
         let comm = self.comm();
-        gil_released(py, i.len * i.dtype.size(), || {
+        gil_released(py, i.bytes(), || {
             // SAFETY: `o` and `i` describe the caller's contiguous host tensors, held for the
             // call (the `Desc` contract, which the fast path keeps too); the core checks that
             // they are identical parts or disjoint.
-            let (out, inp) = unsafe {
-                (
-                    LocalMut::from_raw(o.ptr as *mut u8, o.len, o.dtype),
-                    LocalRef::from_raw(i.ptr as *const u8, i.len, i.dtype),
-                )
-            };
+            let (out, inp) = unsafe { (o.writer(), i.reader()) };
             comm.reduce_scatter(g, out, inp, op, &options(transport))
         })
         .py(py)
@@ -133,14 +126,9 @@ impl PyCommunicator {
     /// The allgather of `i` into `o` (the core checks their sizes, dtypes and overlap).
     pub(crate) fn run_allgather(&self, py: Python<'_>, g: &Group, o: Local, i: Local) -> PyResult<()> {
         let comm = self.comm();
-        gil_released(py, o.len * o.dtype.size(), || {
+        gil_released(py, o.bytes(), || {
             // SAFETY: as in `run_reduce_scatter`.
-            let (out, inp) = unsafe {
-                (
-                    LocalMut::from_raw(o.ptr as *mut u8, o.len, o.dtype),
-                    LocalRef::from_raw(i.ptr as *const u8, i.len, i.dtype),
-                )
-            };
+            let (out, inp) = unsafe { (o.writer(), i.reader()) };
             comm.allgather(g, out, inp, &options(Transport::Default))
         })
         .py(py)
@@ -162,10 +150,9 @@ impl PyCommunicator {
             // SAFETY: every `Local` describes a contiguous host tensor the caller holds for the
             // call (the `Desc` contract, which the fast path keeps too); the receive tensor is
             // written only at the offsets of `counts`, whose sum the core checks against its length.
-            let refs: Vec<LocalRef<'_>> =
-                sends.iter().map(|s| unsafe { LocalRef::from_raw(s.ptr as *const u8, s.len, s.dtype) }).collect();
+            let refs: Vec<LocalRef<'_>> = sends.iter().map(|s| unsafe { s.reader() }).collect();
             // SAFETY: as above.
-            let out = unsafe { LocalMut::from_raw(r.ptr as *mut u8, r.len, r.dtype) };
+            let out = unsafe { r.writer() };
             comm.alltoall(g, &refs, out, counts, &options(Transport::Default))
         })
         .py(py)
@@ -174,9 +161,9 @@ impl PyCommunicator {
     /// The broadcast of a checked tensor from group rank `root` (a rank of `g`).
     pub(crate) fn run_broadcast(&self, py: Python<'_>, g: &Group, t: Local, root: usize) -> PyResult<()> {
         let comm = self.comm();
-        gil_released(py, t.len * t.dtype.size(), || {
+        gil_released(py, t.bytes(), || {
             // SAFETY: as in `run_allreduce`.
-            let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };
+            let buf = unsafe { t.writer() };
             comm.broadcast(g, buf, root, &options(Transport::Default))
         })
         .py(py)
@@ -185,10 +172,10 @@ impl PyCommunicator {
     /// The send of a checked tensor to group rank `dst` (a rank of `g`).
     pub(crate) fn run_send(&self, py: Python<'_>, g: &Group, t: Local, dst: usize) -> PyResult<()> {
         let comm = self.comm();
-        gil_released(py, t.len * t.dtype.size(), || {
+        gil_released(py, t.bytes(), || {
             // SAFETY: `t` describes the caller's contiguous host tensor, held for the call; the
             // call returns once the data is out of it.
-            let buf = unsafe { LocalRef::from_raw(t.ptr as *const u8, t.len, t.dtype) };
+            let buf = unsafe { t.reader() };
             comm.send(g, buf, dst, &options(Transport::Default))
         })
         .py(py)
@@ -206,16 +193,11 @@ impl PyCommunicator {
         src: usize,
     ) -> PyResult<()> {
         let comm = self.comm();
-        gil_released(py, s.len * s.dtype.size() + r.len * r.dtype.size(), || {
+        gil_released(py, s.bytes() + r.bytes(), || {
             // SAFETY: `s` and `r` describe the caller's contiguous host tensors, held for the
             // call (the core refuses overlapping ones); the call returns once the data is out of `s` and the
             // message is in `r`.
-            let (send, recv) = unsafe {
-                (
-                    LocalRef::from_raw(s.ptr as *const u8, s.len, s.dtype),
-                    LocalMut::from_raw(r.ptr as *mut u8, r.len, r.dtype),
-                )
-            };
+            let (send, recv) = unsafe { (s.reader(), r.writer()) };
             comm.sendrecv(g, send, dst, recv, src, &options(Transport::Default))
         })
         .py(py)
@@ -224,10 +206,10 @@ impl PyCommunicator {
     /// The receive into a checked tensor from group rank `src` (a rank of `g`).
     pub(crate) fn run_recv(&self, py: Python<'_>, g: &Group, t: Local, src: usize) -> PyResult<()> {
         let comm = self.comm();
-        gil_released(py, t.len * t.dtype.size(), || {
+        gil_released(py, t.bytes(), || {
             // SAFETY: `t` describes the caller's contiguous host tensor, held for the call; the
             // call returns once the message is in it.
-            let buf = unsafe { LocalMut::from_raw(t.ptr as *mut u8, t.len, t.dtype) };
+            let buf = unsafe { t.writer() };
             comm.recv(g, buf, src, &options(Transport::Default))
         })
         .py(py)

@@ -92,6 +92,34 @@ pub(crate) struct Local {
     pub(crate) dtype: DType,
 }
 
+impl Local {
+    pub(crate) fn bytes(self) -> usize {
+        self.len * self.dtype.size()
+    }
+
+    /// The range as a buffer the core reads.
+    ///
+    /// # Safety
+    /// The range is the memory of a tensor held for as long as the buffer is used (the [`Desc`]
+    /// contract), which nothing writes meanwhile.
+    #[inline(always)]
+    pub(crate) unsafe fn reader<'a>(self) -> LocalRef<'a> {
+        // SAFETY: host memory of `len` elements of `dtype` (checked by `PyCommunicator::local`),
+        // held and unwritten as the caller promises.
+        unsafe { LocalRef::from_raw(self.ptr as *const u8, self.len, self.dtype) }
+    }
+
+    /// The range as a buffer the core writes.
+    ///
+    /// # Safety
+    /// As [`Local::reader`], and nothing else reads or writes the range while the buffer is used.
+    #[inline(always)]
+    pub(crate) unsafe fn writer<'a>(self) -> LocalMut<'a> {
+        // SAFETY: as in `reader`, and used by nothing else, as the caller promises.
+        unsafe { LocalMut::from_raw(self.ptr as *mut u8, self.len, self.dtype) }
+    }
+}
+
 /// The symmetric-memory communicator of this process (created by [`init`]).
 ///
 /// Ranks and groups are *native* ranks: positions in the job `init` was called for. Offsets
@@ -254,7 +282,7 @@ impl PyCommunicator {
     pub(crate) fn symmetric(&self, py: Python<'_>, d: &Desc, arg: &'static str) -> PyResult<SymmBuffer> {
         let rank = self.rank_id();
         let l = self.local(py, d, arg)?;
-        let bytes = l.len * l.dtype.size();
+        let bytes = l.bytes();
         let base = self.comm().local_heap_base() as usize;
         let heap = self.comm().heap_size();
         let shown = || format!("tensor at {:#x} ({} x {})", l.ptr, l.len, l.dtype);
@@ -557,13 +585,12 @@ impl PyCommunicator {
     ) -> PyResult<()> {
         let g = &group.get().g;
         let x = self.transfer(py, g, &target, target_offset, &src, src_offset, size, target_rank)?;
-        let (t, s, to, so, n, tr) = (&x.target, &x.src, x.target_offset, x.src_offset, x.size, x.target_rank);
         let comm = self.comm();
         py.detach(|| {
-            // SAFETY: `s` describes the `src` tensor, held by the caller for this call (the
-            // `Desc` contract), checked to be contiguous host memory of `s.len` elements.
-            let src = unsafe { LocalRef::from_raw(s.ptr as *const u8, s.len, s.dtype) };
-            comm.put(g, t, to, src, so, n, tr as usize)
+            // SAFETY: `x.src` describes the `src` tensor, held by the caller for this call (the
+            // `Desc` contract), which the copy only reads.
+            let src = unsafe { x.src.reader() };
+            comm.put(g, &x.target, x.target_offset, src, x.src_offset, x.size, x.target_rank as usize)
         })
         .py(py)
     }
@@ -586,15 +613,13 @@ impl PyCommunicator {
     ) -> PyResult<()> {
         let g = &group.get().g;
         let x = self.transfer(py, g, &target, target_offset, &src, src_offset, size, target_rank)?;
-        let (t, s, to, so, n, tr) = (&x.target, &x.src, x.target_offset, x.src_offset, x.size, x.target_rank);
         let comm = self.comm();
         py.detach(|| {
-            // SAFETY: `s` describes the `src` tensor, held by the caller for this call (the
-            // `Desc` contract), checked to be contiguous host memory of `s.len` elements; the
-            // caller does not touch it while the call copies into it (the GIL is released, but
-            // the call returns only after the copy).
-            let dst = unsafe { LocalMut::from_raw(s.ptr as *mut u8, s.len, s.dtype) };
-            comm.get(g, dst, so, t, to, n, tr as usize)
+            // SAFETY: `x.src` describes the `src` tensor, held by the caller for this call (the
+            // `Desc` contract); the caller does not touch it while the call copies into it (the
+            // GIL is released, but the call returns only after the copy).
+            let dst = unsafe { x.src.writer() };
+            comm.get(g, dst, x.src_offset, &x.target, x.target_offset, x.size, x.target_rank as usize)
         })
         .py(py)
     }
@@ -646,16 +671,16 @@ impl PyCommunicator {
         let me = self.rank_id();
         let g = &group.get().g;
         let x = self.transfer(py, g, &target, target_offset, &src, src_offset, size, target_rank)?;
-        let (t, s, to, so, n, tr) = (&x.target, &x.src, x.target_offset, x.src_offset, x.size, x.target_rank);
         let sig = self.symmetric(py, &signal, "signal")?;
         let off = count_arg(py, me, "signal_offset", signal_offset)?;
         let value = int_arg(py, me, "signal_value", signal_value)?;
         let op = code_arg(py, me, "signal_op", signal_op, SignalOp::from_code)?;
         let comm = self.comm();
         py.detach(|| {
-            // SAFETY: as in `put`: `s` describes the caller's contiguous host tensor `src`.
-            let src = unsafe { LocalRef::from_raw(s.ptr as *const u8, s.len, s.dtype) };
-            comm.put_with_signal(g, t, to, src, so, n, &sig, off, value, op, tr as usize)
+            // SAFETY: as in `put`: `x.src` describes the caller's tensor `src`, only read.
+            let src = unsafe { x.src.reader() };
+            let (to, so, n, tr) = (x.target_offset, x.src_offset, x.size, x.target_rank as usize);
+            comm.put_with_signal(g, &x.target, to, src, so, n, &sig, off, value, op, tr)
         })
         .py(py)
     }

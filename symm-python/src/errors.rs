@@ -47,123 +47,81 @@ enum Builtin {
     Os,
 }
 
-/// One row of the hierarchy: name, symm parent (index into [`CLASSES`]), extra built-in base,
-/// stable code, docstring.
+/// One row of the hierarchy: name, symm parent (a class before it in [`CLASSES`]), extra
+/// built-in base, stable code, docstring.
 struct Class {
     name: &'static str,
-    parent: Option<usize>,
+    parent: Option<&'static str>,
     builtin: Builtin,
     code: Option<&'static str>,
     doc: &'static str,
 }
 
+/// `Some` of the name given, `None` without one.
+macro_rules! name_or_none {
+    () => {
+        None
+    };
+    ($name:ident) => {
+        Some(stringify!($name))
+    };
+}
+
+/// The rows of [`CLASSES`]: `Name(parent) Builtin CODE: "docstring";`, without a parent or a
+/// code where there is none.
+macro_rules! classes {
+    ($($name:ident($($parent:ident)?) $builtin:ident $($code:ident)?: $doc:literal;)+) => {
+        &[$(Class {
+            name: stringify!($name),
+            parent: name_or_none!($($parent)?),
+            builtin: Builtin::$builtin,
+            code: name_or_none!($($code)?),
+            doc: $doc,
+        }),+]
+    };
+}
+
 /// The hierarchy, parents before children.
-const CLASSES: &[Class] = &[
-    Class {
-        name: "SymmError",
-        parent: None,
-        builtin: Builtin::None,
-        code: None,
-        doc: "Base class of every symm error. `code` is the stable error code (`SYMM_E_*`), `rank` \
-              the global rank that raised it (None when unknown).",
-    },
-    Class {
-        name: "InvalidArgument",
-        parent: Some(0),
-        builtin: Builtin::Value,
-        code: Some("SYMM_E_INVALID_ARGUMENT"),
-        doc: "A bad argument, detected on the calling rank before any peer memory was touched. \
-              The message names the argument, its value and the rank.",
-    },
-    Class {
-        name: "GroupError",
-        parent: Some(0),
-        builtin: Builtin::None,
-        code: Some("SYMM_E_GROUP"),
-        doc: "A group problem: the caller is not a member, a rank is outside the group, the group \
-              spans hosts, or a buffer does not exist on the target rank.",
-    },
-    Class {
-        name: "HeapError",
-        parent: Some(0),
-        builtin: Builtin::None,
-        code: Some("SYMM_E_HEAP"),
-        doc: "A symmetric-heap problem (sizes that differ between ranks, a foreign or freed buffer).",
-    },
-    Class {
-        name: "HeapExhausted",
-        parent: Some(3),
-        builtin: Builtin::None,
-        code: Some("SYMM_E_HEAP_EXHAUSTED"),
-        doc: "Not enough free symmetric heap on every member (raise SYMMETRIC_MEMORY_HEAP_SIZE).",
-    },
-    Class {
-        name: "Timeout",
-        parent: Some(0),
-        builtin: Builtin::Timeout,
-        code: Some("SYMM_E_TIMEOUT"),
-        doc: "A bounded wait expired; the message says what was awaited, where, and the last value seen.",
-    },
-    Class {
-        name: "PeerLost",
-        parent: Some(0),
-        builtin: Builtin::None,
-        code: Some("SYMM_E_PEER_LOST"),
-        doc: "A peer process ended while this rank depended on it.",
-    },
-    Class {
-        name: "Mismatch",
-        parent: Some(0),
-        builtin: Builtin::None,
-        code: Some("SYMM_E_MISMATCH"),
-        doc: "Members of a group called a collective with arguments that do not agree.",
-    },
-    Class {
-        name: "PeerRejected",
-        parent: Some(0),
-        builtin: Builtin::None,
-        code: Some("SYMM_E_PEER_REJECTED"),
-        doc: "A peer rejected its own arguments for a collective this rank joined.",
-    },
-    Class {
-        name: "BootstrapError",
-        parent: Some(0),
-        builtin: Builtin::None,
-        code: Some("SYMM_E_BOOTSTRAP"),
-        doc: "Start-up failed: the framework's store, the environment, or mapping the peers' heaps.",
-    },
-    Class {
-        name: "Unsupported",
-        parent: Some(0),
-        builtin: Builtin::None,
-        code: Some("SYMM_E_UNSUPPORTED"),
-        doc: "A capability the backend does not offer (for example device tensors on the CPU backend).",
-    },
-    Class {
-        name: "SystemFailure",
-        parent: Some(0),
-        builtin: Builtin::Os,
-        code: Some("SYMM_E_SYSTEM"),
-        doc: "An operating-system call failed at run time.",
-    },
-    // Added later: appended, so that the parent indices above stay valid.
-    Class {
-        name: "PeerExited",
-        parent: Some(6),
-        builtin: Builtin::None,
-        code: Some("SYMM_E_PEER_EXITED"),
-        doc: "A peer left on purpose (closed its communicator, or its process exited normally with \
-              it open) while this rank still depended on it. A PeerLost: the group is unusable.",
-    },
-    Class {
-        name: "ConcurrentUse",
-        parent: Some(0),
-        builtin: Builtin::None,
-        code: Some("SYMM_E_CONCURRENT_USE"),
-        doc: "Two threads of one rank called into the same group at the same time; the second \
-              one gets this error at once. Call the operations of one group from one thread.",
-    },
-];
+const CLASSES: &[Class] = classes! {
+    SymmError() None:
+        "Base class of every symm error. `code` is the stable error code (`SYMM_E_*`), `rank` \
+         the global rank that raised it (None when unknown).";
+    InvalidArgument(SymmError) Value SYMM_E_INVALID_ARGUMENT:
+        "A bad argument, detected on the calling rank before any peer memory was touched. \
+         The message names the argument, its value and the rank.";
+    GroupError(SymmError) None SYMM_E_GROUP:
+        "A group problem: the caller is not a member, a rank is outside the group, the group \
+         spans hosts, or a buffer does not exist on the target rank.";
+    HeapError(SymmError) None SYMM_E_HEAP:
+        "A symmetric-heap problem (sizes that differ between ranks, a foreign or freed buffer).";
+    HeapExhausted(HeapError) None SYMM_E_HEAP_EXHAUSTED:
+        "Not enough free symmetric heap on every member (raise SYMMETRIC_MEMORY_HEAP_SIZE).";
+    Timeout(SymmError) Timeout SYMM_E_TIMEOUT:
+        "A bounded wait expired; the message says what was awaited, where, and the last value seen.";
+    PeerLost(SymmError) None SYMM_E_PEER_LOST:
+        "A peer process ended while this rank depended on it.";
+    Mismatch(SymmError) None SYMM_E_MISMATCH:
+        "Members of a group called a collective with arguments that do not agree.";
+    PeerRejected(SymmError) None SYMM_E_PEER_REJECTED:
+        "A peer rejected its own arguments for a collective this rank joined.";
+    BootstrapError(SymmError) None SYMM_E_BOOTSTRAP:
+        "Start-up failed: the framework's store, the environment, or mapping the peers' heaps.";
+    Unsupported(SymmError) None SYMM_E_UNSUPPORTED:
+        "A capability the backend does not offer (for example device tensors on the CPU backend).";
+    SystemFailure(SymmError) Os SYMM_E_SYSTEM:
+        "An operating-system call failed at run time.";
+    PeerExited(PeerLost) None SYMM_E_PEER_EXITED:
+        "A peer left on purpose (closed its communicator, or its process exited normally with \
+         it open) while this rank still depended on it. A PeerLost: the group is unusable.";
+    ConcurrentUse(SymmError) None SYMM_E_CONCURRENT_USE:
+        "Two threads of one rank called into the same group at the same time; the second \
+         one gets this error at once. Call the operations of one group from one thread.";
+};
+
+/// The index in [`CLASSES`] of the class `name`.
+fn named(name: &str) -> usize {
+    CLASSES.iter().position(|c| c.name == name).expect("a class of the table")
+}
 
 /// The class for a stable error code (index into [`CLASSES`]); 0 (`SymmError`) for unknown codes.
 fn class_index(code: &str) -> usize {
@@ -179,7 +137,7 @@ fn create(py: Python<'_>) -> PyResult<Vec<Py<PyType>>> {
     for c in CLASSES {
         let mut bases: Vec<Bound<'_, PyType>> = Vec::with_capacity(2);
         match c.parent {
-            Some(p) => bases.push(made[p].bind(py).clone()),
+            Some(p) => bases.push(made[named(p)].bind(py).clone()),
             None => bases.push(py.get_type::<PyException>()),
         }
         match c.builtin {
@@ -327,15 +285,15 @@ mod tests {
         }
         let known = CLASSES.iter().filter_map(|c| c.code).count();
         assert_eq!(known, Error::CODES.len(), "a class has a code the core does not list");
-        assert_eq!(CLASSES[CLASSES[class_index("SYMM_E_PEER_EXITED")].parent.unwrap()].name, "PeerLost");
+        assert_eq!(CLASSES[class_index("SYMM_E_PEER_EXITED")].parent, Some("PeerLost"));
     }
 
     #[test]
     fn parents_come_before_children_and_codes_are_unique() {
         for (i, c) in CLASSES.iter().enumerate() {
-            assert!(c.parent.is_none_or(|p| p < i), "{}", c.name);
+            assert!(c.parent.is_none_or(|p| named(p) < i), "{}", c.name);
             assert!(c.code.is_none() || CLASSES.iter().filter(|d| d.code == c.code).count() == 1, "{}", c.name);
         }
-        assert_eq!(CLASSES[CLASSES[class_index("SYMM_E_HEAP_EXHAUSTED")].parent.unwrap()].name, "HeapError");
+        assert_eq!(CLASSES[class_index("SYMM_E_HEAP_EXHAUSTED")].parent, Some("HeapError"));
     }
 }

@@ -560,6 +560,13 @@ def init_errors(rank, world):
     os.environ["SYMMETRIC_MEMORY_HEAP_SIZE"] = "2M"
     symm.init()
     assert symm._api._state.comm.heap_size == 2 << 20
+    works(rank, world)
+
+    heap_comes_back(rank, world)
+
+
+def works(rank, world):
+    """A started symm moves data: each rank reads the next rank's symmetric tensor."""
     t = symm.empty(4, torch.int32)
     t.fill_(rank)
     symm.barrier()
@@ -567,8 +574,6 @@ def init_errors(rank, world):
     symm.shmem_get(t, 0, out, 0, 4, (rank + 1) % world)
     assert out.tolist() == [(rank + 1) % world] * 4, out
     symm.barrier()
-
-    heap_comes_back(rank, world)
 
 
 def heap_comes_back(rank, world):

@@ -73,11 +73,11 @@ def values(rank, count, dtype, salt):
     return torch.randint(0, 9, (count,), generator=g, dtype=torch.int64).to(dtype)
 
 
-def fast_path(rank, world):
-    # SYMM_TEST_FAST_READER: how the fast path must read tensors here; "shim" forces the
-    # fallback where the at::Tensor is not looked for in the tensor object (the shim reads the
-    # address `_cdata` gives), "descriptors" the fallback of a torch without the C shim.
-    reader = os.environ["SYMM_TEST_FAST_READER"]
+def read_tensors_as(reader):
+    """Makes the fast path read tensors as ``reader`` says (before symm.init): "handle" as it
+    would; "shim" forces the fallback where the at::Tensor is not looked for in the tensor
+    object (the shim reads the address `_cdata` gives), "descriptors" the fallback of a torch
+    without the C shim."""
     import symm.platform.torch as torch_platform
 
     if reader == "shim":
@@ -91,6 +91,12 @@ def fast_path(rank, world):
         torch_platform._c_shim = without_in_object
     elif reader == "descriptors":
         torch_platform._c_shim = lambda names: None
+
+
+def fast_path(rank, world):
+    # SYMM_TEST_FAST_READER: how the fast path must read tensors here.
+    reader = os.environ["SYMM_TEST_FAST_READER"]
+    read_tensors_as(reader)
 
     # Before init the public function takes the full path, which starts symm.
     assert not symm.is_initialized()

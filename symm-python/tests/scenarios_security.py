@@ -11,27 +11,16 @@ import hashlib
 import os
 import time
 
-import torch
 import torch.distributed as dist
 
 import symm
-from scenarios import expect
+from scenarios import expect, works
 
 
 def _store(world):
     # Where symm.init() exchanges for the whole world (see _api.init).
     digest = hashlib.sha1(",".join(map(str, range(world))).encode()).hexdigest()[:16]
     return symm._api.get_platform().store(f"symm/{world}-{digest}/")
-
-
-def _works(rank, world):
-    t = symm.empty(4, torch.int32)
-    t.fill_(rank)
-    symm.barrier()
-    out = torch.zeros(4, dtype=torch.int32)
-    symm.shmem_get(t, 0, out, 0, 4, (rank + 1) % world)
-    assert out.tolist() == [(rank + 1) % world] * 4, out
-    symm.barrier()
 
 
 def _forge_rank1_hello(rank):
@@ -59,7 +48,7 @@ def forged_hello_with_a_secret(rank, world):
     t = time.monotonic()
     symm.init()
     assert time.monotonic() - t < 15
-    _works(rank, world)
+    works(rank, world)
 
 
 def forged_hello_with_the_process_groups_secret(rank, world):
@@ -68,7 +57,7 @@ def forged_hello_with_the_process_groups_secret(rank, world):
     assert not os.environ.get("SYMM_JOB_SECRET")
     _forge_rank1_hello(rank)
     symm.init()
-    _works(rank, world)
+    works(rank, world)
 
 
 def forged_hello_unauthenticated(rank, world):
@@ -84,7 +73,7 @@ def forged_hello_unauthenticated(rank, world):
         expect(symm.BootstrapError, lambda: symm.init(), "a peer failed during start-up", rank=1)
     dist.barrier()
     symm.init()
-    _works(rank, world)
+    works(rank, world)
 
 
 def a_peer_with_a_bad_setting(rank, world):
@@ -102,4 +91,4 @@ def a_peer_with_a_bad_setting(rank, world):
         os.environ["SYMMETRIC_MEMORY_HEAP_SIZE"] = good
     dist.barrier()
     symm.init()
-    _works(rank, world)
+    works(rank, world)

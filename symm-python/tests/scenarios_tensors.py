@@ -24,7 +24,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import symm
 from scenarios import expect
-from scenarios_fast import takes
+from scenarios_fast import read_tensors_as, takes
 from symm import _api
 
 #: How long a peer may take to learn of a refusal (the wait bound is SYMMETRIC_MEMORY_TIMEOUT,
@@ -121,19 +121,7 @@ def set_reader():
     """SYMM_TEST_FAST_READER (handle, shim, descriptors): how the fast path must read tensors
     (as in scenarios_fast.fast_path); set before symm.init."""
     reader = os.environ.get("SYMM_TEST_FAST_READER", "handle")
-    import symm.platform.torch as torch_platform
-
-    if reader == "shim":
-        c_shim = torch_platform._c_shim
-
-        def without_in_object(names):
-            shim = c_shim(names)
-            shim.pop("tensor_in_object")
-            return shim
-
-        torch_platform._c_shim = without_in_object
-    elif reader == "descriptors":
-        torch_platform._c_shim = lambda names: None
+    read_tensors_as(reader)
     symm.init()
     assert _api._state.fast_path == reader, (_api._state.fast_path, reader)
     return reader

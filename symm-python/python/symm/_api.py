@@ -137,6 +137,12 @@ def _on(arg: str) -> Callable[[_State, Dict[str, Any]], str]:
     return lambda st, a: f"{_size(st, a[arg])}, {_group_text(st, a.get('group'))}"
 
 
+def _on_count(like: str, size: Optional[str] = None) -> Callable[[_State, Dict[str, Any]], str]:
+    """Describes a call by the elements it moves (the argument ``size``, or one when None) of
+    the dtype of the tensor argument ``like``, and the ``group`` argument."""
+    return lambda st, a: f"{_count(st, 1 if size is None else a[size], a[like])}, {_group_text(st, a['group'])}"
+
+
 def init(group: Any = None) -> None:
     """Starts symmetric memory on this process. Collective over ``group``.
 
@@ -279,6 +285,18 @@ def _desc(st: _State, tensor: Any, arg: str) -> Any:
     return d
 
 
+def _transfer(st: _State, target: Any, target_offset: Any, src: Any, src_offset: Any, size: Any) -> List[Any]:
+    """The arguments of a put or get that follow the group, as the native side takes them."""
+    scalar = st.platform.scalar
+    return [_desc(st, target, "target"), scalar(target_offset), _desc(st, src, "src"), scalar(src_offset), scalar(size)]
+
+
+def _signal(st: _State, signal: Any, offset: Any, value: Any) -> List[Any]:
+    """The signal word and its operand (``signal_value`` or ``compare_value``), as the native side
+    takes them."""
+    return [_desc(st, signal, "signal"), st.platform.scalar(offset), st.platform.scalar(value)]
+
+
 @_profiled("alloc", lambda st, a: f"{a['shape']} x {a['dtype']}, {_group_text(st, a['group'])}")
 def empty(shape: Any, dtype: Any, group: Any = None) -> Any:
     """A tensor in symmetric memory: the same heap offset on every member of ``group``.
@@ -376,7 +394,7 @@ def barrier(group: Any = None) -> None:
     st.comm.barrier(_native_group(st, group))
 
 
-@_profiled("put", lambda st, a: f"{_count(st, a['size'], a['src'])}, {_group_text(st, a['group'])}")
+@_profiled("put", _on_count("src", "size"))
 def shmem_put(
     target: Any, target_offset: Any, src: Any, src_offset: Any, size: Any, target_rank: Any, group: Any = None
 ) -> None:
@@ -388,19 +406,11 @@ def shmem_put(
     (a global rank when ``group`` is None). Returns once the data is in the peer's memory.
     """
     st = _current()
-    p = st.platform
-    st.comm.put(
-        _native_group(st, group),
-        _desc(st, target, "target"),
-        p.scalar(target_offset),
-        _desc(st, src, "src"),
-        p.scalar(src_offset),
-        p.scalar(size),
-        p.scalar(target_rank),
-    )
+    g = _native_group(st, group)
+    st.comm.put(g, *_transfer(st, target, target_offset, src, src_offset, size), st.platform.scalar(target_rank))
 
 
-@_profiled("get", lambda st, a: f"{_count(st, a['size'], a['src'])}, {_group_text(st, a['group'])}")
+@_profiled("get", _on_count("src", "size"))
 def shmem_get(
     target: Any, target_offset: Any, src: Any, src_offset: Any, size: Any, target_rank: Any, group: Any = None
 ) -> None:
@@ -411,19 +421,11 @@ def shmem_get(
     destination (any contiguous CPU tensor). Units and ranks as in ``shmem_put``.
     """
     st = _current()
-    p = st.platform
-    st.comm.get(
-        _native_group(st, group),
-        _desc(st, target, "target"),
-        p.scalar(target_offset),
-        _desc(st, src, "src"),
-        p.scalar(src_offset),
-        p.scalar(size),
-        p.scalar(target_rank),
-    )
+    g = _native_group(st, group)
+    st.comm.get(g, *_transfer(st, target, target_offset, src, src_offset, size), st.platform.scalar(target_rank))
 
 
-@_profiled("signal_op", lambda st, a: f"{_count(st, 1, a['signal'])}, {_group_text(st, a['group'])}")
+@_profiled("signal_op", _on_count("signal"))
 def shmem_signal_op(
     signal: Any, signal_offset: Any, signal_value: Any, signal_op: Any = 0, target_rank: Any = 0, group: Any = None
 ) -> None:
@@ -438,18 +440,11 @@ def shmem_signal_op(
         group: the group ``target_rank`` is counted in.
     """
     st = _current()
-    p = st.platform
-    st.comm.signal_op(
-        _native_group(st, group),
-        _desc(st, signal, "signal"),
-        p.scalar(signal_offset),
-        p.scalar(signal_value),
-        signal_op,
-        p.scalar(target_rank),
-    )
+    g = _native_group(st, group)
+    st.comm.signal_op(g, *_signal(st, signal, signal_offset, signal_value), signal_op, st.platform.scalar(target_rank))
 
 
-@_profiled("put_with_signal", lambda st, a: f"{_count(st, a['size'], a['src'])}, {_group_text(st, a['group'])}")
+@_profiled("put_with_signal", _on_count("src", "size"))
 def shmem_put_with_signal(
     target: Any,
     target_offset: Any,
@@ -466,23 +461,16 @@ def shmem_put_with_signal(
     """``shmem_put``, then ``shmem_signal_op`` on the same ``target_rank``: a peer that sees the
     signal also sees the data."""
     st = _current()
-    p = st.platform
     st.comm.put_with_signal(
         _native_group(st, group),
-        _desc(st, target, "target"),
-        p.scalar(target_offset),
-        _desc(st, src, "src"),
-        p.scalar(src_offset),
-        p.scalar(size),
-        _desc(st, signal, "signal"),
-        p.scalar(signal_offset),
-        p.scalar(signal_value),
+        *_transfer(st, target, target_offset, src, src_offset, size),
+        *_signal(st, signal, signal_offset, signal_value),
         signal_op,
-        p.scalar(target_rank),
+        st.platform.scalar(target_rank),
     )
 
 
-@_profiled("wait_for_signal", lambda st, a: f"{_count(st, 1, a['signal'])}, {_group_text(st, a['group'])}")
+@_profiled("wait_for_signal", _on_count("signal"))
 def shmem_wait_for_signal(
     depend_tensor: Any,
     signal: Any,
@@ -519,14 +507,8 @@ def shmem_wait_for_signal(
         raise _invalid(
             st.comm.rank, "depend_tensor", f"<{type(depend_tensor).__name__}>", f"expected a {p.name} tensor or None"
         )
-    return st.comm.wait_for_signal(
-        _native_group(st, group),
-        _desc(st, signal, "signal"),
-        p.scalar(signal_offset),
-        p.scalar(compare_value),
-        compare_op,
-        timeout,
-    )
+    g = _native_group(st, group)
+    return st.comm.wait_for_signal(g, *_signal(st, signal, signal_offset, compare_value), compare_op, timeout)
 
 
 # --------------------------------------------------------------------------------------------
@@ -796,6 +778,12 @@ def _reject(group: Any = None) -> None:
     found in Python), so that the members waiting in it fail with PeerRejected at once."""
     st = _current()
     st.comm.reject(_native_group(st, group))
+
+
+def _rejected(group: Any, arg: str, value: Any, reason: str) -> Exception:
+    """``_reject(group)``, then the InvalidArgument to raise for ``arg``."""
+    _reject(group)
+    return _invalid_argument(arg, value, reason)
 
 
 def _invalid_argument(arg: str, value: Any, reason: str) -> Exception:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import atexit
 import logging
-from typing import Any, Dict, List, Union
+from typing import Any, Callable, Dict, List, Union
 
 from . import _symm
 
@@ -60,11 +60,12 @@ def get_log_level() -> str:
     return _symm.log_level()
 
 
-def _comm() -> Any:
+def _on_comm(call: Callable[[Any], Any], otherwise: Any) -> Any:
+    """``call(communicator)``, or ``otherwise`` before symm starts (which this does not start)."""
     from . import _api
 
     st = _api._state
-    return None if st is None else st.comm
+    return otherwise if st is None else call(st.comm)
 
 
 def stats() -> List[Dict[str, Any]]:
@@ -76,17 +77,12 @@ def stats() -> List[Dict[str, Any]]:
     of this rank. Collectives and send/recv are timed only with ``SYMM_TIMING=1`` (their
     ``time`` is 0 otherwise: two clock readings were a third of a small call's software); the
     other operations always are. Empty before symm starts (this call does not start it)."""
-    comm = _comm()
-    if comm is None:
-        return []
-    return _symm.stats(comm)
+    return _on_comm(_symm.stats, [])
 
 
 def reset_stats() -> None:
     """Sets this rank's statistics back to zero."""
-    comm = _comm()
-    if comm is not None:
-        _symm.reset_stats(comm)
+    _on_comm(_symm.reset_stats, None)
 
 
 def dump() -> str:
@@ -94,10 +90,7 @@ def dump() -> str:
     default 64) of every rank on this node, with group, sequence number, size, state and
     times (untimed collectives, without ``SYMM_TIMING=1``: the moment they blocked). Local: no
     other rank takes part, so it works while the others hang."""
-    comm = _comm()
-    if comm is None:
-        return "symm: not initialised in this process (no flight recorder)\n"
-    return _symm.dump(comm)
+    return _on_comm(_symm.dump, "symm: not initialised in this process (no flight recorder)\n")
 
 
 def flight_records() -> List[Dict[str, Any]]:
@@ -113,10 +106,7 @@ def flight_records() -> List[Dict[str, Any]]:
     Raises:
         Unsupported: the recorder is off (``SYMM_FLIGHT_RECORDER_ENTRIES=0``).
     """
-    comm = _comm()
-    if comm is None:
-        return []
-    return _symm.flight_records(comm)
+    return _on_comm(_symm.flight_records, [])
 
 
 def install_dump_on_signal() -> None:

@@ -42,7 +42,8 @@ Outputs that differ per rank (reduce_scatter, all_to_all, recv) have one correct
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+import math
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -70,9 +71,7 @@ def _traced(name: str, tensor_arg: str, group_arg: Optional[str] = None) -> Call
 
 def _recv_text(st: Any, a: Dict[str, Any]) -> str:
     shape = tuple(a["shape"]) if isinstance(a["shape"], (list, tuple)) else (a["shape"],)
-    numel = 1
-    for d in shape:
-        numel *= int(d)
+    numel = math.prod(int(d) for d in shape)
     return f"{numel} x {str(a['dtype']).rpartition('.')[2]}, {_api._group_text(st, a['group'])}"
 
 
@@ -85,8 +84,8 @@ def differentiable_op(op: Any, group: Any) -> str:
     except TypeError:  # unhashable
         name = None
     if name is None or isinstance(op, bool):
-        _api._reject(group)
-        raise _api._invalid_argument(
+        raise _api._rejected(
+            group,
             "op",
             repr(op),
             "the differentiable collectives take 'sum' (0) or 'avg' (1); max and min have no gradient here "
@@ -100,13 +99,6 @@ def _dim0(t: torch.Tensor) -> Tuple[int, Tuple[int, ...]]:
     if t.dim() == 0:
         return 1, ()
     return t.shape[0], tuple(t.shape[1:])
-
-
-def _row_elements(row: Sequence[int]) -> int:
-    n = 1
-    for d in row:
-        n *= d
-    return n
 
 
 def _all_gather(x: torch.Tensor, group: Any) -> torch.Tensor:
@@ -127,7 +119,7 @@ def _reduce_scatter(x: torch.Tensor, op: str, group: Any, shape: Tuple[int, ...]
 def _all_to_all(x: torch.Tensor, out_splits: List[int], in_splits: List[int], group: Any) -> torch.Tensor:
     x = x.contiguous()
     _, row = _dim0(x)
-    per_row = _row_elements(row)
+    per_row = math.prod(row)
     out = torch.empty((sum(out_splits),) + row, dtype=x.dtype)
     sends, at = [], 0
     for s in in_splits:
@@ -166,8 +158,8 @@ class ReduceScatter(torch.autograd.Function):
         n, _ = _api._group_size_rank(group)
         rows, row = _dim0(input)
         if input.dim() == 0 or rows % n:
-            _api._reject(group)
-            raise _api._invalid_argument(
+            raise _api._rejected(
+                group,
                 "input",
                 f"tensor of shape {tuple(input.shape)}",
                 f"dim 0 must split into group size {n} equal parts",

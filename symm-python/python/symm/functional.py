@@ -90,8 +90,7 @@ def all_reduce(
     x = _tensor(input, "input", group)
     name = differentiable_op(op, group)
     if backward not in ("identity", "all_reduce"):
-        _api._reject(group)
-        raise _api._invalid_argument("backward", repr(backward), "accepted: 'identity', 'all_reduce'")
+        raise _api._rejected(group, "backward", repr(backward), "accepted: 'identity', 'all_reduce'")
     return AllReduce.apply(x, name, group, backward, low_precision_dtype)
 
 
@@ -101,8 +100,7 @@ def _splits(value: Any, arg: str, n: int, group: Any) -> List[int]:
     except (TypeError, ValueError):
         out = None
     if out is None or len(out) != n or any(v < 0 for v in out):
-        _api._reject(group)
-        raise _api._invalid_argument(arg, repr(value), f"expected {n} row counts >= 0, one per group rank")
+        raise _api._rejected(group, arg, repr(value), f"expected {n} row counts >= 0, one per group rank")
     return out
 
 
@@ -137,15 +135,16 @@ def all_to_all(
     n, _ = _api._group_size_rank(group)
     if isinstance(input, (list, tuple)):
         if output_split_sizes is not None or input_split_sizes is not None:
-            _api._reject(group)
-            raise _api._invalid_argument(
-                "output_split_sizes", repr(output_split_sizes), "the list form takes no split sizes"
+            raise _api._rejected(
+                group, "output_split_sizes", repr(output_split_sizes), "the list form takes no split sizes"
             )
         tensors = [_tensor(t, "input", group) for t in input]
         if len(tensors) != n or any(t.dim() == 0 for t in tensors):
-            _api._reject(group)
-            raise _api._invalid_argument(
-                "input", f"a list of {len(tensors)} tensors", f"needs {n} tensors of >= 1 dimension, one per rank"
+            raise _api._rejected(
+                group,
+                "input",
+                f"a list of {len(tensors)} tensors",
+                f"needs {n} tensors of >= 1 dimension, one per rank",
             )
         in_splits = [t.shape[0] for t in tensors]
         out_splits = _exchange_splits(in_splits, group)
@@ -154,21 +153,18 @@ def all_to_all(
     x = _tensor(input, "input", group)
     rows = x.shape[0] if x.dim() else 0
     if x.dim() == 0:
-        _api._reject(group)
-        raise _api._invalid_argument("input", "a 0-d tensor", "needs a dimension 0 to split")
+        raise _api._rejected(group, "input", "a 0-d tensor", "needs a dimension 0 to split")
     if input_split_sizes is None:
         if rows % n:
-            _api._reject(group)
-            raise _api._invalid_argument(
-                "input", f"tensor of shape {tuple(x.shape)}", f"dim 0 must split into group size {n} equal parts"
+            raise _api._rejected(
+                group, "input", f"tensor of shape {tuple(x.shape)}", f"dim 0 must split into group size {n} equal parts"
             )
         in_splits = [rows // n] * n
     else:
         in_splits = _splits(input_split_sizes, "input_split_sizes", n, group)
         if sum(in_splits) != rows:
-            _api._reject(group)
-            raise _api._invalid_argument(
-                "input_split_sizes", repr(in_splits), f"must sum to input's dim 0 ({rows} rows)"
+            raise _api._rejected(
+                group, "input_split_sizes", repr(in_splits), f"must sum to input's dim 0 ({rows} rows)"
             )
     if output_split_sizes is not None:
         out_splits = _splits(output_split_sizes, "output_split_sizes", n, group)
@@ -186,8 +182,7 @@ def broadcast(input: torch.Tensor, src: int, group: Any = None) -> torch.Tensor:
     n, _ = _api._group_size_rank(group)
     s = int(src) if isinstance(src, int) or (isinstance(src, torch.Tensor) and src.numel() == 1) else -1
     if not 0 <= s < n:
-        _api._reject(group)
-        raise _api._invalid_argument("src", repr(src), f"must be a rank of the group (0..{n - 1})")
+        raise _api._rejected(group, "src", repr(src), f"must be a rank of the group (0..{n - 1})")
     return Broadcast.apply(x, s, group)
 
 

@@ -328,12 +328,6 @@ class SymmBackend(Backend):
 
         send, recv = bufs["send"], bufs["recv"]
         c = bufs["count"]
-        if op == "all_reduce":
-            return partial(symm.shmem_allreduce, recv)
-        if op == "reduce_scatter":
-            return partial(symm.shmem_reduce_scatter, recv, send)
-        if op == "all_gather":
-            return partial(symm.shmem_allgather, recv, send)
         if op == "alltoall":
             import torch
 
@@ -341,9 +335,13 @@ class SymmBackend(Backend):
             # The RFC's form, as HyperParallel passes it: the counts as an int64 tensor.
             counts = torch.full((n,), c, dtype=torch.int64)
             return partial(symm.shmem_alltoall, parts, recv, counts)
-        if op == "broadcast":
-            return partial(symm.shmem_broadcast, recv, 0)
-        return partial(symm.shmem_sendrecv, send, (rank + 1) % n, recv, (rank - 1) % n)
+        return {
+            "all_reduce": partial(symm.shmem_allreduce, recv),
+            "reduce_scatter": partial(symm.shmem_reduce_scatter, recv, send),
+            "all_gather": partial(symm.shmem_allgather, recv, send),
+            "broadcast": partial(symm.shmem_broadcast, recv, 0),
+            "sendrecv": partial(symm.shmem_sendrecv, send, (rank + 1) % n, recv, (rank - 1) % n),
+        }[op]
 
 
 class GlooBackend(Backend):
@@ -358,16 +356,6 @@ class GlooBackend(Backend):
         import torch.distributed as dist
 
         send, recv = bufs["send"], bufs["recv"]
-        if op == "all_reduce":
-            return partial(dist.all_reduce, recv)
-        if op == "reduce_scatter":
-            return partial(dist.reduce_scatter_tensor, recv, send)
-        if op == "all_gather":
-            return partial(dist.all_gather_into_tensor, recv, send)
-        if op == "alltoall":
-            return partial(dist.all_to_all_single, recv, send)
-        if op == "broadcast":
-            return partial(dist.broadcast, recv, 0)
         nxt, prv = (rank + 1) % n, (rank - 1) % n
 
         def ring() -> None:
@@ -376,7 +364,14 @@ class GlooBackend(Backend):
                 if r is not None:
                     r.wait()
 
-        return ring
+        return {
+            "all_reduce": partial(dist.all_reduce, recv),
+            "reduce_scatter": partial(dist.reduce_scatter_tensor, recv, send),
+            "all_gather": partial(dist.all_gather_into_tensor, recv, send),
+            "alltoall": partial(dist.all_to_all_single, recv, send),
+            "broadcast": partial(dist.broadcast, recv, 0),
+            "sendrecv": ring,
+        }[op]
 
 
 class MpiBackend(Backend):
@@ -398,18 +393,15 @@ class MpiBackend(Backend):
 
         comm = self.comm
         send, recv = bufs["send"].numpy(), bufs["recv"].numpy()
-        if op == "all_reduce":
-            return partial(comm.Allreduce, MPI.IN_PLACE, recv)
-        if op == "reduce_scatter":
-            return partial(comm.Reduce_scatter_block, send, recv)
-        if op == "all_gather":
-            return partial(comm.Allgather, send, recv)
-        if op == "alltoall":
-            return partial(comm.Alltoall, send, recv)
-        if op == "broadcast":
-            return partial(comm.Bcast, recv, 0)
         nxt, prv = (rank + 1) % n, (rank - 1) % n
-        return partial(comm.Sendrecv, send, nxt, 0, recv, prv, 0)
+        return {
+            "all_reduce": partial(comm.Allreduce, MPI.IN_PLACE, recv),
+            "reduce_scatter": partial(comm.Reduce_scatter_block, send, recv),
+            "all_gather": partial(comm.Allgather, send, recv),
+            "alltoall": partial(comm.Alltoall, send, recv),
+            "broadcast": partial(comm.Bcast, recv, 0),
+            "sendrecv": partial(comm.Sendrecv, send, nxt, 0, recv, prv, 0),
+        }[op]
 
 
 class DeepSpeedBackend(Backend):
@@ -775,20 +767,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _spawned(rank: int, n: int, port: int, args: argparse.Namespace) -> None:
+def _in_process_group(n: int, args: argparse.Namespace, mpi_comm: Any = None, **init: Any) -> None:
+    """Joins the gloo process group of ``n`` ranks (``init``: the rest of what
+    ``init_process_group`` takes), runs this rank, and leaves the group."""
     import torch.distributed as dist
 
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=n,
-        timeout=datetime.timedelta(seconds=120),
-    )
+    dist.init_process_group("gloo", **init)
     try:
-        rank_main(rank, n, args)
+        rank_main(dist.get_rank(), n, args, mpi_comm)
     finally:
         dist.destroy_process_group()
+
+
+def _spawned(rank: int, n: int, port: int, args: argparse.Namespace) -> None:
+    init = f"tcp://127.0.0.1:{port}"
+    _in_process_group(n, args, init_method=init, rank=rank, world_size=n, timeout=datetime.timedelta(seconds=120))
 
 
 def _mpi_world() -> Optional[Any]:
@@ -836,26 +829,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             "or leave mpi out of --backends"
         )
     if mpi is not None:
-        import torch.distributed as dist
-
         n, rank = mpi.Get_size(), mpi.Get_rank()
         default_heap(args, n)
         port = mpi.bcast(free_port() if rank == 0 else None, root=0)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
-        try:
-            rank_main(rank, n, args, mpi)
-        finally:
-            dist.destroy_process_group()
+        _in_process_group(n, args, mpi, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
     elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        import torch.distributed as dist
-
         n = int(os.environ["WORLD_SIZE"])
         default_heap(args, n)
-        dist.init_process_group("gloo")
-        try:
-            rank_main(dist.get_rank(), n, args)
-        finally:
-            dist.destroy_process_group()
+        _in_process_group(n, args)
     else:
         import torch.multiprocessing as mp
 
