@@ -155,10 +155,11 @@ pub struct HeapBlock {
     group: Group,
 }
 
-pub(crate) fn dtype_arg(py: Python<'_>, rank: Rank, arg: &'static str, text: &str) -> PyResult<DType> {
+/// A dtype's name; `at` prefixes the value the error shows (the entry of a list argument).
+fn dtype_arg(py: Python<'_>, rank: Rank, arg: &'static str, text: &str, at: &str) -> PyResult<DType> {
     text.parse::<DType>().map_err(|_| {
         let accepted = DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ");
-        invalid(py, rank, arg, text, &format!("unsupported dtype; supported: {accepted}"))
+        invalid(py, rank, arg, format!("{at}{text}"), &format!("unsupported dtype; supported: {accepted}"))
     })
 }
 
@@ -264,10 +265,7 @@ impl PyCommunicator {
                 "must be contiguous (call .contiguous() first)",
             ));
         }
-        let dtype = dtype.parse::<DType>().map_err(|_| {
-            let accepted = DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ");
-            invalid(py, rank, arg, format!("{at}{dtype}"), &format!("unsupported dtype; supported: {accepted}"))
-        })?;
+        let dtype = dtype_arg(py, rank, arg, dtype, &at)?;
         let Some(bytes) = len.checked_mul(dtype.size()) else {
             return Err(invalid(py, rank, arg, format!("{at}{len}"), "too many elements"));
         };
@@ -513,7 +511,7 @@ impl PyCommunicator {
                 .checked_mul(d)
                 .ok_or_else(|| invalid(py, me, "shape", format!("{dims:?}"), "too many elements"))?;
         }
-        let dtype = dtype_arg(py, me, "dtype", dtype)?;
+        let dtype = dtype_arg(py, me, "dtype", dtype, "")?;
         let g = group.get().g.clone();
         let comm = self.comm();
         match py.detach(|| comm.alloc(&g, numel, dtype)) {

@@ -281,7 +281,11 @@ class Backend:
     name = "?"
 
     def alloc(self, numel: int) -> Any:
-        raise NotImplementedError
+        """A buffer of ``numel`` elements of the run's dtype (an ordinary tensor unless the
+        backend needs its own memory)."""
+        import torch
+
+        return torch.empty(numel, dtype=DT)
 
     def run(self, op: str, bufs: Dict[str, Any], rank: int, n: int) -> Optional[Callable[[], Any]]:
         """One iteration of ``op`` on ``bufs`` (``send``, ``recv``, ``count``); None when the
@@ -347,11 +351,6 @@ class SymmBackend(Backend):
 class GlooBackend(Backend):
     name = "gloo"
 
-    def alloc(self, numel: int) -> Any:
-        import torch
-
-        return torch.empty(numel, dtype=DT)
-
     def run(self, op: str, bufs: Dict[str, Any], rank: int, n: int) -> Callable[[], Any]:
         import torch.distributed as dist
 
@@ -379,11 +378,6 @@ class MpiBackend(Backend):
 
     def __init__(self, comm: Any) -> None:
         self.comm = comm
-
-    def alloc(self, numel: int) -> Any:
-        import torch
-
-        return torch.empty(numel, dtype=DT)
 
     def barrier(self) -> None:
         self.comm.Barrier()
@@ -457,11 +451,6 @@ class DeepSpeedBackend(Backend):
     def runs(self, dtype: str) -> bool:
         """Whether the kernel reduces ``dtype`` on this CPU."""
         return self.kernel_runs(self.level, dtype)
-
-    def alloc(self, numel: int) -> Any:
-        import torch
-
-        return torch.empty(numel, dtype=DT)
 
     def run(self, op: str, bufs: Dict[str, Any], rank: int, n: int) -> Optional[Callable[[], Any]]:
         import torch
@@ -545,24 +534,19 @@ def measure(be: Backend, op: str, size: int, rank: int, n: int, args: argparse.N
 
     fill()
     step = be.run(op, bufs, rank, n)
-    if step is None:  # not run by this backend (the same on every rank)
+    took, wrong = math.nan, 0
+    if step is not None:  # None: not run by this backend (the same on every rank)
+        for _ in range(args.warmup_iters):
+            step()
         be.barrier()
-        if send is not None:
-            be.release(send)
-        be.release(recv)
-        return math.nan, 0
-    for _ in range(args.warmup_iters):
-        step()
-    be.barrier()
-    took = be.loop(step, args.iters) / args.iters
-    wrong = 0
-    if args.check:
-        be.barrier()
-        fill()
-        be.barrier()
-        step()
-        want = expected(op, rank, n, c)
-        wrong = int((recv[: want.numel()].double() != want).sum().item())
+        took = be.loop(step, args.iters) / args.iters
+        if args.check:
+            be.barrier()
+            fill()
+            be.barrier()
+            step()
+            want = expected(op, rank, n, c)
+            wrong = int((recv[: want.numel()].double() != want).sum().item())
     be.barrier()
     if send is not None:
         be.release(send)
