@@ -255,22 +255,18 @@ impl PyCommunicator {
             };
             return Err(errors::to_py(py, &err));
         }
+        // The error for the tensor shown as `shown`, refused for `why`.
+        let refused = |shown: &dyn std::fmt::Display, why: &str| -> PyResult<Local> {
+            Err(invalid(py, rank, arg, format!("{at}{shown}"), why))
+        };
         if !contiguous {
             let shown = layout.as_deref().unwrap_or("a non-contiguous tensor");
-            return Err(invalid(
-                py,
-                rank,
-                arg,
-                format!("{at}{shown}"),
-                "must be contiguous (call .contiguous() first)",
-            ));
+            return refused(&shown, "must be contiguous (call .contiguous() first)");
         }
         let dtype = dtype_arg(py, rank, arg, dtype, &at)?;
-        let Some(bytes) = len.checked_mul(dtype.size()) else {
-            return Err(invalid(py, rank, arg, format!("{at}{len}"), "too many elements"));
-        };
+        let Some(bytes) = len.checked_mul(dtype.size()) else { return refused(len, "too many elements") };
         if let Some(why) = check_storage(*ptr, bytes, *storage) {
-            return Err(invalid(py, rank, arg, format!("{at}{len} x {dtype} at {ptr:#x}"), &why));
+            return refused(&format_args!("{len} x {dtype} at {ptr:#x}"), &why);
         }
         Ok(Local { ptr: *ptr, len: *len, dtype })
     }
@@ -283,41 +279,30 @@ impl PyCommunicator {
         let bytes = l.bytes();
         let base = self.comm().local_heap_base() as usize;
         let heap = self.comm().heap_size();
-        let shown = || format!("tensor at {:#x} ({} x {})", l.ptr, l.len, l.dtype);
+        // The error for this tensor, refused for `why`.
+        let refused = |why: &str| -> PyResult<SymmBuffer> {
+            Err(invalid(py, rank, arg, format!("tensor at {:#x} ({} x {})", l.ptr, l.len, l.dtype), why))
+        };
         let offset = match l.ptr.checked_sub(base) {
             Some(off) if off < heap => off,
             _ => {
-                return Err(invalid(
-                    py,
-                    rank,
-                    arg,
-                    shown(),
-                    &format!(
-                        "not a symmetric tensor: its memory lies outside this rank's symmetric heap \
-                         [{base:#x}, {:#x}); allocate it with symm.empty()",
-                        base + heap
-                    ),
+                return refused(&format!(
+                    "not a symmetric tensor: its memory lies outside this rank's symmetric heap \
+                     [{base:#x}, {:#x}); allocate it with symm.empty()",
+                    base + heap
                 ))
             }
         };
         if offset % l.dtype.size() != 0 {
-            return Err(invalid(py, rank, arg, shown(), "is not aligned to its dtype inside the symmetric heap"));
+            return refused("is not aligned to its dtype inside the symmetric heap");
         }
         match self.sh.registry.find(offset, bytes) {
             Ok(found) => Ok(SymmBuffer::from_parts(self.comm().instance_id(), found.group, offset, l.len, l.dtype)),
-            Err(Miss::NotAllocated) => Err(invalid(
-                py,
-                rank,
-                arg,
-                shown(),
-                "lies in the symmetric heap but in no live allocation (was it freed with symm.free()?)",
-            )),
-            Err(Miss::Overruns { start, bytes: len }) => Err(invalid(
-                py,
-                rank,
-                arg,
-                shown(),
-                &format!("runs past the end of its symmetric allocation ({len} bytes at heap offset {start:#x})"),
+            Err(Miss::NotAllocated) => {
+                refused("lies in the symmetric heap but in no live allocation (was it freed with symm.free()?)")
+            }
+            Err(Miss::Overruns { start, bytes: len }) => refused(&format!(
+                "runs past the end of its symmetric allocation ({len} bytes at heap offset {start:#x})"
             )),
         }
     }
