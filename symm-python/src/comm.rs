@@ -447,12 +447,7 @@ impl PyCommunicator {
         let me = self.rank_id();
         let global: Option<Vec<Rank>> = ranks.iter().map(|&r| u32::try_from(r).ok().map(Rank)).collect();
         let Some(global) = global else {
-            return Err(errors::to_py(
-                py,
-                &Err::<(), _>(GroupError::BadRankList { ranks, reason: "a rank is outside the world" })
-                    .at(me)
-                    .unwrap_err(),
-            ));
+            return Err(GroupError::BadRankList { ranks, reason: "a rank is outside the world" }).at(me).py(py);
         };
         self.comm().group_of(&global).map(|g| PyGroup { g }).py(py)
     }

@@ -18,10 +18,13 @@ from scenarios import expect, other_threads_run_while_waiting, same_bits, zero
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def data(r, n, dtype, salt=0):
     """Rank r's input: n small integers (exact in every dtype, sums of a few ranks too)."""
+    if dtype in FP8:
+        return data(r, n, torch.float32, salt).to(dtype)
     v = (torch.arange(n, dtype=torch.int64) * 7 + 3 * r + salt) % 11 - (0 if dtype == torch.uint8 else 5)
     if dtype == torch.bool:
         return v % 2 == 0
@@ -50,9 +53,7 @@ def everywhere_identical(t, group=None):
 
 def symmetric_like(t, group=None):
     s = symm.empty(tuple(t.shape), t.dtype, group=group)
-    s.copy_(t) if t.dtype not in (torch.float8_e4m3fn, torch.float8_e5m2) else s.view(torch.uint8).copy_(
-        t.view(torch.uint8)
-    )
+    s.copy_(t) if t.dtype not in FP8 else s.view(torch.uint8).copy_(t.view(torch.uint8))
     return s
 
 
@@ -142,13 +143,11 @@ def check_group(rank, world, group, members):
                     symm.free(inp)
 
     # allgather: every dtype (bool and fp8 included: it only moves bytes), in place and symmetric.
-    for dt in FLOATS + INTS + [torch.bool, torch.float8_e4m3fn, torch.float8_e5m2]:
+    for dt in FLOATS + INTS + [torch.bool, *FP8]:
         for count, mode in [(6, "plain"), (6, "inplace"), (6, "symmetric"), (50_000, "plain")]:
             if count > 1000 and dt not in (torch.float32, torch.uint8):
                 continue
-            src = data(me, count, dt if dt not in (torch.float8_e4m3fn, torch.float8_e5m2) else torch.float32)
-            if dt in (torch.float8_e4m3fn, torch.float8_e5m2):
-                src = src.to(dt)
+            src = data(me, count, dt)
             if mode == "inplace":
                 out = torch.empty(n * count, dtype=dt)
                 zero(out)
@@ -159,9 +158,7 @@ def check_group(rank, world, group, members):
                 inp = symmetric_like(src, group) if mode == "symmetric" else src
             symm.shmem_allgather(out, inp, group)
             for j in range(n):
-                want = data(j, count, dt if dt not in (torch.float8_e4m3fn, torch.float8_e5m2) else torch.float32)
-                if dt in (torch.float8_e4m3fn, torch.float8_e5m2):
-                    want = want.to(dt)
+                want = data(j, count, dt)
                 assert same_bits(out.view(n, count)[j], want), (dt, mode, j)
             if mode == "symmetric":
                 symm.free(inp)

@@ -57,6 +57,14 @@ def _invalid(rank: Optional[int], arg: str, value: Any, reason: str) -> Exceptio
     return _error(_symm.InvalidArgument, rank, f"invalid argument: {arg} = {value}: {reason}")
 
 
+def _ranks_of(platform: Platform, rank: Optional[int], group: Any, arg: str = "group") -> List[int]:
+    """The global ranks of ``group``; GroupError naming ``arg`` when the platform knows no such group."""
+    try:
+        return list(platform.group_ranks(group))
+    except LookupError as e:
+        raise _error(_symm.GroupError, rank, f"{arg} = {group!r}: {e}") from None
+
+
 def _int_list(rank: Optional[int], arg: str, values: Any) -> List[int]:
     try:
         out = [v.__index__() for v in values]
@@ -185,13 +193,7 @@ def init(group: Any = None) -> None:
             raise _invalid(
                 me, "group", repr(group), "symm is already initialised for another group (one runtime per process)"
             )
-        if group is None:
-            ranks = list(range(platform.world_size()))
-        else:
-            try:
-                ranks = list(platform.group_ranks(group))
-            except LookupError as e:
-                raise _error(_symm.GroupError, me, f"group = {group!r}: {e}") from None
+        ranks = list(range(platform.world_size())) if group is None else _ranks_of(platform, me, group)
         if me not in ranks:
             raise _error(_symm.GroupError, me, f"this rank is not a member of the group with global ranks {ranks}")
         # Distinct groups initialising on one store (one per node) never share keys.
@@ -248,10 +250,7 @@ def _native_group(st: _State, group: Any) -> _symm.Group:
     if g is not None:
         return g
     rank = st.comm.rank
-    try:
-        ranks = st.platform.group_ranks(group)
-    except LookupError as e:
-        raise _error(_symm.GroupError, rank, f"group = {group!r}: {e}") from None
+    ranks = _ranks_of(st.platform, rank, group)
     outside = [r for r in ranks if r not in st.native_of]
     if outside:
         raise _error(
@@ -613,10 +612,7 @@ def split_group(parent: Any, ranks: Sequence[int]) -> Any:
     if parent is None:
         size = platform.world_size()
     else:
-        try:
-            size = len(platform.group_ranks(parent))
-        except LookupError as e:
-            raise _error(_symm.GroupError, rank, f"parent = {parent!r}: {e}") from None
+        size = len(_ranks_of(platform, rank, parent, "parent"))
     outside = [r for r in ranks if not 0 <= r < size]
     if outside:
         raise _error(
