@@ -89,10 +89,7 @@ def run_ranks(
         raise ValueError(store)
     procs, logs = [], []
     for r in range(world):
-        e = dict(os.environ)
-        e.update(DEFAULT_ENV)
-        e.update(env or {})
-        e.update(rank_env(r) if rank_env else {})
+        e = {**os.environ, **DEFAULT_ENV, **(env or {}), **(rank_env(r) if rank_env else {})}
         e.update({"RANK": str(r), "WORLD_SIZE": str(world), "SYMM_TEST_INIT": init})
         e["SYMM_TEST_DUMP_AFTER"] = str(max(timeout - 5.0, 1.0))
         log = open(tmp_path / f"rank{r}.log", "w+")
@@ -135,8 +132,7 @@ def check_all_passed(results: List[RankResult]) -> None:
 
 def run_torchrun(scenario: str, nproc: int, tmp_path: Path, *, timeout: float = 90.0) -> str:
     """Runs the scenario under ``torchrun --standalone`` (its own TCPStore rendezvous)."""
-    e = dict(os.environ)
-    e.update(DEFAULT_ENV)
+    e = {**os.environ, **DEFAULT_ENV}
     e.pop("SYMM_TEST_INIT", None)
     cmd = [
         sys.executable,
