@@ -560,13 +560,14 @@ def init_errors(rank, world):
     os.environ["SYMMETRIC_MEMORY_HEAP_SIZE"] = "2M"
     symm.init()
     assert symm._api._state.comm.heap_size == 2 << 20
-    works(rank, world)
+    _alive = works(rank, world)  # held: heap_comes_back starts with no dropped tensor
 
     heap_comes_back(rank, world)
 
 
 def works(rank, world):
-    """A started symm moves data: each rank reads the next rank's symmetric tensor."""
+    """A started symm moves data: each rank reads the next rank's symmetric tensor, which it
+    returns."""
     t = symm.empty(4, torch.int32)
     t.fill_(rank)
     symm.barrier()
@@ -574,6 +575,7 @@ def works(rank, world):
     symm.shmem_get(t, 0, out, 0, 4, (rank + 1) % world)
     assert out.tolist() == [(rank + 1) % world] * 4, out
     symm.barrier()
+    return t
 
 
 def heap_comes_back(rank, world):
