@@ -52,6 +52,15 @@ def takes(path, fn, *args, **kwargs):
             assert full.calls == want, f"expected the {path} arm, the full arm ran {full.calls} times"
 
 
+def raises(exc, fn, *args):
+    """Runs ``fn(*args)``; asserts that it raises ``exc`` (a class or a tuple of classes)."""
+    try:
+        fn(*args)
+    except exc:
+        return
+    raise AssertionError(f"{fn!r}{args}: expected {exc}")
+
+
 class Slow(torch.Tensor):
     """A tensor subclass, which the fast arm does not read."""
 
@@ -229,12 +238,7 @@ def fast_path(rank, world):
         lambda: symm.shmem_allreduce(torch.ones(1), bogus=1),
         lambda: symm.shmem_allreduce(torch.ones(1), "sum", op="max"),
     ]:
-        try:
-            takes("fast", call)  # "fast": the full path does not run
-        except TypeError:
-            pass
-        else:
-            raise AssertionError("expected a TypeError")
+        raises(TypeError, takes, "fast", call)  # "fast": the full path does not run
 
     # A group this rank is not a member of: GroupError from the full path, also once cached.
     if world > 2:
@@ -505,14 +509,9 @@ def fast_path_split_ops(rank, world):
         takes("fast", recv, got, 0)
         assert got.tolist() == [7.0, 7.0], got
     # Ranks the fast path does not take: the full path, with its errors.
-    for kind, f in [("send", send), ("recv", recv)]:
+    for f in (send, recv):
         for peer in [world, -1, "1"]:
-            try:
-                takes("full", f, torch.ones(1), peer)
-            except (symm.InvalidArgument, symm.GroupError):
-                pass
-            else:
-                raise AssertionError(f"{kind} with rank {peer!r}: expected an error")
+            raises((symm.InvalidArgument, symm.GroupError), takes, "full", f, torch.ones(1), peer)
     dist.barrier()
 
     # Not the common case: the full path, with the same results.
@@ -570,12 +569,7 @@ def fast_path_split_ops(rank, world):
         e = expect(type(direct), partial(f, *args), needle, rank=rank)
         assert str(e) == str(direct), (str(e), str(direct))
     for call in [lambda: rs(torch.ones(1)), lambda: ag(torch.ones(1), bogus=1), lambda: bc(torch.ones(1))]:
-        try:
-            call()
-        except TypeError:
-            pass
-        else:
-            raise AssertionError("expected a TypeError")
+        raises(TypeError, call)
 
     # One rank with a bad source rank (full path, which rejects the call), the others valid
     # (fast path): a small broadcast's source does not wait, so the valid ranks complete it
