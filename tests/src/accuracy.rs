@@ -7,7 +7,7 @@
 use symm_core::coll::lowp::SCALE_BLOCK;
 use symm_core::{CollOptions, Collectives, DType, LocalMut, ReduceOp, Transport};
 
-use crate::coll_cases::{decode, encode};
+use crate::coll_cases::{decode, encode, eps, rounded};
 
 /// Data sets, by name.
 pub const DATASETS: &[&str] = &["normal", "tiny", "huge", "mixed", "zeros_subnormals", "cancellation"];
@@ -64,17 +64,6 @@ pub fn guaranteed_unit(lp: Option<DType>) -> f64 {
     }
 }
 
-/// Unit roundoff of the data/accumulator types.
-fn unit_roundoff(d: DType) -> f64 {
-    match d {
-        DType::F64 => 2f64.powi(-53),
-        DType::F32 => 2f64.powi(-24),
-        DType::F16 => 2f64.powi(-11),
-        DType::BF16 => 2f64.powi(-8),
-        _ => 0.0,
-    }
-}
-
 /// Smallest positive subnormal spacing of a format (absolute floor of its rounding error).
 fn floor_of(lp: Option<DType>, d: DType) -> f64 {
     let data_floor = match d {
@@ -114,9 +103,8 @@ pub fn measure<C: Collectives>(comm: &C, set: &str, dtype: DType, lp: Option<DTy
     let world = comm.world();
     let n = world.size();
     let me = comm.rank().index();
-    let mut inputs: Vec<Vec<f64>> = (0..n)
-        .map(|r| decode(dtype, &encode(dtype, &(0..count).map(|i| adversarial(set, dtype, r, i)).collect::<Vec<_>>())))
-        .collect();
+    let mut inputs: Vec<Vec<f64>> =
+        (0..n).map(|r| rounded(dtype, (0..count).map(|i| adversarial(set, dtype, r, i)))).collect();
     // Non-finite values ride along in the last block of rank 0 (they must propagate).
     if count >= 3 && dtype.is_float() {
         inputs[0][count - 1] = f64::NAN;
@@ -144,8 +132,8 @@ pub fn measure<C: Collectives>(comm: &C, set: &str, dtype: DType, lp: Option<DTy
     };
     let reference: Vec<f64> = (0..count).map(|i| inputs.iter().map(|x| x[i]).sum()).collect();
     let input_blocks: Vec<Vec<f64>> = inputs.iter().map(|x| block_amax(x)).collect();
-    let u_acc = if dtype == DType::F64 { unit_roundoff(DType::F64) } else { unit_roundoff(DType::F32) };
-    let u_out = unit_roundoff(dtype);
+    let u_acc = if dtype == DType::F64 { eps(DType::F64) } else { eps(DType::F32) };
+    let u_out = eps(dtype);
     let u_l = guaranteed_unit(lp);
     let floor = floor_of(lp, dtype) * (2 * n + 2) as f64;
     let mut m = Measured {
@@ -369,7 +357,7 @@ pub mod pipeline {
     /// Where `got` differs from `want` (bytes of `d`; NaN equals NaN whatever its bits): the
     /// number of elements and the first one, described.
     pub fn differences(d: DType, got: &[u8], want: &[u8]) -> Option<(usize, String)> {
-        let (g, w) = (crate::coll_cases::decode(d, got), crate::coll_cases::decode(d, want));
+        let (g, w) = (super::decode(d, got), super::decode(d, want));
         let size = d.size();
         let mut first = None;
         let mut count = 0;

@@ -121,7 +121,7 @@ pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
 }
 
 /// Unit roundoff of a dtype.
-fn eps(d: DType) -> f64 {
+pub(crate) fn eps(d: DType) -> f64 {
     match d {
         DType::F64 => 2f64.powi(-53),
         DType::F32 => 2f64.powi(-24),
@@ -195,6 +195,46 @@ fn check(name: &str, me: usize, got: &[f64], want: &[f64], tol: &[f64]) {
     }
 }
 
+/// `values` rounded to `dtype` (what a buffer of `dtype` holds), as f64.
+pub fn rounded(dtype: DType, values: impl Iterator<Item = f64>) -> Vec<f64> {
+    decode(dtype, &encode(dtype, &values.collect::<Vec<_>>()))
+}
+
+/// This rank's index, the world, and its size.
+fn world_of<C: Communicator>(comm: &C) -> (usize, Group, usize) {
+    let world = comm.world();
+    let n = world.size();
+    (comm.rank().index(), world, n)
+}
+
+/// The ranks after and before `me` on the ring of `n`.
+fn ring(me: usize, n: usize) -> (usize, usize) {
+    ((me + 1) % n, (me + n - 1) % n)
+}
+
+/// Options with a timeout of `secs` seconds.
+fn within(secs: u64) -> CollOptions {
+    CollOptions { timeout: Some(Duration::from_secs(secs)), ..CollOptions::default() }
+}
+
+/// Options for a reduction in transport format `lp` (full precision for `None`), 60 s at most.
+fn carried(lp: Option<DType>) -> CollOptions {
+    CollOptions { transport: lp.map_or(Transport::Full, Transport::Low), ..within(60) }
+}
+
+/// Runs `send` then `recv` when `send_first`, else the other way round: with one side of each
+/// pair sending first, messages larger than the mailbox (whose send returns only once the
+/// receiver has taken them) cannot deadlock.
+fn in_order(send_first: bool, send: impl FnOnce(), recv: impl FnOnce()) {
+    if send_first {
+        send();
+        recv();
+    } else {
+        recv();
+        send();
+    }
+}
+
 /// Where a test keeps a buffer: plain memory, or the symmetric heap (zero-copy).
 struct Mem<'c, C: Communicator> {
     comm: &'c C,
@@ -202,6 +242,9 @@ struct Mem<'c, C: Communicator> {
     alloc: Option<SymmBuffer>,
     /// Plain memory, for ranks that do not use the heap.
     host: Option<Vec<u8>>,
+    /// The element type and count it was made for.
+    dtype: DType,
+    len: usize,
 }
 
 impl<'c, C: Communicator> Mem<'c, C> {
@@ -212,7 +255,14 @@ impl<'c, C: Communicator> Mem<'c, C> {
         let alloc = (mask != 0).then(|| comm.alloc(group, len, dtype).expect("alloc"));
         let use_heap = mask & (1 << (comm.rank().index() % 8)) != 0;
         let host = (!use_heap).then(|| vec![0u8; len * dtype.size()]);
-        Mem { comm, alloc, host }
+        Mem { comm, alloc, host, dtype, len }
+    }
+
+    /// [`Mem::new`], holding `data`.
+    fn filled(comm: &'c C, group: &Group, mask: u8, dtype: DType, len: usize, data: &[u8]) -> Self {
+        let mut mem = Mem::new(comm, group, mask, dtype, len);
+        mem.fill(data);
+        mem
     }
 
     fn ptr(&mut self) -> *mut u8 {
@@ -251,6 +301,67 @@ impl<'c, C: Communicator> Mem<'c, C> {
             self.comm.free(b).expect("free");
         }
     }
+
+    /// All its bytes, then [`Mem::release`].
+    fn into_bytes(mut self) -> Vec<u8> {
+        let got = self.bytes(self.len * self.dtype.size());
+        self.release();
+        got
+    }
+}
+
+/// allreduce of all of `a`: in place (`out_mask` `None`), or into a new buffer kept in the heap
+/// on the ranks of `out_mask`; the result's bytes.
+fn allreduce_mem<C: Collectives>(
+    comm: &C,
+    group: &Group,
+    a: &mut Mem<'_, C>,
+    out_mask: Option<u8>,
+    op: ReduceOp,
+    opts: &CollOptions,
+) -> Vec<u8> {
+    let (dtype, count) = (a.dtype, a.len);
+    match out_mask {
+        None => {
+            comm.allreduce(group, a.local_mut(dtype, count), op, opts).expect("allreduce");
+            a.bytes(count * dtype.size())
+        }
+        Some(mask) => {
+            let mut b = Mem::new(comm, group, mask, dtype, count);
+            comm.allreduce_into(group, a.local_ref(dtype, count), b.local_mut(dtype, count), op, opts)
+                .expect("allreduce_into");
+            b.into_bytes()
+        }
+    }
+}
+
+/// reduce_scatter of `a` (one part per rank): into this rank's part of `a` (`out_mask` `None`),
+/// or into a new buffer kept in the heap on the ranks of `out_mask`; the result's bytes.
+fn reduce_scatter_mem<C: Collectives>(
+    comm: &C,
+    group: &Group,
+    a: &mut Mem<'_, C>,
+    out_mask: Option<u8>,
+    op: ReduceOp,
+    opts: &CollOptions,
+) -> Vec<u8> {
+    let (dtype, me, n) = (a.dtype, comm.rank().index(), group.size());
+    let (m, size) = (a.len / n, dtype.size());
+    match out_mask {
+        None => {
+            let out = a.ptr().wrapping_add(me * m * size);
+            // SAFETY: part `me` of `a` holds `m` elements.
+            let out_ref = unsafe { LocalMut::from_raw(out, m, dtype) };
+            comm.reduce_scatter(group, out_ref, a.local_ref(dtype, n * m), op, opts).expect("reduce_scatter");
+            a.bytes(n * m * size)[me * m * size..(me + 1) * m * size].to_vec()
+        }
+        Some(mask) => {
+            let mut b = Mem::new(comm, group, mask, dtype, m);
+            comm.reduce_scatter(group, b.local_mut(dtype, m), a.local_ref(dtype, n * m), op, opts)
+                .expect("reduce_scatter");
+            b.into_bytes()
+        }
+    }
 }
 
 fn counts() -> impl Strategy<Value = usize> {
@@ -277,8 +388,7 @@ fn bit_identical<C: Collectives>(comm: &C, group: &Group, bytes: &[u8], what: &s
 
 /// allreduce over random dtypes, ops, sizes, formats, in and out of place, heap and host.
 pub fn allreduce<C: Collectives>(comm: &C, cases: usize) {
-    let me = comm.rank().index();
-    let world = comm.world();
+    let (me, world, n) = world_of(comm);
     let strategy = (any_dtype(), any_op(), counts(), any::<bool>(), any::<u8>(), 0usize..6);
     for (k, (dtype, op, count, in_place, heap, lp_sel)) in
         draw(strategy, cases, seed("allreduce")).into_iter().enumerate()
@@ -286,29 +396,10 @@ pub fn allreduce<C: Collectives>(comm: &C, cases: usize) {
         let op = if op == ReduceOp::Avg && !dtype.is_float() { ReduceOp::Sum } else { op };
         let lp = (lp_sel < 4 && matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16))
             .then(|| FORMATS[lp_sel]);
-        let n = world.size();
-        let inputs: Vec<Vec<f64>> = (0..n)
-            .map(|r| decode(dtype, &encode(dtype, &(0..count).map(|i| value(dtype, r, k, i)).collect::<Vec<_>>())))
-            .collect();
+        let inputs: Vec<Vec<f64>> = (0..n).map(|r| rounded(dtype, (0..count).map(|i| value(dtype, r, k, i)))).collect();
         let (want, tol) = reference(dtype, op, &inputs, lp);
-        let opts = CollOptions {
-            transport: lp.map_or(Transport::Full, Transport::Low),
-            timeout: Some(Duration::from_secs(60)),
-            ..CollOptions::default()
-        };
-        let mut a = Mem::new(comm, &world, heap, dtype, count);
-        a.fill(&encode(dtype, &inputs[me]));
-        let got = if in_place {
-            comm.allreduce(&world, a.local_mut(dtype, count), op, &opts).expect("allreduce");
-            a.bytes(count * dtype.size())
-        } else {
-            let mut b = Mem::new(comm, &world, !heap, dtype, count);
-            comm.allreduce_into(&world, a.local_ref(dtype, count), b.local_mut(dtype, count), op, &opts)
-                .expect("allreduce_into");
-            let got = b.bytes(count * dtype.size());
-            b.release();
-            got
-        };
+        let mut a = Mem::filled(comm, &world, heap, dtype, count, &encode(dtype, &inputs[me]));
+        let got = allreduce_mem(comm, &world, &mut a, (!in_place).then_some(!heap), op, &carried(lp));
         let what = format!(
             "case {k}: allreduce in {world:?} {dtype} {op} count {count} in_place {in_place} heap {heap} lp {lp:?}"
         );
@@ -325,9 +416,7 @@ pub fn allreduce<C: Collectives>(comm: &C, cases: usize) {
 /// returned before every peer had read its input would hand them the overwritten values (with
 /// the wait for the peers removed, 11 runs of the suite in 15 failed with 12 rounds a size).
 pub fn allreduce_inputs_reused<C: Collectives>(comm: &C) {
-    let me = comm.rank().index();
-    let world = comm.world();
-    let n = world.size();
+    let (me, world, n) = world_of(comm);
     let tun = Tunables::from_env().expect("settings from the environment");
     let one_shot_max = tun.oneshot_max.min(tun.stage_bytes / 2);
     let dtype = DType::F32;
@@ -360,9 +449,7 @@ pub fn allreduce_inputs_reused<C: Collectives>(comm: &C) {
 
 /// reduce_scatter over random dtypes, ops, sizes and formats.
 pub fn reduce_scatter<C: Collectives>(comm: &C, cases: usize) {
-    let me = comm.rank().index();
-    let world = comm.world();
-    let n = world.size();
+    let (me, world, n) = world_of(comm);
     let strategy = (any_dtype(), any_op(), counts(), any::<bool>(), any::<u8>(), 0usize..6);
     for (k, (dtype, op, m, in_place, heap, lp_sel)) in
         draw(strategy, cases, seed("reduce_scatter")).into_iter().enumerate()
@@ -371,32 +458,11 @@ pub fn reduce_scatter<C: Collectives>(comm: &C, cases: usize) {
         let op = if op == ReduceOp::Avg && !dtype.is_float() { ReduceOp::Max } else { op };
         let lp = (lp_sel < 4 && matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16))
             .then(|| FORMATS[lp_sel]);
-        let inputs: Vec<Vec<f64>> = (0..n)
-            .map(|r| decode(dtype, &encode(dtype, &(0..n * m).map(|i| value(dtype, r, k, i)).collect::<Vec<_>>())))
-            .collect();
+        let inputs: Vec<Vec<f64>> = (0..n).map(|r| rounded(dtype, (0..n * m).map(|i| value(dtype, r, k, i)))).collect();
         let mine: Vec<Vec<f64>> = inputs.iter().map(|x| x[me * m..(me + 1) * m].to_vec()).collect();
         let (want, tol) = reference(dtype, op, &mine, lp);
-        let opts = CollOptions {
-            transport: lp.map_or(Transport::Full, Transport::Low),
-            timeout: Some(Duration::from_secs(60)),
-            ..CollOptions::default()
-        };
-        let mut a = Mem::new(comm, &world, heap, dtype, n * m);
-        a.fill(&encode(dtype, &inputs[me]));
-        let got = if in_place {
-            let out = a.ptr().wrapping_add(me * m * dtype.size());
-            // SAFETY: part `me` of `a` holds `m` elements.
-            let out_ref = unsafe { LocalMut::from_raw(out, m, dtype) };
-            comm.reduce_scatter(&world, out_ref, a.local_ref(dtype, n * m), op, &opts).expect("reduce_scatter");
-            a.bytes(n * m * dtype.size())[me * m * dtype.size()..(me + 1) * m * dtype.size()].to_vec()
-        } else {
-            let mut b = Mem::new(comm, &world, !heap, dtype, m);
-            comm.reduce_scatter(&world, b.local_mut(dtype, m), a.local_ref(dtype, n * m), op, &opts)
-                .expect("reduce_scatter");
-            let got = b.bytes(m * dtype.size());
-            b.release();
-            got
-        };
+        let mut a = Mem::filled(comm, &world, heap, dtype, n * m, &encode(dtype, &inputs[me]));
+        let got = reduce_scatter_mem(comm, &world, &mut a, (!in_place).then_some(!heap), op, &carried(lp));
         check(&format!("case {k}: reduce_scatter {dtype} {op} m {m} lp {lp:?}"), me, &decode(dtype, &got), &want, &tol);
         a.release();
     }
@@ -451,16 +517,10 @@ fn exact_value(lp: DType, r: usize, i: usize) -> f64 {
 /// inputs the format carries exactly, whose f32 sum is exact: the results are exact.
 pub fn low_precision_pipeline<C: Collectives>(comm: &C) {
     use crate::accuracy::pipeline::{differences, reduce, through};
-    let me = comm.rank().index();
-    let world = comm.world();
-    let n = world.size();
+    let (me, world, n) = world_of(comm);
     let tun = Tunables::from_env().expect("settings from the environment");
     let one_shot_max = tun.oneshot_max.min(tun.stage_bytes / 2);
-    let opts = |lp| CollOptions {
-        transport: Transport::Low(lp),
-        timeout: Some(Duration::from_secs(60)),
-        ..CollOptions::default()
-    };
+    let opts = |lp| carried(Some(lp));
     let masks = [0xffu8, 0x55, 0, 0xaa];
     let mut k = 50_000;
     for (di, dtype) in [DType::F32, DType::BF16, DType::F16, DType::F64].into_iter().enumerate() {
@@ -476,10 +536,7 @@ pub fn low_precision_pipeline<C: Collectives>(comm: &C) {
                     continue;
                 }
                 k += 1;
-                let input = |r: usize| {
-                    let v: Vec<f64> = (0..count).map(|i| lowp_value(dtype, n, r, k, i)).collect();
-                    decode(dtype, &encode(dtype, &v))
-                };
+                let input = |r: usize| rounded(dtype, (0..count).map(|i| lowp_value(dtype, n, r, k, i)));
                 // Rank 0 compares with the pipeline, every rank with rank 0 (a hash): each rank
                 // computing the whole reference would make the case n times as long.
                 let decoded: Vec<Vec<f64>> =
@@ -487,25 +544,8 @@ pub fn low_precision_pipeline<C: Collectives>(comm: &C) {
                 let mine = encode(dtype, &input(me));
                 let (in_place, mask) = (s % 2 == 0, masks[(s + li) % masks.len()]);
                 for op in ReduceOp::ALL.iter().copied() {
-                    let mut a = Mem::new(comm, &world, if in_place { mask } else { !mask }, dtype, count);
-                    a.fill(&mine);
-                    let got = if in_place {
-                        comm.allreduce(&world, a.local_mut(dtype, count), op, &opts(lp)).expect("allreduce");
-                        a.bytes(count * size)
-                    } else {
-                        let mut b = Mem::new(comm, &world, mask, dtype, count);
-                        comm.allreduce_into(
-                            &world,
-                            a.local_ref(dtype, count),
-                            b.local_mut(dtype, count),
-                            op,
-                            &opts(lp),
-                        )
-                        .expect("allreduce_into");
-                        let got = b.bytes(count * size);
-                        b.release();
-                        got
-                    };
+                    let mut a = Mem::filled(comm, &world, if in_place { mask } else { !mask }, dtype, count, &mine);
+                    let got = allreduce_mem(comm, &world, &mut a, (!in_place).then_some(mask), op, &opts(lp));
                     a.release();
                     let what =
                         format!("allreduce {dtype} via {lp} {op} count {count} in_place {in_place} heap {mask:#x}");
@@ -526,32 +566,16 @@ pub fn low_precision_pipeline<C: Collectives>(comm: &C) {
                 k += 1;
                 // Every part of a rank's input holds the same values; only part `me` of the
                 // peers' inputs matters here.
-                let part = |r: usize| {
-                    let v: Vec<f64> = (0..m).map(|i| lowp_value(dtype, n, r, k, i)).collect();
-                    decode(dtype, &encode(dtype, &v))
-                };
+                let part = |r: usize| rounded(dtype, (0..m).map(|i| lowp_value(dtype, n, r, k, i)));
                 let input = part(me).repeat(n);
                 let decoded: Vec<Vec<f64>> = (0..n).map(|r| through(dtype, lp, &part(r))).collect();
                 let in_place = s % 2 == 1;
                 for op in ReduceOp::ALL.iter().copied() {
                     let want = reduce(dtype, op, &decoded);
-                    let mut a = Mem::new(comm, &world, masks[(s + li) % masks.len()], dtype, n * m);
-                    a.fill(&encode(dtype, &input));
-                    let got = if in_place {
-                        let out = a.ptr().wrapping_add(me * m * size);
-                        // SAFETY: part `me` of `a` holds `m` elements.
-                        let out_ref = unsafe { LocalMut::from_raw(out, m, dtype) };
-                        comm.reduce_scatter(&world, out_ref, a.local_ref(dtype, n * m), op, &opts(lp))
-                            .expect("reduce_scatter");
-                        a.bytes(n * m * size)[me * m * size..(me + 1) * m * size].to_vec()
-                    } else {
-                        let mut out = vec![0u8; m * size];
-                        // SAFETY: `out` holds `m` elements and outlives the call.
-                        let out_ref = unsafe { LocalMut::from_raw(out.as_mut_ptr(), m, dtype) };
-                        comm.reduce_scatter(&world, out_ref, a.local_ref(dtype, n * m), op, &opts(lp))
-                            .expect("reduce_scatter");
-                        out
-                    };
+                    let mask = masks[(s + li) % masks.len()];
+                    let mut a = Mem::filled(comm, &world, mask, dtype, n * m, &encode(dtype, &input));
+                    // Out of place into plain memory (mask 0) on every rank.
+                    let got = reduce_scatter_mem(comm, &world, &mut a, (!in_place).then_some(0), op, &opts(lp));
                     a.release();
                     if let Some((wrong, first)) = differences(dtype, &got, &want) {
                         panic!(
@@ -596,9 +620,7 @@ pub fn low_precision_pipeline<C: Collectives>(comm: &C) {
 
 /// allgather over random dtypes and sizes, in place (input = own part of output) or not.
 pub fn allgather<C: Collectives>(comm: &C, cases: usize) {
-    let me = comm.rank().index();
-    let world = comm.world();
-    let n = world.size();
+    let (me, world, n) = world_of(comm);
     for (k, (dtype, m, in_place, heap)) in
         draw((any_dtype(), counts(), any::<bool>(), any::<u8>()), cases, seed("allgather")).into_iter().enumerate()
     {
@@ -614,26 +636,18 @@ pub fn allgather<C: Collectives>(comm: &C, cases: usize) {
             let input = unsafe { LocalRef::from_raw(own, m, dtype) };
             comm.allgather(&world, out.local_mut(dtype, n * m), input, &CollOptions::default()).expect("allgather");
         } else {
-            let mut inp = Mem::new(comm, &world, !heap, dtype, m);
-            inp.fill(&data[me]);
+            let mut inp = Mem::filled(comm, &world, !heap, dtype, m, &data[me]);
             comm.allgather(&world, out.local_mut(dtype, n * m), inp.local_ref(dtype, m), &CollOptions::default())
                 .expect("allgather");
             inp.release();
         }
-        assert_eq!(
-            out.bytes(n * m * size),
-            data.concat(),
-            "rank {me}: case {k}: allgather {dtype} m {m} in_place {in_place}"
-        );
-        out.release();
+        assert_eq!(out.into_bytes(), data.concat(), "rank {me}: case {k}: allgather {dtype} m {m} in_place {in_place}");
     }
 }
 
 /// broadcast from random roots.
 pub fn broadcast<C: Collectives>(comm: &C, cases: usize) {
-    let me = comm.rank().index();
-    let world = comm.world();
-    let n = world.size();
+    let (me, world, n) = world_of(comm);
     for (k, (dtype, count, root, heap)) in
         draw((any_dtype(), counts(), 0..n, any::<u8>()), cases, seed("broadcast")).into_iter().enumerate()
     {
@@ -643,8 +657,7 @@ pub fn broadcast<C: Collectives>(comm: &C, cases: usize) {
             buf.fill(&data);
         }
         comm.broadcast(&world, buf.local_mut(dtype, count), root, &CollOptions::default()).expect("broadcast");
-        assert_eq!(buf.bytes(count * dtype.size()), data, "rank {me}: case {k}: broadcast {dtype} from {root}");
-        buf.release();
+        assert_eq!(buf.into_bytes(), data, "rank {me}: case {k}: broadcast {dtype} from {root}");
     }
 }
 
@@ -652,10 +665,8 @@ pub fn broadcast<C: Collectives>(comm: &C, cases: usize) {
 /// members (flow control), rotating roots, and members that disagree (each gets an error, no
 /// rank waits out the timeout, the group stays usable).
 pub fn small_broadcasts<C: Collectives>(comm: &C) {
-    let me = comm.rank().index();
-    let world = comm.world();
-    let n = world.size();
-    let opts = CollOptions { timeout: Some(Duration::from_secs(20)), ..CollOptions::default() };
+    let (me, world, n) = world_of(comm);
+    let opts = within(20);
     let tun = Tunables::from_env().expect("tunables");
     let validate = tun.validate;
     // Whether a broadcast of `bytes` is eager (SYMM_BCAST_EAGER_MAX, when set, may turn small
@@ -746,9 +757,7 @@ pub fn small_broadcasts<C: Collectives>(comm: &C) {
 
 /// alltoall with random per-pair counts, list and single-buffer forms.
 pub fn alltoall<C: Collectives>(comm: &C, cases: usize) {
-    let me = comm.rank().index();
-    let world = comm.world();
-    let n = world.size();
+    let (me, world, n) = world_of(comm);
     for (k, (dtype, scale, single, heap)) in draw(
         (any_dtype(), prop_oneof![Just(0usize), Just(1), Just(300), Just(70_000)], any::<bool>(), any::<u8>()),
         cases,
@@ -774,10 +783,8 @@ pub fn alltoall<C: Collectives>(comm: &C, cases: usize) {
         let sent = |s: usize| (0..n).map(|d| count(s, d)).sum::<usize>();
         let received = |d: usize| (0..n).map(|s| count(s, d)).sum::<usize>();
         let largest = (0..n).map(|r| sent(r).max(received(r))).max().unwrap_or(0);
-        let mut send = Mem::new(comm, &world, heap, dtype, largest);
-        send.fill(&flat);
-        let mut recv = Mem::new(comm, &world, !heap, dtype, largest);
-        recv.fill(&vec![0xEE; total * size]);
+        let mut send = Mem::filled(comm, &world, heap, dtype, largest, &flat);
+        let mut recv = Mem::filled(comm, &world, !heap, dtype, largest, &vec![0xEE; total * size]);
         let recv_ref = recv.local_mut(dtype, total);
         if single {
             comm.alltoall_single(
@@ -810,11 +817,9 @@ pub fn alltoall<C: Collectives>(comm: &C, cases: usize) {
 /// send/recv around the ring: several messages in flight before the receiver is in recv,
 /// messages larger than the mailbox, and empty ones.
 pub fn sendrecv<C: Collectives>(comm: &C, cases: usize) {
-    let me = comm.rank().index();
-    let world = comm.world();
-    let n = world.size();
-    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
-    let opts = CollOptions { timeout: Some(Duration::from_secs(60)), ..CollOptions::default() };
+    let (me, world, n) = world_of(comm);
+    let (next, prev) = ring(me, n);
+    let opts = within(60);
     // Sizes (bytes) at the edges of the mailbox layout: the payload on the flag's line up to
     // 256 bytes, from the next line above; chunk payloads of `chunk - 64` bytes.
     let chunk = Tunables::from_env().expect("tunables").mail_chunk;
@@ -858,13 +863,11 @@ pub fn sendrecv<C: Collectives>(comm: &C, cases: usize) {
                 // A large self-message would need the receiver inside recv: skip.
                 continue;
             }
-            if me.is_multiple_of(2) {
-                comm.send(&world, LocalRef::from(&data), next, &opts).expect("send large");
-                comm.recv(&world, LocalMut::from(&mut got), prev, &opts).expect("recv large");
-            } else {
-                comm.recv(&world, LocalMut::from(&mut got), prev, &opts).expect("recv large");
-                comm.send(&world, LocalRef::from(&data), next, &opts).expect("send large");
-            }
+            in_order(
+                me.is_multiple_of(2),
+                || comm.send(&world, LocalRef::from(&data), next, &opts).expect("send large"),
+                || comm.recv(&world, LocalMut::from(&mut got), prev, &opts).expect("recv large"),
+            );
             assert_eq!(got, msg(prev, 100 + j, len), "rank {me}: case {k}: large message {j}");
         }
     }
@@ -889,43 +892,34 @@ fn p2p_bytes(r: usize, k: usize, j: usize, len: usize) -> Vec<u8> {
 /// does not match the receiver's buffer (size, then dtype): the receiver fails naming both, the
 /// sender is released, and the pair stays usable.
 pub fn sendrecv_heap<C: Collectives>(comm: &C) {
-    let me = comm.rank().index();
-    let world = comm.world();
-    let n = world.size();
+    let (me, world, n) = world_of(comm);
     if n == 1 {
         // A message larger than the mailbox to oneself needs the receiver inside recv while
         // the send is still going: sendrecv_both covers it.
         return;
     }
-    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
-    let opts = CollOptions { timeout: Some(Duration::from_secs(60)), ..CollOptions::default() };
+    let (next, prev) = ring(me, n);
+    let opts = within(60);
     let t = eager_max();
     let sizes = [t - 1, t, t + 1, 2 * t + 3, (3 << 20) + 5];
     let max = *sizes.iter().max().expect("sizes");
     let mut send = Mem::new(comm, &world, 0xff, DType::U8, max);
     // Even ranks send first, odd ranks receive first: a send larger than the mailbox returns
     // only once its receiver has taken the message.
-    let in_order = |send: &mut dyn FnMut(), recv: &mut dyn FnMut()| {
-        if me.is_multiple_of(2) {
-            send();
-            recv();
-        } else {
-            recv();
-            send();
-        }
-    };
+    let even = me.is_multiple_of(2);
     for (k, &len) in sizes.iter().enumerate() {
         let mut recv = Mem::new(comm, &world, if k % 2 == 0 { 0xff } else { 0 }, DType::U8, len);
         send.fill(&p2p_bytes(me, k, 0, len));
         let small = [p2p_bytes(me, k, 1, 10), p2p_bytes(me, k, 2, 100)];
         in_order(
-            &mut || {
+            even,
+            || {
                 for m in &small {
                     comm.send(&world, LocalRef::from(&m[..]), next, &opts).expect("send small");
                 }
                 comm.send(&world, send.local_ref(DType::U8, len), next, &opts).expect("send from the heap");
             },
-            &mut || {
+            || {
                 for (j, m) in [10, 100].into_iter().enumerate() {
                     let mut got = vec![0u8; m];
                     comm.recv(&world, LocalMut::from(&mut got), prev, &opts).expect("recv small");
@@ -934,8 +928,7 @@ pub fn sendrecv_heap<C: Collectives>(comm: &C) {
                 comm.recv(&world, recv.local_mut(DType::U8, len), prev, &opts).expect("recv of a heap message");
             },
         );
-        assert!(recv.bytes(len) == p2p_bytes(prev, k, 0, len), "rank {me}: heap message of {len} bytes (case {k})");
-        recv.release();
+        assert!(recv.into_bytes() == p2p_bytes(prev, k, 0, len), "rank {me}: heap message of {len} bytes (case {k})");
     }
     // Mismatches on rendezvous messages: the sender is released (its send succeeds), the
     // receiver fails naming both, and the next message goes through.
@@ -944,11 +937,12 @@ pub fn sendrecv_heap<C: Collectives>(comm: &C) {
     let mut short = vec![0u8; len - 1];
     let mut wide = vec![0i16; len / 2];
     in_order(
-        &mut || {
+        even,
+        || {
             comm.send(&world, send.local_ref(DType::U8, len), next, &opts).expect("send (size mismatch at recv)");
             comm.send(&world, send.local_ref(DType::U8, len), next, &opts).expect("send (dtype mismatch at recv)");
         },
-        &mut || {
+        || {
             let e = comm.recv(&world, LocalMut::from(&mut short), prev, &opts).unwrap_err();
             assert!(matches!(e, Error::Mismatch { .. }), "rank {me}: {e}");
             let text = e.to_string();
@@ -959,8 +953,9 @@ pub fn sendrecv_heap<C: Collectives>(comm: &C) {
     );
     let mut got = vec![0u8; len];
     in_order(
-        &mut || comm.send(&world, send.local_ref(DType::U8, len), next, &opts).expect("send after mismatches"),
-        &mut || comm.recv(&world, LocalMut::from(&mut got), prev, &opts).expect("recv after mismatches"),
+        even,
+        || comm.send(&world, send.local_ref(DType::U8, len), next, &opts).expect("send after mismatches"),
+        || comm.recv(&world, LocalMut::from(&mut got), prev, &opts).expect("recv after mismatches"),
     );
     assert!(got == p2p_bytes(prev, 90, 0, len), "rank {me}: message after the mismatches");
     send.release();
@@ -972,11 +967,9 @@ pub fn sendrecv_heap<C: Collectives>(comm: &C) {
 /// and with a partner using plain send/recv in either order; then sendrecv mixed with queued
 /// plain messages, mismatching receives and bad arguments.
 pub fn sendrecv_both<C: Collectives>(comm: &C, cases: usize) {
-    let me = comm.rank().index();
-    let world = comm.world();
-    let n = world.size();
-    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
-    let opts = CollOptions { timeout: Some(Duration::from_secs(60)), ..CollOptions::default() };
+    let (me, world, n) = world_of(comm);
+    let (next, prev) = ring(me, n);
+    let opts = within(60);
     let t = eager_max();
     let base = prop_oneof![
         Just(0usize),
@@ -1001,20 +994,17 @@ pub fn sendrecv_both<C: Collectives>(comm: &C, cases: usize) {
         let partner = if me ^ 1 < n { me ^ 1 } else { me };
         let (dst, src) = if mode == 0 { (next, prev) } else { (partner, partner) };
         let max = (0..n).map(count).max().unwrap_or(0);
-        let mut send = Mem::new(comm, &world, send_mask, dtype, max);
+        let mut send = Mem::filled(comm, &world, send_mask, dtype, max, &p2p_bytes(me, k, 0, count(me) * size));
         let mut recv = Mem::new(comm, &world, recv_mask, dtype, max);
-        send.fill(&p2p_bytes(me, k, 0, count(me) * size));
         let (sref, rmut) = (send.local_ref(dtype, count(me)), recv.local_mut(dtype, count(src)));
         let what = format!("case {k}: mode {mode} base {base} skew {skew} {dtype} masks {send_mask:#x}/{recv_mask:#x}");
         if mode == 2 && me % 2 == 1 && partner != me {
             // The partner's sendrecv must serve this rank whichever order it uses.
-            if k % 2 == 0 {
-                comm.send(&world, sref, dst, &opts).expect("plain send to a sendrecv");
-                comm.recv(&world, rmut, src, &opts).expect("plain recv from a sendrecv");
-            } else {
-                comm.recv(&world, rmut, src, &opts).expect("plain recv from a sendrecv");
-                comm.send(&world, sref, dst, &opts).expect("plain send to a sendrecv");
-            }
+            in_order(
+                k % 2 == 0,
+                || comm.send(&world, sref, dst, &opts).expect("plain send to a sendrecv"),
+                || comm.recv(&world, rmut, src, &opts).expect("plain recv from a sendrecv"),
+            );
         } else {
             comm.sendrecv(&world, sref, dst, rmut, src, &opts).unwrap_or_else(|e| panic!("rank {me}: {what}: {e}"));
         }
@@ -1037,8 +1027,7 @@ pub fn sendrecv_both<C: Collectives>(comm: &C, cases: usize) {
     // A receive that does not match fails naming both sizes, after the send is complete (one
     // message from the heap, rendezvous, one eager); the pair stays usable.
     let len = t + 50;
-    let mut heap = Mem::new(comm, &world, 0xff, DType::U8, len);
-    heap.fill(&p2p_bytes(me, 60, 0, len));
+    let mut heap = Mem::filled(comm, &world, 0xff, DType::U8, len, &p2p_bytes(me, 60, 0, len));
     let small = p2p_bytes(me, 60, 1, 40);
     let mut long = vec![0u8; len + 1];
     let e = comm.sendrecv(&world, heap.local_ref(DType::U8, len), next, LocalMut::from(&mut long), prev, &opts);
@@ -1073,34 +1062,28 @@ pub fn sendrecv_both<C: Collectives>(comm: &C, cases: usize) {
 /// Bad input: errors on the calling rank, an error (not a hang) on the others, and the group
 /// stays usable.
 pub fn errors<C: Collectives>(comm: &C) {
-    let me = comm.rank().index();
-    let world = comm.world();
-    let n = world.size();
-    let opts = CollOptions { timeout: Some(Duration::from_secs(20)), ..CollOptions::default() };
+    let (me, world, n) = world_of(comm);
+    let opts = within(20);
     let assert_rank = |e: &Error, what: &str| {
         assert_eq!(e.rank().index(), me, "{what}: {e}");
         assert!(e.to_string().contains(&format!("rank {me}")), "{what}: {e}");
     };
-    // Counts that differ between ranks: every rank gets Mismatch.
+    // Counts that differ between ranks: every rank gets Mismatch. 4 against 5 lies on both
+    // sides of the inline limit (16 bytes travel in the round's facts, 20 are staged): no rank
+    // waits for data that never comes. 0 against 5: an empty call takes part in its round; one
+    // that returned at once would leave the other ranks' call to be paired with its rank's next
+    // one, which with equal arguments returns wrong sums, no error.
     if n >= 2 {
-        let mut buf = vec![1.0f32; if me == 0 { 10 } else { 11 }];
-        let e = comm.allreduce(&world, LocalMut::from(&mut buf), ReduceOp::Sum, &opts).unwrap_err();
-        assert!(matches!(e, Error::Mismatch { .. }), "rank {me}: {e}");
-        assert_rank(&e, "count mismatch");
-        assert!(e.to_string().contains("count=10") && e.to_string().contains("count=11"), "{e}");
-        // Counts on both sides of the inline limit (16 bytes travel in the round's facts, 20 are
-        // staged): still Mismatch everywhere, no rank waits for data that never comes.
-        let mut buf = vec![1.0f32; if me == 0 { 4 } else { 5 }];
-        let e = comm.allreduce(&world, LocalMut::from(&mut buf), ReduceOp::Sum, &opts).unwrap_err();
-        assert!(matches!(e, Error::Mismatch { .. }), "rank {me}: {e}");
-        assert!(e.to_string().contains("count=4") && e.to_string().contains("count=5"), "{e}");
-        // No elements against some: Mismatch everywhere as well. An empty call takes part in
-        // its round; one that returned at once would leave the other ranks' call to be paired
-        // with its rank's next one, which with equal arguments returns wrong sums, no error.
-        let mut buf = vec![1.0f32; if me == 0 { 0 } else { 5 }];
-        let e = comm.allreduce(&world, LocalMut::from(&mut buf), ReduceOp::Sum, &opts).unwrap_err();
-        assert!(matches!(e, Error::Mismatch { .. }), "rank {me}: {e}");
-        assert!(e.to_string().contains("count=0") && e.to_string().contains("count=5"), "{e}");
+        for (first, others) in [(10, 11), (4, 5), (0, 5)] {
+            let mut buf = vec![1.0f32; if me == 0 { first } else { others }];
+            let e = comm.allreduce(&world, LocalMut::from(&mut buf), ReduceOp::Sum, &opts).unwrap_err();
+            assert!(matches!(e, Error::Mismatch { .. }), "rank {me}: {e}");
+            if first == 10 {
+                assert_rank(&e, "count mismatch");
+            }
+            let text = e.to_string();
+            assert!(text.contains(&format!("count={first}")) && text.contains(&format!("count={others}")), "{e}");
+        }
         // Different ops.
         let mut buf = vec![1i32; 4];
         let op = if me == 0 { ReduceOp::Max } else { ReduceOp::Min };
@@ -1171,7 +1154,7 @@ pub fn errors<C: Collectives>(comm: &C) {
     assert!(e.to_string().contains("dst_rank"), "{e}");
     // A recv whose size differs from the message: error naming both, pair still usable.
     if n >= 2 {
-        let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+        let (next, prev) = ring(me, n);
         comm.send(&world, LocalRef::from(&[7i16; 5][..]), next, &opts).expect("send");
         let mut got = vec![0i16; 6];
         let e = comm.recv(&world, LocalMut::from(&mut got), prev, &opts).unwrap_err();
@@ -1196,9 +1179,7 @@ pub fn errors<C: Collectives>(comm: &C) {
 
 /// Collectives in overlapping and disjoint groups, interleaved, never interfere.
 pub fn groups<C: Collectives>(comm: &C) {
-    let me = comm.rank().index();
-    let world = comm.world();
-    let n = world.size();
+    let (me, world, n) = world_of(comm);
     let mut lists: Vec<Vec<usize>> =
         vec![(0..n).rev().collect(), (0..n).step_by(2).collect(), (1..n).step_by(2).collect()];
     if n >= 4 {
