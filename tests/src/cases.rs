@@ -317,66 +317,30 @@ pub fn bad_input<C: Communicator>(comm: &C) {
     let s = || LocalRef::from(&src[..]);
     let peer = (me + 1) % n;
 
-    expect_arg_error(
-        comm.put(&world, &buf, 10, s(), 0, 7, peer),
-        me,
-        "target out of bounds",
-        &["target_offset/count", "10", "7", "16"],
-    );
-    expect_arg_error(comm.put(&world, &buf, 0, s(), 2, 7, peer), me, "src out of bounds", &["src_offset/count", "8"]);
-    expect_arg_error(
-        comm.put(&world, &buf, 1, s(), 0, usize::MAX, peer),
-        me,
-        "count overflow",
-        &["target_offset/count"],
-    );
-    expect_arg_error(comm.put(&world, &buf, 0, s(), 0, 1, n), me, "rank outside", &["target_rank", &n.to_string()]);
-    let ints = [1i32; 4];
-    expect_arg_error(
-        comm.put(&world, &buf, 0, LocalRef::from(&ints[..]), 0, 1, peer),
-        me,
-        "dtype",
-        &["int32", "float32"],
-    );
-    let mut dst = [0f32; 4];
-    expect_arg_error(
-        comm.get(&world, LocalMut::from(&mut dst[..]), 2, &buf, 0, 3, peer),
-        me,
-        "get dst",
-        &["dst_offset/count"],
-    );
-    expect_arg_error(
-        comm.get(&world, LocalMut::from(&mut dst[..]), 0, &buf, 15, 2, peer),
-        me,
-        "get src",
-        &["source_offset/count"],
-    );
-    expect_arg_error(
-        comm.get(&world, LocalMut::from(&mut dst[..]), 0, &buf, 0, 1, n + 3),
-        me,
-        "get rank",
-        &["source_rank"],
-    );
-    expect_arg_error(
-        comm.signal_op(&world, &buf, 0, 1, SignalOp::Add, peer),
-        me,
-        "signal dtype",
-        &["signal", "int32 or int64"],
-    );
-    expect_arg_error(comm.signal_op(&world, &sig, 4, 1, SignalOp::Add, peer), me, "signal offset", &["signal_offset"]);
-    expect_arg_error(
-        comm.signal_op(&world, &sig, 0, 1 << 40, SignalOp::Set, peer),
-        me,
-        "signal value",
-        &["signal_value"],
-    );
-    expect_arg_error(comm.wait_until(&sig, 9, CmpOp::Eq, 0, None).map(|_| ()), me, "wait offset", &["signal_offset"]);
-    expect_arg_error(
-        comm.put_with_signal(&world, &buf, 0, s(), 0, 1, &sig, 0, 1, SignalOp::Set, n),
-        me,
-        "pws rank",
-        &["target_rank"],
-    );
+    // Each call with what it tries and what its error must mention, checked in this order.
+    let (outside, mut dst) = (n.to_string(), [0f32; 4]);
+    let calls: [(&str, &[&str], symm_core::Result<()>); 13] = [
+        (
+            "target out of bounds",
+            &["target_offset/count", "10", "7", "16"],
+            comm.put(&world, &buf, 10, s(), 0, 7, peer),
+        ),
+        ("src out of bounds", &["src_offset/count", "8"], comm.put(&world, &buf, 0, s(), 2, 7, peer)),
+        ("count overflow", &["target_offset/count"], comm.put(&world, &buf, 1, s(), 0, usize::MAX, peer)),
+        ("rank outside", &["target_rank", &outside], comm.put(&world, &buf, 0, s(), 0, 1, n)),
+        ("dtype", &["int32", "float32"], comm.put(&world, &buf, 0, LocalRef::from(&[1i32; 4][..]), 0, 1, peer)),
+        ("get dst", &["dst_offset/count"], comm.get(&world, LocalMut::from(&mut dst[..]), 2, &buf, 0, 3, peer)),
+        ("get src", &["source_offset/count"], comm.get(&world, LocalMut::from(&mut dst[..]), 0, &buf, 15, 2, peer)),
+        ("get rank", &["source_rank"], comm.get(&world, LocalMut::from(&mut dst[..]), 0, &buf, 0, 1, n + 3)),
+        ("signal dtype", &["signal", "int32 or int64"], comm.signal_op(&world, &buf, 0, 1, SignalOp::Add, peer)),
+        ("signal offset", &["signal_offset"], comm.signal_op(&world, &sig, 4, 1, SignalOp::Add, peer)),
+        ("signal value", &["signal_value"], comm.signal_op(&world, &sig, 0, 1 << 40, SignalOp::Set, peer)),
+        ("wait offset", &["signal_offset"], comm.wait_until(&sig, 9, CmpOp::Eq, 0, None).map(|_| ())),
+        ("pws rank", &["target_rank"], comm.put_with_signal(&world, &buf, 0, s(), 0, 1, &sig, 0, 1, SignalOp::Set, n)),
+    ];
+    for (what, needles, r) in calls {
+        expect_arg_error(r, me, what, needles);
+    }
     if n >= 2 {
         // A group without the caller.
         let others: Vec<usize> = (0..n).filter(|&r| r != me).collect();
@@ -395,7 +359,7 @@ pub fn bad_input<C: Communicator>(comm: &C) {
         comm.free(mine_only).expect("free");
     }
     expect_arg_error(comm.new_group(&world, &[0, 0]).map(|_| ()), me, "duplicate ranks", &["twice"]);
-    expect_arg_error(comm.new_group(&world, &[n]).map(|_| ()), me, "rank outside world", &["ranks", &n.to_string()]);
+    expect_arg_error(comm.new_group(&world, &[n]).map(|_| ()), me, "rank outside world", &["ranks", &outside]);
     for (code, what) in
         [(SignalOp::from_code(2).map(|_| ()), "signal op"), (CmpOp::from_code(6).map(|_| ()), "compare op")]
     {

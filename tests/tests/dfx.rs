@@ -8,6 +8,7 @@ use symm_core::{
     Backend, CollOptions, Collectives, Communicator, DType, Error, LocalMut, LocalRef, Rank, ReduceOp, SymmetricHeap,
 };
 use symm_sim::{run_in_process, SimConfig};
+use symm_tests::on_threads;
 use symm_tests::report::{captured, install_capture};
 
 fn config() -> SimConfig {
@@ -27,7 +28,7 @@ fn every_rank_reads_the_whole_nodes_flight_recorder_and_its_own_statistics() {
     // Timed (`SYMM_TIMING=1`): records carry start and end, statistics the time.
     let mut c = config();
     c.timing = true;
-    let results = run_in_process(3, c, |comm| {
+    on_threads("timed records", 3, c, |comm| {
         let me = comm.rank();
         let world = comm.world();
         let buf = comm.alloc(&world, 8, DType::I64).expect("alloc");
@@ -76,9 +77,6 @@ fn every_rank_reads_the_whole_nodes_flight_recorder_and_its_own_statistics() {
         let stats = dfx::stats(&comm);
         assert_eq!(stats.iter().find(|s| s.op == "free").map(|s| (s.calls, s.errors)), Some((1, 0)), "{stats:?}");
     });
-    for (r, res) in results.into_iter().enumerate() {
-        res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
-    }
 }
 
 #[test]
@@ -87,7 +85,7 @@ fn untimed_calls_read_no_clock_unless_they_block_and_then_show_since_when() {
     // sleeps, rank 0's record shows the allreduce blocked, with the moment it blocked; the
     // allreduce that follows at once on both ranks (usually without blocking) has no end time
     // and no time in the statistics, while the always-timed barrier has both.
-    let results = run_in_process(2, untimed_config(), |comm| {
+    on_threads("untimed records", 2, untimed_config(), |comm| {
         let world = comm.world();
         // Before the barrier: every stamp of what follows it comes later, on either rank.
         let before = dfx::monotonic_ns();
@@ -124,9 +122,6 @@ fn untimed_calls_read_no_clock_unless_they_block_and_then_show_since_when() {
         assert_eq!((ar.calls, ar.bytes, ar.total_ns), (2, 80, 0), "{stats:?}");
         assert!(stats.iter().find(|s| s.op == "barrier").expect("barrier statistics").total_ns > 0, "{stats:?}");
     });
-    for (r, res) in results.into_iter().enumerate() {
-        res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
-    }
     // One rank never waits: its untimed records keep no time at all.
     let results = run_in_process(1, untimed_config(), |comm| {
         allreduce(&comm, 10).expect("allreduce");
@@ -148,7 +143,7 @@ fn statistics_and_recorder_switch_off_without_changing_results() {
     // Statistics off, recorder on, timing on: no statistics, records still timed.
     let mut c = config();
     (c.stats, c.timing) = (false, true);
-    let results = run_in_process(2, c, |comm| {
+    on_threads("statistics off", 2, c, |comm| {
         allreduce(&comm, 10).expect("allreduce");
         assert!(dfx::stats(&comm).is_empty());
         let mine = &dfx::records(&comm).expect("records")[0];
@@ -156,14 +151,11 @@ fn statistics_and_recorder_switch_off_without_changing_results() {
         assert!(r.start_ns > 0 && r.end_ns >= r.start_ns, "{r:?}");
         comm.barrier(&comm.world()).expect("barrier");
     });
-    for (r, res) in results.into_iter().enumerate() {
-        res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
-    }
     // Both off: nothing kept, the calls' results unchanged, and a wait still ends in a clear
     // timeout (which names what it waited for, without the recorder's picture).
     let mut c = config();
     (c.stats, c.recorder_entries, c.timeout) = (false, 0, Duration::from_millis(300));
-    let results = run_in_process(2, c, |comm| {
+    on_threads("both off", 2, c, |comm| {
         let mut buf = vec![comm.rank().index() as f32 + 1.0; 10];
         comm.allreduce(&comm.world(), LocalMut::from(&mut buf), ReduceOp::Sum, &CollOptions::default())
             .expect("allreduce");
@@ -183,9 +175,6 @@ fn statistics_and_recorder_switch_off_without_changing_results() {
             std::thread::sleep(Duration::from_millis(900));
         }
     });
-    for (r, res) in results.into_iter().enumerate() {
-        res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
-    }
 }
 
 #[test]
@@ -195,7 +184,7 @@ fn a_collective_that_timed_out_leaves_its_group_refusing_collectives_on_that_ran
     // call that failed; point-to-point calls and the barrier still work.
     let mut c = config();
     c.timeout = Duration::from_millis(300);
-    let results = run_in_process(2, c, |comm| {
+    on_threads("refused after a timeout", 2, c, |comm| {
         let world = comm.world();
         allreduce(&comm, 8).expect("warm-up");
         if comm.rank().index() == 0 {
@@ -234,25 +223,18 @@ fn a_collective_that_timed_out_leaves_its_group_refusing_collectives_on_that_ran
         // Both are here within microseconds of each other now.
         comm.barrier(&world).expect("barrier");
     });
-    for (r, res) in results.into_iter().enumerate() {
-        res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
-    }
 }
 
 #[test]
 fn the_logger_receives_one_line_per_operation_with_rank_and_group() {
-    let (results, lines) = captured(|| {
+    let ((), lines) = captured(|| {
         dfx::set_log_level(Some(Level::Debug));
-        let results = run_in_process(2, config(), |comm| {
+        on_threads("logged", 2, config(), |comm| {
             allreduce(&comm, 4).expect("allreduce");
             comm.barrier(&comm.world()).expect("barrier");
         });
         dfx::set_log_level(Some(Level::Error));
-        results
     });
-    for res in results {
-        res.expect("rank start-up");
-    }
     for r in 0..2 {
         let done = format!("rank {r}: allreduce #1 in group [0, 1] (count 4 float32) completed");
         assert!(lines.iter().any(|(l, s)| *l == Level::Debug && s.contains(&done)), "no line {done:?} in {lines:#?}");
@@ -266,7 +248,7 @@ fn the_logger_receives_one_line_per_operation_with_rank_and_group() {
 
 #[test]
 fn a_second_thread_driving_a_busy_group_gets_a_clear_error() {
-    let results = run_in_process(2, config(), |comm| {
+    on_threads("two threads", 2, config(), |comm| {
         let me = comm.rank().index();
         allreduce(&comm, 4).expect("warm-up allreduce (sets the group's collectives up)");
         if me == 1 {
@@ -296,9 +278,6 @@ fn a_second_thread_driving_a_busy_group_gets_a_clear_error() {
         let errors = dfx::stats(&comm).iter().find(|s| s.op == "allreduce").map(|s| s.errors);
         assert_eq!(errors, Some(1));
     });
-    for res in results {
-        res.expect("rank start-up");
-    }
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! allocations come, are abandoned by some members and then by all, and are reclaimed.
 
 use symm_core::{Backend, Communicator, DType, SymmetricHeap};
-use symm_sim::{run_in_process, HeapStats, SimComm, SimConfig};
+use symm_sim::{HeapStats, SimComm, SimConfig};
 
 const GRANULE: usize = 4096;
 
@@ -23,7 +23,7 @@ fn check_totals(s: &HeapStats) {
 fn heap_stats_follow_allocations_drops_and_reclaims() {
     let mut config = SimConfig::with_heap_size(64 << 20);
     config.timeout = std::time::Duration::from_secs(30);
-    let results = run_in_process(2, config, |comm| {
+    symm_tests::on_threads("heap statistics", 2, config, |comm| {
         let me = comm.rank().index();
         let world = comm.world();
         let base = comm.heap_stats();
@@ -70,7 +70,4 @@ fn heap_stats_follow_allocations_drops_and_reclaims() {
         assert_eq!((s.reserved, s.free, s.largest_free), (base.reserved, base.free, base.largest_free));
         comm.barrier(&world).expect("barrier");
     });
-    for (r, res) in results.into_iter().enumerate() {
-        res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
-    }
 }

@@ -16,9 +16,7 @@ fn run(case: &str, n: usize) {
     });
     let mut config = SimConfig::with_heap_size(64 << 20);
     config.timeout = std::time::Duration::from_secs(60);
-    for (r, res) in run_in_process(n, config, |comm| symm_tests::run_case(case, &comm)).into_iter().enumerate() {
-        res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
-    }
+    symm_tests::on_threads(&format!("{case} on {n} ranks"), n, config, |comm| symm_tests::run_case(case, &comm));
 }
 
 macro_rules! case {
