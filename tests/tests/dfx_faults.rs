@@ -18,8 +18,8 @@ use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
-use symm_tests::debris::{processes_with_env, shm_entries};
+use std::time::Duration;
+use symm_tests::debris;
 
 /// Bound on each survivor's detection of a lost or exited peer (it checks every 100 ms).
 const DETECT_LIMIT_MS: u64 = 2000;
@@ -30,41 +30,22 @@ fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_symm-dfx-rank"))
 }
 
-fn tag(mode: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
-    format!("{}-{mode}-{nanos}", std::process::id())
-}
-
 /// Runs `ranks` ranks of `symm-dfx-rank mode victim limit` with `extra` environment; checks
 /// that the job took less than `job_limit` and left no process and no /dev/shm entry behind.
 fn run_job(mode: &str, ranks: usize, victim: usize, extra: &[(&str, &str)], job_limit: Duration) -> Vec<ExitStatus> {
-    let tag_value = tag(mode);
-    let tag = format!("SYMM_DFX_TEST_JOB={tag_value}");
+    let wait = WAIT_BOUND_S.to_string();
     let mut env = vec![
-        ("SYMMETRIC_MEMORY_HEAP_SIZE".to_string(), "8M".to_string()),
-        ("SYMMETRIC_MEMORY_TIMEOUT".to_string(), WAIT_BOUND_S.to_string()),
-        ("SYMM_COLL_WORKSPACE".to_string(), "256K".to_string()),
-        ("SYMM_DFX_TEST_JOB".to_string(), tag_value),
+        ("SYMMETRIC_MEMORY_HEAP_SIZE", "8M"),
+        ("SYMMETRIC_MEMORY_TIMEOUT", &wait),
+        ("SYMM_COLL_WORKSPACE", "256K"),
     ];
-    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let args = vec![mode.to_string(), victim.to_string(), DETECT_LIMIT_MS.to_string()];
-    let shm_before = shm_entries();
-    let start = Instant::now();
+    env.extend_from_slice(extra);
+    let args = [mode.to_string(), victim.to_string(), DETECT_LIMIT_MS.to_string()];
     // Grace well below the wait bound: ranks that hang are killed and reported as such.
-    let statuses = symm_sim::spawn_ranks(ranks, exe(), &args, &env, Duration::from_secs(15)).expect("starting ranks");
-    let took = start.elapsed();
+    let job = debris::run_job(mode, ranks, exe(), &args, &env, Duration::from_secs(15));
+    let took = job.took;
     assert!(took < job_limit, "{mode}: the job took {took:?} (limit {job_limit:?}, wait bound {WAIT_BOUND_S} s)");
-    let shm_after = shm_entries();
-    let new: Vec<&String> = shm_after.difference(&shm_before).collect();
-    assert!(
-        new.is_empty(),
-        "{mode}: the job left new entries in /dev/shm: {new:?} (if another program created them meanwhile, rerun)"
-    );
-    // A victim that lingers (mode `drop`) is gone once spawn_ranks returned; allow the kernel a
-    // moment to reap nothing else.
-    let left = processes_with_env(&tag);
-    assert!(left.is_empty(), "{mode}: processes of the job are still running: pids {left:?}");
-    statuses
+    job.statuses
 }
 
 fn assert_all_ok(mode: &str, statuses: &[ExitStatus], except: Option<usize>) {
@@ -128,17 +109,23 @@ fn a_second_start_up_in_the_same_processes_meets_at_the_launchers_store_anew() {
     run_job_all_ok("restart", 3, 0, &[]);
 }
 
-#[test]
-fn a_bad_rendezvous_hosted_value_is_a_start_up_error_naming_it() {
-    let output = Command::new(exe())
+/// `symm-dfx-rank signal` as the only rank of a world, meeting at `rendezvous` (a store hosted
+/// elsewhere when `hosted` is 1).
+fn single_rank(rendezvous: &str, hosted: &str) -> Command {
+    let mut command = Command::new(exe());
+    command
         .args(["signal", "0", "0"])
         .env(symm_sim::launch::RANK_VAR, "0")
         .env(symm_sim::launch::WORLD_SIZE_VAR, "1")
-        .env(symm_sim::launch::RENDEZVOUS_VAR, "127.0.0.1:1")
-        .env(symm_sim::launch::RENDEZVOUS_HOSTED_VAR, "yes")
-        .env("SYMMETRIC_MEMORY_HEAP_SIZE", "4M")
-        .output()
-        .expect("starting symm-dfx-rank");
+        .env(symm_sim::launch::RENDEZVOUS_VAR, rendezvous)
+        .env(symm_sim::launch::RENDEZVOUS_HOSTED_VAR, hosted)
+        .env("SYMMETRIC_MEMORY_HEAP_SIZE", "4M");
+    command
+}
+
+#[test]
+fn a_bad_rendezvous_hosted_value_is_a_start_up_error_naming_it() {
+    let output = single_rank("127.0.0.1:1", "yes").output().expect("starting symm-dfx-rank");
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert_eq!(output.status.code(), Some(2), "expected a start-up failure: {text}");
     for needle in ["start-up failed", "SYMM_RENDEZVOUS_HOSTED", "yes", "expected 1"] {
@@ -149,13 +136,7 @@ fn a_bad_rendezvous_hosted_value_is_a_start_up_error_naming_it() {
 #[test]
 fn sigusr1_prints_the_flight_recorder_when_asked_for() {
     let store = symm_sim::store::TcpStoreServer::bind("127.0.0.1:0").expect("serving the start-up store");
-    let mut child = Command::new(exe())
-        .args(["signal", "0", "0"])
-        .env(symm_sim::launch::RANK_VAR, "0")
-        .env(symm_sim::launch::WORLD_SIZE_VAR, "1")
-        .env(symm_sim::launch::RENDEZVOUS_VAR, store.local_addr().to_string())
-        .env(symm_sim::launch::RENDEZVOUS_HOSTED_VAR, "1")
-        .env("SYMMETRIC_MEMORY_HEAP_SIZE", "4M")
+    let mut child = single_rank(&store.local_addr().to_string(), "1")
         .env("SYMM_DUMP_ON_SIGNAL", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -10,8 +10,8 @@ mod codes;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
-use symm_tests::debris::{processes_with_env, shm_entries};
+use std::time::Duration;
+use symm_tests::debris::{run_job as run_ranks, Job};
 
 const RANKS: usize = 3;
 const VICTIM: usize = 2;
@@ -24,24 +24,13 @@ const JOB_LIMIT: Duration = Duration::from_secs(8);
 
 fn run_job(mode: &str) {
     let exe = Path::new(env!("CARGO_BIN_EXE_symm-fault-rank"));
-    // A tag in the ranks' environment finds any rank still alive after the job.
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
-    let tag_value = format!("{}-{mode}-{nanos}", std::process::id());
-    let tag = format!("SYMM_FAULT_TEST_JOB={tag_value}");
-    let env = vec![
-        ("SYMMETRIC_MEMORY_HEAP_SIZE".to_string(), "4M".to_string()),
-        ("SYMMETRIC_MEMORY_TIMEOUT".to_string(), WAIT_BOUND_S.to_string()),
-        ("SYMM_FAULT_TEST_JOB".to_string(), tag_value),
-    ];
-    let args = vec![VICTIM.to_string(), DETECT_LIMIT_MS.to_string(), mode.to_string()];
-    let shm_before = shm_entries();
-
-    let start = Instant::now();
+    let wait = WAIT_BOUND_S.to_string();
+    let env = [("SYMMETRIC_MEMORY_HEAP_SIZE", "4M"), ("SYMMETRIC_MEMORY_TIMEOUT", &wait)];
+    let args = [VICTIM.to_string(), DETECT_LIMIT_MS.to_string(), mode.to_string()];
     // Grace well below the wait bound: survivors that hang are killed (and reported as such)
-    // instead of ending in a timeout error.
-    let statuses =
-        symm_sim::spawn_ranks(RANKS, exe, &args, &env, Duration::from_secs(20)).expect("starting symm-fault-rank");
-    let took = start.elapsed();
+    // instead of ending in a timeout error. The job must leave no process and no /dev/shm entry
+    // behind (the heaps are memfds).
+    let Job { statuses, took } = run_ranks(mode, RANKS, exe, &args, &env, Duration::from_secs(20));
 
     assert_eq!(
         statuses[VICTIM].signal(),
@@ -62,16 +51,6 @@ fn run_job(mode: &str) {
         took < JOB_LIMIT,
         "{mode}: the job took {took:?}; the survivors must notice the lost rank in well under the {WAIT_BOUND_S} s wait bound"
     );
-
-    let shm_after = shm_entries();
-    let new: Vec<&String> = shm_after.difference(&shm_before).collect();
-    assert!(
-        new.is_empty(),
-        "{mode}: the job left new entries in /dev/shm: {new:?} (the backend must use anonymous memfds; if another \
-         program created them at the same time, rerun)"
-    );
-    let left = processes_with_env(&tag);
-    assert!(left.is_empty(), "{mode}: processes of the job are still running after it ended: pids {left:?}");
 }
 
 #[test]

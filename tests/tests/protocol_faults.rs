@@ -19,8 +19,8 @@
 //! Every job must leave nothing behind in `/dev/shm`.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
-use symm_tests::debris::shm_entries;
+use std::time::Duration;
+use symm_tests::debris::run_job as run_ranks;
 
 /// Bound on each rank's detection of the disagreement.
 const DETECT_LIMIT_MS: u64 = 2000;
@@ -29,25 +29,22 @@ const WAIT_BOUND_S: u64 = 60;
 
 fn run_job(mode: &str, ranks: usize, extra: &[(&str, &str)]) {
     let exe = Path::new(env!("CARGO_BIN_EXE_symm-protocol-rank"));
+    let wait = WAIT_BOUND_S.to_string();
     let mut env = vec![
-        ("SYMMETRIC_MEMORY_HEAP_SIZE".to_string(), "8M".to_string()),
-        ("SYMMETRIC_MEMORY_TIMEOUT".to_string(), WAIT_BOUND_S.to_string()),
-        ("SYMM_COLL_WORKSPACE".to_string(), "256K".to_string()),
+        ("SYMMETRIC_MEMORY_HEAP_SIZE", "8M"),
+        ("SYMMETRIC_MEMORY_TIMEOUT", &wait),
+        ("SYMM_COLL_WORKSPACE", "256K"),
     ];
-    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let args = vec![mode.to_string(), DETECT_LIMIT_MS.to_string()];
-    let shm_before = shm_entries();
-    let start = Instant::now();
-    // Grace well below the wait bound: ranks that hang are killed and reported as such.
-    let statuses = symm_sim::spawn_ranks(ranks, exe, &args, &env, Duration::from_secs(15)).expect("starting ranks");
-    let took = start.elapsed();
+    env.extend_from_slice(extra);
+    let args = [mode.to_string(), DETECT_LIMIT_MS.to_string()];
     let what = format!("{mode} on {ranks} ranks {extra:?}");
-    for (r, st) in statuses.iter().enumerate() {
+    // Grace well below the wait bound: ranks that hang are killed and reported as such.
+    let job = run_ranks(&what, ranks, exe, &args, &env, Duration::from_secs(15));
+    for (r, st) in job.statuses.iter().enumerate() {
         assert!(st.success(), "{what}: rank {r} ended with {st} (see its CHECK FAILED lines above)");
     }
+    let took = job.took;
     assert!(took < Duration::from_secs(20), "{what}: the job took {took:?} (wait bound {WAIT_BOUND_S} s)");
-    let new: Vec<String> = shm_entries().difference(&shm_before).cloned().collect();
-    assert!(new.is_empty(), "{what}: the job left new entries in /dev/shm: {new:?}");
 }
 
 #[test]
