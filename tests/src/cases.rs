@@ -8,6 +8,7 @@ use symm_core::{
     SymmBuffer,
 };
 
+use crate::coll_cases::{ring, world_of};
 use crate::gen::{draw, seed};
 
 /// Every case, by name (the multi-process binary takes one of these).
@@ -89,8 +90,7 @@ fn transfer_case(n: usize) -> impl Strategy<Value = TransferCase> {
 
 /// put and get over random dtypes, lengths, offsets (0, 1, unaligned) and peers.
 pub fn primitives<C: Communicator>(comm: &C, cases: usize) {
-    let (me, n) = (comm.rank().index(), comm.world_size());
-    let world = comm.world();
+    let (me, world, n) = world_of(comm);
     for (k, case) in draw(transfer_case(n), cases, seed("primitives")).into_iter().enumerate() {
         let size = case.dtype.size();
         let buf = comm.alloc(&world, case.len, case.dtype).expect("alloc");
@@ -135,8 +135,7 @@ pub fn primitives<C: Communicator>(comm: &C, cases: usize) {
 
 /// signal_op (set, add; int32, int64), wait_until with every comparison, and put_with_signal.
 pub fn signals<C: Communicator>(comm: &C, cases: usize) {
-    let (me, n) = (comm.rank().index(), comm.world_size());
-    let world = comm.world();
+    let (me, world, n) = world_of(comm);
     let strategy = (prop::bool::ANY, 1usize..17, any::<u32>(), -1000i64..1000, 0usize..300, 0..n);
     for (k, (wide, len, o, base, data_len, shift)) in draw(strategy, cases, seed("signals")).into_iter().enumerate() {
         let dtype = if wide { DType::I64 } else { DType::I32 };
@@ -207,14 +206,13 @@ pub fn signals<C: Communicator>(comm: &C, cases: usize) {
 /// Many rounds of put_with_signal around the ring; the receiver checks the data every time it
 /// sees the signal, then acknowledges so the sender may overwrite it.
 pub fn ordering<C: Communicator>(comm: &C, rounds: i64) {
-    let (me, n) = (comm.rank().index(), comm.world_size());
-    let world = comm.world();
+    let (me, world, n) = world_of(comm);
     const K: usize = 2048;
     let data = comm.alloc(&world, K, DType::I64).expect("alloc");
     let flags = comm.alloc(&world, 2, DType::I64).expect("alloc flags"); // [0]: data ready, [1]: ack
     fill_mine(comm, &flags, 0);
     comm.barrier(&world).expect("barrier");
-    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    let (next, prev) = ring(me, n);
     let mut src = vec![0i64; K];
     for round in 1..=rounds {
         // The receiver has checked round - 1: the buffer may be overwritten.
@@ -238,8 +236,7 @@ pub fn ordering<C: Communicator>(comm: &C, rounds: i64) {
 
 /// Overlapping and disjoint sub-groups with arbitrary orders, used in the same job.
 pub fn groups<C: Communicator>(comm: &C) {
-    let (me, n) = (comm.rank().index(), comm.world_size());
-    let world = comm.world();
+    let (me, world, n) = world_of(comm);
     // A rank-private allocation of a rank-dependent size first: world allocations must still
     // land at one offset on every member.
     let solo = comm.new_group(&world, &[me]).expect("solo group");
@@ -306,8 +303,7 @@ fn expect_arg_error(r: symm_core::Result<()>, me: usize, what: &str, needles: &[
 /// Bad arguments: each gives its own clear error on the calling rank, no hang anywhere, and no
 /// byte written anywhere.
 pub fn bad_input<C: Communicator>(comm: &C) {
-    let (me, n) = (comm.rank().index(), comm.world_size());
-    let world = comm.world();
+    let (me, world, n) = world_of(comm);
     let buf = comm.alloc(&world, 16, DType::F32).expect("alloc");
     let sig = comm.alloc(&world, 4, DType::I32).expect("alloc");
     fill_mine(comm, &buf, SENTINEL);
@@ -380,8 +376,7 @@ pub fn bad_input<C: Communicator>(comm: &C) {
 /// Collective allocation: size mismatches and exhaustion are errors on every member, without a
 /// hang, and leave the heap usable; freed space is reused.
 pub fn heap<C: Communicator>(comm: &C) {
-    let (me, n) = (comm.rank().index(), comm.world_size());
-    let world = comm.world();
+    let (me, world, n) = world_of(comm);
     let heap = comm.heap_size();
 
     if n >= 2 {
@@ -433,8 +428,7 @@ pub fn heap<C: Communicator>(comm: &C) {
 /// Frees that name different allocations, or a free against an allocation: an error on every
 /// member, and nothing is freed or allocated.
 fn heap_disagreements<C: Communicator>(comm: &C) {
-    let (me, n) = (comm.rank().index(), comm.world_size());
-    let world = comm.world();
+    let (me, world, n) = world_of(comm);
     if n < 2 {
         return;
     }
@@ -472,8 +466,7 @@ fn heap_disagreements<C: Communicator>(comm: &C) {
 /// Buffers abandoned (dropped without `free`) by every member come back at the group's next
 /// allocation; one that some members still hold stays reserved.
 fn heap_reclaim<C: Communicator>(comm: &C) {
-    let (me, n) = (comm.rank().index(), comm.world_size());
-    let world = comm.world();
+    let (me, world, n) = world_of(comm);
     let half = comm.heap_size() / 2 + 4096;
     // Only one such buffer fits at a time: each allocation reclaims the one abandoned before.
     for i in 0..6 {

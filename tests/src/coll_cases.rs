@@ -201,14 +201,14 @@ pub fn rounded(dtype: DType, values: impl Iterator<Item = f64>) -> Vec<f64> {
 }
 
 /// This rank's index, the world, and its size.
-fn world_of<C: Communicator>(comm: &C) -> (usize, Group, usize) {
+pub(crate) fn world_of<C: Communicator>(comm: &C) -> (usize, Group, usize) {
     let world = comm.world();
     let n = world.size();
     (comm.rank().index(), world, n)
 }
 
 /// The ranks after and before `me` on the ring of `n`.
-fn ring(me: usize, n: usize) -> (usize, usize) {
+pub(crate) fn ring(me: usize, n: usize) -> (usize, usize) {
     ((me + 1) % n, (me + n - 1) % n)
 }
 
