@@ -88,24 +88,11 @@ fn launch() -> i32 {
     }
     println!("demo: starting {ranks} ranks of {}", exe.display());
     let start = Instant::now();
-    // A rank that fails makes its peers fail too (lost peer); 10 s is ample for them to notice
-    // and report it before the launcher kills them.
-    let statuses = match symm_sim::spawn_ranks(ranks, &exe, &[], &env, Duration::from_secs(10)) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("demo: could not start the ranks: {e}");
-            return 2;
-        }
-    };
-    let failed: Vec<String> =
-        statuses.iter().enumerate().filter(|(_, st)| !st.success()).map(|(r, st)| format!("rank {r}: {st}")).collect();
-    if failed.is_empty() {
+    let code = symm_sim::launch::run_job("demo", ranks, &exe, &[], &env, |_| None);
+    if code == 0 {
         println!("demo: all {ranks} ranks succeeded in {:.2} s", start.elapsed().as_secs_f64());
-        0
-    } else {
-        eprintln!("demo: FAILED: {}", failed.join("; "));
-        1
     }
+    code
 }
 
 /// One rank's log of the current step, printed in rank order by [`Log::flush`].

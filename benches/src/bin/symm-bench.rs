@@ -448,7 +448,7 @@ fn launch(args: &[String], o: &Options) -> i32 {
         out.note("# WARNING: debug build; build with --release for meaningful figures");
     }
     let _ = std::io::stdout().flush();
-    let code = symm_benches::launch("symm-bench", o.ranks, &exe, args, &env, symm_benches::rank_exit_meaning);
+    let code = symm_sim::launch::run_job("symm-bench", o.ranks, &exe, args, &env, symm_benches::rank_exit_meaning);
     out.note(&format!("# wall time: {:.2} s", start.elapsed().as_secs_f64()));
     code
 }
