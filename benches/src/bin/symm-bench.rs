@@ -65,7 +65,6 @@ use std::time::Instant;
 
 use clap::{ArgAction, CommandFactory, Parser};
 
-use symm_benches::{allowed_cpus, cpu_model, pin_to};
 use symm_core::coll::lowp;
 use symm_core::{
     bf16, f16, AtRank, Backend, CmpOp, CollOptions, Collectives, Communicator, DType, Element, Group, LocalMut,
@@ -73,6 +72,7 @@ use symm_core::{
 };
 use symm_sim::launch::RANK_VAR;
 use symm_sim::membw::{self, Limits};
+use symm_sim::sys::{allowed_cpus, pin_to};
 use symm_sim::SimComm;
 
 /// Environment variable through which the launcher hands the measured memory rates to the
@@ -378,6 +378,27 @@ fn main() {
 }
 
 /// Measures the copy bandwidth, prints the header, runs the ranks; the exit code.
+/// The CPU model named in /proc/cpuinfo, or `None`.
+fn cpu_model() -> Option<String> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim().to_string()))
+}
+
+/// What a rank's exit code means, for the launcher's report of a failed run: 1 when a call
+/// failed, 2 when the rank could not start (bad arguments, or the backend's start-up, such as a
+/// bad environment variable), 3 when a check found wrong results. The rank's own message,
+/// printed above the report, says which call or value.
+fn rank_exit_meaning(code: i32) -> Option<&'static str> {
+    match code {
+        1 => Some("a call failed"),
+        2 => Some("could not start"),
+        3 => Some("wrong results"),
+        _ => None,
+    }
+}
+
 fn launch(args: &[String], o: &Options) -> i32 {
     let exe = match std::env::current_exe() {
         Ok(p) => p,
@@ -448,7 +469,7 @@ fn launch(args: &[String], o: &Options) -> i32 {
         out.note("# WARNING: debug build; build with --release for meaningful figures");
     }
     let _ = std::io::stdout().flush();
-    let code = symm_sim::launch::run_job("symm-bench", o.ranks, &exe, args, &env, symm_benches::rank_exit_meaning);
+    let code = symm_sim::launch::run_job("symm-bench", o.ranks, &exe, args, &env, rank_exit_meaning);
     out.note(&format!("# wall time: {:.2} s", start.elapsed().as_secs_f64()));
     code
 }
