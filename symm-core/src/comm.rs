@@ -163,7 +163,7 @@ pub trait Communicator: SymmetricHeap {
         target_rank: usize,
     ) -> Result<()> {
         let (peer, dst, srcp, bytes) =
-            check_transfer(self, group, target, target_offset, &src, src_offset, count, target_rank, "target_rank")?;
+            check_transfer(self, group, target, target_offset, &src, src_offset, count, target_rank)?;
         if bytes == 0 {
             return Ok(());
         }
@@ -177,31 +177,20 @@ pub trait Communicator: SymmetricHeap {
     fn get(
         &self,
         group: &Group,
-        mut dst: LocalMut<'_>,
+        dst: LocalMut<'_>,
         dst_offset: usize,
         source: &SymmBuffer,
         source_offset: usize,
         count: usize,
         source_rank: usize,
     ) -> Result<()> {
-        self.check_process()?;
-        let me = self.rank();
-        group.member().at(me)?;
-        check_owner(self, source, "source")?;
-        let (_, peer) = group.resolve("source_rank", rank_arg(source_rank)).at(me)?;
-        check_on_rank(source, "source", peer).at(me)?;
-        check_dtype("dst", dst.dtype(), source.dtype).at(me)?;
-        check_range("source_offset/count", source_offset, count, source.len).at(me)?;
-        check_range("dst_offset/count", dst_offset, count, dst.len()).at(me)?;
-        let size = source.dtype.size();
-        let bytes = count * size;
+        let (peer, src, dstp, bytes) =
+            check_get(self, group, dst, dst_offset, source, source_offset, count, source_rank)?;
         if bytes == 0 {
             return Ok(());
         }
-        // SAFETY: the range of `dst` was checked; LocalMut's contract makes it writable.
-        let dstp = unsafe { dst.as_mut_ptr().add(dst_offset * size) };
         // SAFETY: `dstp` is valid for `bytes` writes (checked range of an exclusive borrow).
-        unsafe { self.get_bytes(peer, source.offset + source_offset * size, dstp, bytes) }
+        unsafe { self.get_bytes(peer, src, dstp, bytes) }
     }
 
     /// Atomically sets or adds `value` to `target_rank`'s signal word `signal[signal_offset]`.
@@ -214,11 +203,7 @@ pub trait Communicator: SymmetricHeap {
         op: SignalOp,
         target_rank: usize,
     ) -> Result<()> {
-        self.check_process()?;
-        let me = self.rank();
-        group.member().at(me)?;
-        let (_, peer) = group.resolve("target_rank", rank_arg(target_rank)).at(me)?;
-        let (offset, width) = check_signal(self, signal, signal_offset, Some(value), peer)?;
+        let (peer, offset, width) = check_signal_op(self, group, signal, signal_offset, value, target_rank)?;
         self.signal_at(peer, offset, width, op, value)
     }
 
@@ -240,7 +225,7 @@ pub trait Communicator: SymmetricHeap {
         target_rank: usize,
     ) -> Result<()> {
         let (peer, dst, srcp, bytes) =
-            check_transfer(self, group, target, target_offset, &src, src_offset, count, target_rank, "target_rank")?;
+            check_transfer(self, group, target, target_offset, &src, src_offset, count, target_rank)?;
         let (sig, width) = check_signal(self, signal, signal_offset, Some(signal_value), peer)?;
         // SAFETY: as in `put`.
         unsafe { self.put_signal_bytes(peer, dst, srcp, bytes, sig, width, signal_op, signal_value) }
@@ -261,6 +246,7 @@ pub trait Communicator: SymmetricHeap {
         self.check_process()?;
         let me = self.rank();
         let (offset, width) = check_signal(self, signal, signal_offset, None, me)?;
+        let timeout = timeout.unwrap_or(self.default_timeout());
         let site = || WaitSite {
             op: "wait_until".into(),
             group: Some(signal.group.ranks().to_vec()),
@@ -270,7 +256,7 @@ pub trait Communicator: SymmetricHeap {
         };
         let ev = OpEvent { op: Op::WaitUntil, group: Some(&signal.group), seq: 0, count: 0, dtype: None, bytes: 0 };
         dfx::traced(self, &ev, || {
-            self.wait_signal_at(offset, width, cmp, value, timeout.unwrap_or(self.default_timeout()), &site)
+            self.wait_signal_at(offset, width, cmp, value, timeout, &site)
         })
     }
 
@@ -278,6 +264,7 @@ pub trait Communicator: SymmetricHeap {
     fn barrier(&self, group: &Group) -> Result<()> {
         self.check_process()?;
         group.member().at(self.rank())?;
+        group.settle_streams(self.rank(), "barrier", self.default_timeout())?;
         let ev = OpEvent { op: Op::Barrier, group: Some(group), seq: 0, count: 0, dtype: None, bytes: 0 };
         dfx::traced(self, &ev, || self.barrier_group(group, self.default_timeout()))
     }
@@ -307,9 +294,18 @@ fn check_on_rank(buf: &SymmBuffer, arg: &'static str, global: Rank) -> Result<()
     }
 }
 
+/// The checks every one-sided call on `group` starts with: the process and the caller's
+/// membership.
+fn check_caller<B: Backend + ?Sized>(b: &B, group: &Group) -> Result<Rank> {
+    b.check_process()?;
+    let me = b.rank();
+    group.member().at(me)?;
+    Ok(me)
+}
+
 /// Validates a put; returns (peer, destination heap byte offset, source pointer, bytes).
 #[allow(clippy::too_many_arguments)] // the arguments of `put`, checked together
-fn check_transfer<B: Backend + ?Sized>(
+pub(crate) fn check_transfer<B: Backend + ?Sized>(
     b: &B,
     group: &Group,
     target: &SymmBuffer,
@@ -318,13 +314,10 @@ fn check_transfer<B: Backend + ?Sized>(
     src_offset: usize,
     count: usize,
     target_rank: usize,
-    rank_name: &'static str,
 ) -> Result<(Rank, usize, *const u8, usize)> {
-    b.check_process()?;
-    let me = b.rank();
-    group.member().at(me)?;
+    let me = check_caller(b, group)?;
     check_owner(b, target, "target")?;
-    let (_, peer) = group.resolve(rank_name, rank_arg(target_rank)).at(me)?;
+    let (_, peer) = group.resolve("target_rank", rank_arg(target_rank)).at(me)?;
     check_on_rank(target, "target", peer).at(me)?;
     check_dtype("src", src.dtype(), target.dtype).at(me)?;
     check_range("target_offset/count", target_offset, count, target.len).at(me)?;
@@ -335,8 +328,48 @@ fn check_transfer<B: Backend + ?Sized>(
     Ok((peer, target.offset + target_offset * size, srcp, count * size))
 }
 
+/// Validates a get; returns (peer, source heap byte offset, destination pointer, bytes).
+#[allow(clippy::too_many_arguments)] // the arguments of `get`, checked together
+pub(crate) fn check_get<B: Backend + ?Sized>(
+    b: &B,
+    group: &Group,
+    mut dst: LocalMut<'_>,
+    dst_offset: usize,
+    source: &SymmBuffer,
+    source_offset: usize,
+    count: usize,
+    source_rank: usize,
+) -> Result<(Rank, usize, *mut u8, usize)> {
+    let me = check_caller(b, group)?;
+    check_owner(b, source, "source")?;
+    let (_, peer) = group.resolve("source_rank", rank_arg(source_rank)).at(me)?;
+    check_on_rank(source, "source", peer).at(me)?;
+    check_dtype("dst", dst.dtype(), source.dtype).at(me)?;
+    check_range("source_offset/count", source_offset, count, source.len).at(me)?;
+    check_range("dst_offset/count", dst_offset, count, dst.len()).at(me)?;
+    let size = source.dtype.size();
+    // SAFETY: `dst_offset` is within `dst` (checked above), so the pointer stays in bounds.
+    let dstp = unsafe { dst.as_mut_ptr().add(dst_offset * size) };
+    Ok((peer, source.offset + source_offset * size, dstp, count * size))
+}
+
+/// Validates a signal_op; returns (peer, heap byte offset of the word, width).
+pub(crate) fn check_signal_op<B: Backend + ?Sized>(
+    b: &B,
+    group: &Group,
+    signal: &SymmBuffer,
+    signal_offset: usize,
+    value: i64,
+    target_rank: usize,
+) -> Result<(Rank, usize, SignalWidth)> {
+    let me = check_caller(b, group)?;
+    let (_, peer) = group.resolve("target_rank", rank_arg(target_rank)).at(me)?;
+    let (offset, width) = check_signal(b, signal, signal_offset, Some(value), peer)?;
+    Ok((peer, offset, width))
+}
+
 /// Validates a signal word; returns (heap byte offset, width).
-fn check_signal<B: Backend + ?Sized>(
+pub(crate) fn check_signal<B: Backend + ?Sized>(
     b: &B,
     signal: &SymmBuffer,
     signal_offset: usize,

@@ -302,6 +302,68 @@ pub enum Error {
     },
 }
 
+/// A copy of an I/O error: its kind and message (the OS error code becomes part of the text).
+fn copy_io(e: &std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), e.to_string())
+}
+
+/// A copy for each waiter of an operation that failed once (an asynchronous operation's error
+/// reaches every wait on it and on later work of its stream); I/O sources keep their kind and
+/// message.
+impl Clone for BootstrapError {
+    fn clone(&self) -> Self {
+        match self {
+            BootstrapError::Env { var, value, reason } => {
+                BootstrapError::Env { var, value: value.clone(), reason: reason.clone() }
+            }
+            BootstrapError::Timeout { what, timeout } => BootstrapError::Timeout { what: what.clone(), timeout: *timeout },
+            BootstrapError::Io { what, source } => BootstrapError::Io { what: what.clone(), source: copy_io(source) },
+            BootstrapError::Protocol(p) => BootstrapError::Protocol(p.clone()),
+            BootstrapError::Forged { key, reason } => BootstrapError::Forged { key: key.clone(), reason: reason.clone() },
+            BootstrapError::PeerFailed { reason } => BootstrapError::PeerFailed { reason: reason.clone() },
+            BootstrapError::Refused { what, reason } => {
+                BootstrapError::Refused { what: what.clone(), reason: reason.clone() }
+            }
+        }
+    }
+}
+
+/// As for [`BootstrapError`]: a copy per waiter, I/O sources by kind and message.
+impl Clone for Error {
+    fn clone(&self) -> Self {
+        match self {
+            Error::InvalidArgument { rank, source } => Error::InvalidArgument { rank: *rank, source: source.clone() },
+            Error::Group { rank, source } => Error::Group { rank: *rank, source: source.clone() },
+            Error::Heap { rank, source } => Error::Heap { rank: *rank, source: source.clone() },
+            Error::Timeout(t) => Error::Timeout(t.clone()),
+            Error::PeerLost { rank, peer, op, detail } => {
+                Error::PeerLost { rank: *rank, peer: *peer, op: op.clone(), detail: detail.clone() }
+            }
+            Error::PeerExited { rank, peer, op, detail } => {
+                Error::PeerExited { rank: *rank, peer: *peer, op: op.clone(), detail: detail.clone() }
+            }
+            Error::ConcurrentUse { rank, op, group, busy } => {
+                Error::ConcurrentUse { rank: *rank, op: op.clone(), group: group.clone(), busy: busy.clone() }
+            }
+            Error::Mismatch { rank, op, peer, mine, theirs } => Error::Mismatch {
+                rank: *rank,
+                op: op.clone(),
+                peer: *peer,
+                mine: mine.clone(),
+                theirs: theirs.clone(),
+            },
+            Error::PeerRejected { rank, op, peer } => Error::PeerRejected { rank: *rank, op: op.clone(), peer: *peer },
+            Error::Bootstrap { rank, source } => Error::Bootstrap { rank: *rank, source: source.clone() },
+            Error::Unsupported { rank, backend, what } => {
+                Error::Unsupported { rank: *rank, backend, what: what.clone() }
+            }
+            Error::System { rank, what, source } => {
+                Error::System { rank: *rank, what: what.clone(), source: copy_io(source) }
+            }
+        }
+    }
+}
+
 impl Error {
     /// Every code [`Error::code`] returns, in the order of `docs/errors.md`. Codes are stable:
     /// never renamed or reused; new kinds of errors get new codes.
@@ -406,6 +468,14 @@ mod tests {
             Error::Unsupported { rank: r, backend: "sim", what: "x".into() },
             Error::System { rank: r, what: "x".into(), source: std::io::Error::other("x") },
         ]
+    }
+
+    #[test]
+    fn a_copy_says_the_same_and_has_the_same_code() {
+        for e in samples() {
+            let c = e.clone();
+            assert_eq!((c.code(), c.to_string(), c.rank()), (e.code(), e.to_string(), e.rank()));
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::coll::state::CollState;
 use crate::error::GroupError;
 use crate::rank::{GroupRank, Rank};
+use crate::stream::PendingStreamOps;
 
 /// A group's identity: a hash of its ordered rank list, never 0 (0 marks a free slot in
 /// backend tables).
@@ -49,6 +50,8 @@ struct GroupInner {
     coll: OnceLock<CollState>,
     /// Serialises first uses, so that concurrent ones create the state once.
     coll_init: Mutex<()>,
+    /// This rank's stream operations on the group not yet completed (see [`crate::stream`]).
+    stream_ops: PendingStreamOps,
 }
 
 impl Group {
@@ -83,7 +86,28 @@ impl Group {
             usable,
             coll: OnceLock::new(),
             coll_init: Mutex::new(()),
+            stream_ops: PendingStreamOps::default(),
         })))
+    }
+
+    /// For stream-ordered backends: an operation on the group was enqueued on a stream of this
+    /// rank; [`Group::stream_op_completed`] must follow when it has completed (failed or not).
+    pub fn stream_op_enqueued(&self) {
+        self.0.stream_ops.enqueued();
+    }
+
+    /// For stream-ordered backends: an operation counted by [`Group::stream_op_enqueued`] has
+    /// completed; host calls on the group waiting for it may go on.
+    pub fn stream_op_completed(&self) {
+        self.0.stream_ops.completed();
+    }
+
+    /// Returns once this rank's stream operations on the group have completed (at once when
+    /// there are none, or on a stream's own thread): what every host call on the group does
+    /// first ([`crate::stream`]). `Error::Timeout` naming `op` after `timeout`.
+    #[inline]
+    pub fn settle_streams(&self, rank: Rank, op: &str, timeout: std::time::Duration) -> crate::Result<()> {
+        self.0.stream_ops.settle(rank, op, self.ranks(), timeout)
     }
 
     /// The group's identity.

@@ -61,6 +61,7 @@ pub mod error;
 pub mod group;
 pub mod op;
 pub mod rank;
+pub mod stream;
 
 #[doc(hidden)]
 pub use log as __log;
@@ -75,3 +76,4 @@ pub use error::{ArgError, AtRank, BootstrapError, Error, GroupError, HeapError, 
 pub use group::{Group, GroupId, GroupRegistry};
 pub use op::{CmpOp, ReduceOp, SignalOp};
 pub use rank::{GroupRank, Rank};
+pub use stream::{Event, Stream, StreamBackend, StreamCollectives, StreamCommunicator, Work};

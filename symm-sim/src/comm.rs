@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use symm_core::bootstrap::JobSecret;
 use symm_core::config::{self, Config, ConfigError};
 use symm_core::dfx::{self, FlightRing, Op, Registration, StatsTable};
+use symm_core::stream::{Event, HostTask, Stream, StreamBackend};
 use symm_core::{
     AtRank, Backend, Bootstrap, BootstrapError, CmpOp, DescribeWait, Error, Group, GroupError, GroupId, GroupRegistry,
     HeapError, Rank, Result, SignalOp, SignalWidth, TimeoutError, WaitSite,
@@ -28,6 +29,7 @@ use crate::control::{
     Control, GroupSlot, Layout, CLOSED, EXITED, GRANULE, MAGIC, MAX_GROUPS, OPEN, REQ_ALLOC, REQ_FREE,
 };
 use crate::recorder::SimNode;
+use crate::stream::Streams;
 use crate::sys::{self, Mapping};
 use crate::wait::{self, ring, SpinPolicy, WaitEnd};
 
@@ -193,8 +195,20 @@ pub struct GroupHeapStats {
 }
 
 /// A rank of the CPU shared-memory backend.
+///
+/// Its state is shared with the threads of its streams ([`StreamBackend`]), which run their
+/// operations with handles of their own; the state goes when the last handle does, and the
+/// streams end (after what was queued on them) when the application's handle is dropped.
 #[derive(Debug)]
 pub struct SimComm {
+    shared: Arc<SimState>,
+    /// The application's handle (false: a stream thread's).
+    primary: bool,
+}
+
+/// What every handle of a [`SimComm`] shares.
+#[derive(Debug)]
+pub struct SimState {
     rank: Rank,
     world_size: usize,
     instance: u64,
@@ -226,6 +240,17 @@ pub struct SimComm {
     /// The process's fork generation when this communicator was created: a call from a child
     /// of `fork()` (another generation) is refused (see [`Backend::check_process`]).
     generation: u64,
+    /// The communicator's streams.
+    streams: Streams<SimComm>,
+}
+
+impl std::ops::Deref for SimComm {
+    type Target = SimState;
+
+    #[inline]
+    fn deref(&self) -> &SimState {
+        &self.shared
+    }
 }
 
 fn random_u64() -> u64 {
@@ -385,10 +410,12 @@ impl SimComm {
         let placeholder = Group::new(n, rank, &[rank], Ok(())).at(rank)?;
         let maps: Arc<[Option<Mapping>]> = maps.into();
         let node = |world: Group| Arc::new(SimNode { rank, world_size: n, layout, maps: maps.clone(), world });
-        let mut comm = SimComm {
+        let instance = random_u64();
+        let streams = Streams::new(instance, rank, settings.stream_delay.as_micros() as u64);
+        let state = SimState {
             rank,
             world_size: n,
-            instance: random_u64(),
+            instance,
             config,
             settings,
             layout,
@@ -405,11 +432,15 @@ impl SimComm {
             _registration: None,
             stats: StatsTable::default(),
             generation: dfx::process_generation(),
+            streams,
         };
+        let mut comm = SimComm { shared: Arc::new(state), primary: true };
         let all: Vec<Rank> = (0..n as u32).map(Rank).collect();
-        comm.world = comm.group_of(&all)?;
-        comm.node = node(comm.world.clone());
-        comm._registration = Some(dfx::register(comm.node.clone()));
+        let world = comm.group_of(&all)?;
+        let st = Arc::get_mut(&mut comm.shared).expect("no other handle exists during start-up");
+        st.world = world;
+        st.node = node(st.world.clone());
+        st._registration = Some(dfx::register(st.node.clone()));
         if comm.settings.dump_on_signal {
             dfx::install_dump_on_signal_logged();
         }
@@ -462,10 +493,9 @@ impl SimComm {
         &self.config
     }
 
-    /// Whether this process is the one that created the communicator (not a child of fork()).
-    #[inline]
-    fn in_creator(&self) -> bool {
-        self.generation == dfx::current_generation()
+    /// A handle for a stream's thread.
+    fn stream_handle(&self) -> SimComm {
+        SimComm { shared: self.shared.clone(), primary: false }
     }
 
     fn state(&self, group: &Group) -> Result<Arc<GroupState>> {
@@ -1183,7 +1213,57 @@ impl Backend for SimComm {
     }
 }
 
+impl SimState {
+    /// Whether this process is the one that created the communicator (not a child of fork()).
+    #[inline]
+    fn in_creator(&self) -> bool {
+        self.generation == dfx::current_generation()
+    }
+}
+
 impl Drop for SimComm {
+    /// The application's handle lets the streams finish what is queued on them and ends their
+    /// threads (which do not exist in a child of `fork()`).
+    fn drop(&mut self) {
+        if self.primary && self.in_creator() {
+            self.streams.close();
+        }
+    }
+}
+
+impl StreamBackend for SimComm {
+    fn create_stream(&self) -> Result<Stream> {
+        self.check_process()?;
+        self.streams.create(self.stream_handle())
+    }
+
+    fn enqueue(&self, stream: &Stream, op: &'static str, group: Option<&Group>, task: HostTask<Self>) -> Result<Event> {
+        self.check_process()?;
+        self.streams.enqueue(stream, op, group, task)
+    }
+
+    fn record_event(&self, stream: &Stream) -> Result<Event> {
+        self.check_process()?;
+        self.streams.record(stream)
+    }
+
+    fn stream_wait_event(&self, stream: &Stream, event: &Event) -> Result<()> {
+        self.check_process()?;
+        self.streams.wait_event(stream, event, self.default_timeout())
+    }
+
+    fn query_event(&self, event: &Event) -> Result<bool> {
+        self.check_process()?;
+        self.streams.query(event)
+    }
+
+    fn synchronize_event(&self, event: &Event, timeout: Duration) -> Result<()> {
+        self.check_process()?;
+        self.streams.synchronize(event, timeout)
+    }
+}
+
+impl Drop for SimState {
     /// Marks this rank closed in its header, so that peers still waiting on it fail with
     /// `PeerExited` at their next health check instead of waiting for the timeout. The
     /// mappings themselves go when the last of this communicator and its registered node does.

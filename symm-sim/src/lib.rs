@@ -20,6 +20,7 @@ pub mod launch;
 pub mod membw;
 mod recorder;
 pub mod store;
+mod stream;
 pub mod sys;
 mod wait;
 

@@ -510,6 +510,7 @@ fn with_state<C: Communicator + ?Sized, T>(
 ) -> Result<T> {
     c.check_process()?;
     let rank = c.rank();
+    group.settle_streams(rank, plan.op.name(), opts.timeout.unwrap_or(c.default_timeout()))?;
     let p2p = matches!(plan.op, Op::Send | Op::Recv | Op::SendRecv);
     let mut ev = dfx::OpEvent {
         op: plan.op,
