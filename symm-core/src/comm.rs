@@ -255,9 +255,7 @@ pub trait Communicator: SymmetricHeap {
             waiting_on: None,
         };
         let ev = OpEvent { op: Op::WaitUntil, group: Some(&signal.group), seq: 0, count: 0, dtype: None, bytes: 0 };
-        dfx::traced(self, &ev, || {
-            self.wait_signal_at(offset, width, cmp, value, timeout, &site)
-        })
+        dfx::traced(self, &ev, || self.wait_signal_at(offset, width, cmp, value, timeout, &site))
     }
 
     /// Blocks until every member of `group` has called `barrier` (see the ordering rules).

@@ -316,10 +316,14 @@ impl Clone for BootstrapError {
             BootstrapError::Env { var, value, reason } => {
                 BootstrapError::Env { var, value: value.clone(), reason: reason.clone() }
             }
-            BootstrapError::Timeout { what, timeout } => BootstrapError::Timeout { what: what.clone(), timeout: *timeout },
+            BootstrapError::Timeout { what, timeout } => {
+                BootstrapError::Timeout { what: what.clone(), timeout: *timeout }
+            }
             BootstrapError::Io { what, source } => BootstrapError::Io { what: what.clone(), source: copy_io(source) },
             BootstrapError::Protocol(p) => BootstrapError::Protocol(p.clone()),
-            BootstrapError::Forged { key, reason } => BootstrapError::Forged { key: key.clone(), reason: reason.clone() },
+            BootstrapError::Forged { key, reason } => {
+                BootstrapError::Forged { key: key.clone(), reason: reason.clone() }
+            }
             BootstrapError::PeerFailed { reason } => BootstrapError::PeerFailed { reason: reason.clone() },
             BootstrapError::Refused { what, reason } => {
                 BootstrapError::Refused { what: what.clone(), reason: reason.clone() }
@@ -345,13 +349,9 @@ impl Clone for Error {
             Error::ConcurrentUse { rank, op, group, busy } => {
                 Error::ConcurrentUse { rank: *rank, op: op.clone(), group: group.clone(), busy: busy.clone() }
             }
-            Error::Mismatch { rank, op, peer, mine, theirs } => Error::Mismatch {
-                rank: *rank,
-                op: op.clone(),
-                peer: *peer,
-                mine: mine.clone(),
-                theirs: theirs.clone(),
-            },
+            Error::Mismatch { rank, op, peer, mine, theirs } => {
+                Error::Mismatch { rank: *rank, op: op.clone(), peer: *peer, mine: mine.clone(), theirs: theirs.clone() }
+            }
             Error::PeerRejected { rank, op, peer } => Error::PeerRejected { rank: *rank, op: op.clone(), peer: *peer },
             Error::Bootstrap { rank, source } => Error::Bootstrap { rank: *rank, source: source.clone() },
             Error::Unsupported { rank, backend, what } => {

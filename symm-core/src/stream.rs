@@ -104,9 +104,11 @@ pub trait StreamBackend: Backend + Sized {
     /// A new stream of this rank.
     fn create_stream(&self) -> Result<Stream>;
 
-    /// Enqueues `task` as operation `op` (its name in messages; of `group`, whose host calls then wait for it) on
-    /// `stream`; returns its completion event. How a backend runs host work on a stream: the CPU
-    /// backend's progress thread calls it, a device backend would launch a host callback.
+    /// Enqueues `task` as operation `op` (its name in messages) on `stream`; returns its
+    /// completion event. `group`: the group of a collective or barrier, whose host collectives
+    /// and barriers then wait for it (see the module's contract); `None` for one-sided work.
+    /// How a backend runs host work on a stream: the CPU backend's progress thread calls it, a
+    /// device backend would launch a host callback.
     fn enqueue(&self, stream: &Stream, op: &'static str, group: Option<&Group>, task: HostTask<Self>) -> Result<Event>;
 
     /// The event after everything enqueued on `stream` so far.
@@ -137,7 +139,6 @@ pub trait StreamBackend: Backend + Sized {
     unsafe fn put_bytes_on(
         &self,
         stream: &Stream,
-        group: &Group,
         peer: Rank,
         dst_offset: usize,
         src: *const u8,
@@ -147,7 +148,7 @@ pub trait StreamBackend: Backend + Sized {
         self.enqueue(
             stream,
             "put",
-            Some(group),
+            None,
             Box::new(move |b| {
                 // SAFETY: the caller keeps `src` valid until the event completes (contract).
                 unsafe { b.put_bytes(peer, dst_offset, src.get(), bytes) }
@@ -162,7 +163,6 @@ pub trait StreamBackend: Backend + Sized {
     unsafe fn get_bytes_on(
         &self,
         stream: &Stream,
-        group: &Group,
         peer: Rank,
         src_offset: usize,
         dst: *mut u8,
@@ -172,7 +172,7 @@ pub trait StreamBackend: Backend + Sized {
         self.enqueue(
             stream,
             "get",
-            Some(group),
+            None,
             Box::new(move |b| {
                 // SAFETY: the caller keeps `dst` valid and untouched until the event completes.
                 unsafe { b.get_bytes(peer, src_offset, dst.get(), bytes) }
@@ -181,18 +181,16 @@ pub trait StreamBackend: Backend + Sized {
     }
 
     /// [`Backend::signal_at`] on `stream`.
-    #[allow(clippy::too_many_arguments)] // signal_at's arguments plus stream and group
     fn signal_at_on(
         &self,
         stream: &Stream,
-        group: &Group,
         peer: Rank,
         offset: usize,
         width: SignalWidth,
         op: SignalOp,
         value: i64,
     ) -> Result<Event> {
-        self.enqueue(stream, "signal_op", Some(group), Box::new(move |b| b.signal_at(peer, offset, width, op, value)))
+        self.enqueue(stream, "signal_op", None, Box::new(move |b| b.signal_at(peer, offset, width, op, value)))
     }
 
     /// [`Backend::put_signal_bytes`] on `stream`.
@@ -203,7 +201,6 @@ pub trait StreamBackend: Backend + Sized {
     unsafe fn put_signal_bytes_on(
         &self,
         stream: &Stream,
-        group: &Group,
         peer: Rank,
         dst_offset: usize,
         src: *const u8,
@@ -217,7 +214,7 @@ pub trait StreamBackend: Backend + Sized {
         self.enqueue(
             stream,
             "put_with_signal",
-            Some(group),
+            None,
             Box::new(move |b| {
                 // SAFETY: as in `put_bytes_on`.
                 unsafe { b.put_signal_bytes(peer, dst_offset, src.get(), bytes, signal_offset, width, op, value) }
@@ -242,7 +239,7 @@ pub trait StreamBackend: Backend + Sized {
         self.enqueue(
             stream,
             "wait_until",
-            Some(group),
+            None,
             Box::new(move |b| {
                 let site = || crate::backend::WaitSite {
                     op: "wait_until (on a stream)".into(),
@@ -333,7 +330,7 @@ pub trait StreamCommunicator: Communicator + StreamBackend {
         let (peer, dst, srcp, bytes) =
             crate::comm::check_transfer(self, group, target, target_offset, &src, src_offset, count, target_rank)?;
         // SAFETY: `srcp` lies in `src` at a checked range; valid until completion (contract).
-        let e = unsafe { self.put_bytes_on(stream, group, peer, dst, srcp, bytes)? };
+        let e = unsafe { self.put_bytes_on(stream, peer, dst, srcp, bytes)? };
         Ok(Work::new(self, e))
     }
 
@@ -357,7 +354,7 @@ pub trait StreamCommunicator: Communicator + StreamBackend {
         let (peer, src, dstp, bytes) =
             crate::comm::check_get(self, group, dst, dst_offset, source, source_offset, count, source_rank)?;
         // SAFETY: `dstp` lies in `dst` at a checked range; valid until completion (contract).
-        let e = unsafe { self.get_bytes_on(stream, group, peer, src, dstp, bytes)? };
+        let e = unsafe { self.get_bytes_on(stream, peer, src, dstp, bytes)? };
         Ok(Work::new(self, e))
     }
 
@@ -374,8 +371,9 @@ pub trait StreamCommunicator: Communicator + StreamBackend {
         target_rank: usize,
     ) -> Result<Work<'_, Self>> {
         check_stream(self, stream)?;
-        let (peer, offset, width) = crate::comm::check_signal_op(self, group, signal, signal_offset, value, target_rank)?;
-        let e = self.signal_at_on(stream, group, peer, offset, width, op, value)?;
+        let (peer, offset, width) =
+            crate::comm::check_signal_op(self, group, signal, signal_offset, value, target_rank)?;
+        let e = self.signal_at_on(stream, peer, offset, width, op, value)?;
         Ok(Work::new(self, e))
     }
 
@@ -404,9 +402,8 @@ pub trait StreamCommunicator: Communicator + StreamBackend {
             crate::comm::check_transfer(self, group, target, target_offset, &src, src_offset, count, target_rank)?;
         let (sig, width) = crate::comm::check_signal(self, signal, signal_offset, Some(signal_value), peer)?;
         // SAFETY: as in `put_on`.
-        let e = unsafe {
-            self.put_signal_bytes_on(stream, group, peer, dst, srcp, bytes, sig, width, signal_op, signal_value)?
-        };
+        let e =
+            unsafe { self.put_signal_bytes_on(stream, peer, dst, srcp, bytes, sig, width, signal_op, signal_value)? };
         Ok(Work::new(self, e))
     }
 

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use symm_core::{
-    Backend, CmpOp, CollOptions, Collectives, Communicator, DType, Error, Group, LocalMut, LocalRef, ReduceOp, SignalOp,
-    StreamBackend, StreamCollectives, StreamCommunicator, SymmetricHeap,
+    Backend, CmpOp, CollOptions, Collectives, Communicator, DType, Error, Group, LocalMut, LocalRef, ReduceOp,
+    SignalOp, StreamBackend, StreamCollectives, StreamCommunicator, SymmetricHeap,
 };
 use symm_sim::{run_in_process, SimComm, SimConfig};
 
@@ -69,7 +69,7 @@ fn collectives_on_a_stream_keep_their_order_and_host_calls_wait_for_them() {
         let (g, me, n) = (world(c), c.rank().index(), c.world_size());
         let s = c.create_stream().unwrap();
         let mut bufs: Vec<Vec<f64>> = (0..8).map(|k| vec![(me + k) as f64; 5 + k]).collect();
-        let mut bcast = vec![if me == 1 { 7.5f32 } else { 0.0 }; 33];
+        let mut bcast = [if me == 1 { 7.5f32 } else { 0.0 }; 33];
         let opts = CollOptions::default();
         let mut works = Vec::new();
         for b in bufs.iter_mut() {
@@ -104,7 +104,7 @@ fn an_event_orders_another_stream_after_it() {
         c.write_local(&src, 0, &[me as u8 + 10; 64]).unwrap();
         c.barrier(&g).unwrap();
         let (a, b) = (c.create_stream().unwrap(), c.create_stream().unwrap());
-        let mut staged = vec![0u8; 64];
+        let mut staged = [0u8; 64];
         // Stream a fetches the peer's bytes; stream b forwards them back to the peer, ordered
         // after a by an event (without it, b would often send the zeros `staged` starts with).
         // SAFETY: `staged` outlives both streams' work (waited below).
@@ -162,7 +162,14 @@ fn a_failed_operation_fails_its_wait_and_the_later_events_of_its_stream() {
         let mut output = vec![0.0f32; if me == 1 { 4 } else { 8 }];
         // SAFETY: both outlive the work (waited below).
         let bad = unsafe {
-            c.allreduce_into_on(&s, &g, LocalRef::from(&input[..]), LocalMut::from(&mut output[..]), ReduceOp::Sum, &opts)
+            c.allreduce_into_on(
+                &s,
+                &g,
+                LocalRef::from(&input[..]),
+                LocalMut::from(&mut output[..]),
+                ReduceOp::Sum,
+                &opts,
+            )
         }
         .unwrap();
         // SAFETY: as above.
@@ -193,7 +200,9 @@ fn a_host_wait_is_bounded_and_says_what_it_waited_for() {
         assert!(matches!(e, Error::Timeout(_)), "{text}");
         assert!(text.contains(&format!("stream 0 of rank {me}")) && text.contains("#1 (wait_until) running"), "{text}");
         assert!(!blocked.is_completed().unwrap());
-        // The peer releases it; the stream then completes.
+        // A host barrier does not wait for one-sided stream work. After it, the peer releases
+        // the wait; the stream then completes.
+        c.barrier(&g).unwrap();
         c.signal_op(&g, &sig, 0, 5, SignalOp::Set, 1 - me).unwrap();
         blocked.wait(None).unwrap();
         c.barrier(&g).unwrap();
@@ -209,7 +218,10 @@ fn a_stream_of_another_communicator_is_refused() {
         c.barrier(&world(c)).unwrap();
         let theirs = streams.lock().unwrap().iter().copied().find(|t| *t != s).unwrap();
         let e = c.record_event(&theirs).unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("stream 0 of communicator"), "{e}");
+        assert!(
+            matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("stream 0 of communicator"),
+            "{e}"
+        );
         c.barrier(&world(c)).unwrap();
     });
     assert_eq!(streams.get_mut().unwrap().len(), 2);
