@@ -68,7 +68,8 @@ use clap::{ArgAction, CommandFactory, Parser};
 use symm_core::coll::lowp;
 use symm_core::{
     bf16, f16, AtRank, Backend, CmpOp, CollOptions, Collectives, Communicator, DType, Element, Group, LocalMut,
-    LocalRef, ReduceOp, SignalOp, SymmBuffer, SymmetricHeap, F8E4M3, F8E5M2,
+    LocalRef, ReduceOp, SignalOp, Stream, StreamBackend, StreamCollectives, StreamCommunicator, SymmBuffer,
+    SymmetricHeap, F8E4M3, F8E5M2,
 };
 use symm_sim::launch::RANK_VAR;
 use symm_sim::membw::{self, Limits};
@@ -209,6 +210,10 @@ struct Options {
     /// training step produces new inputs (timed; 0 is like nccl-tests)
     #[arg(long, value_name = "0|1", default_value = "0", value_parser = zero_one, action = ArgAction::Set)]
     touch: bool,
+    /// 1: every call goes through the stream-ordered path: enqueued on a stream of the rank
+    /// and waited for (the cost of one operation in flight, next to the blocking path)
+    #[arg(long, value_name = "0|1", default_value = "0", value_parser = zero_one, action = ArgAction::Set)]
+    stream: bool,
     /// Machine-readable rows on stdout (comments go to stderr)
     #[arg(long)]
     csv: bool,
@@ -269,6 +274,11 @@ fn parse_args(args: &[String]) -> Result<Options, clap::Error> {
     }
     if o.ranks < o.op.min_ranks() {
         return conflict(format!("{} needs at least {} ranks (-g)", o.op.name(), o.op.min_ranks()));
+    }
+    if o.stream && o.op == Op::SendRecv {
+        return conflict(
+            "sendrecv has no stream form (--stream 1): a stream runs send and recv one after the other".into(),
+        );
     }
     if o.op.reduces() && o.redop == ReduceOp::Avg && !o.dtype.is_float() {
         return conflict(format!("-o avg needs a floating-point dtype, not {}", type_name(o.dtype)));
@@ -424,7 +434,7 @@ fn launch(args: &[String], o: &Options) -> i32 {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let yes = |b: bool| if b { "yes" } else { "no" };
     out.note(&format!(
-        "# symm-bench {}: ranks {}, dtype {}, op {}, iters {}, warmup {}, pinned {}, buffers {}, inputs {}",
+        "# symm-bench {}: ranks {}, dtype {}, op {}, iters {}, warmup {}, pinned {}, buffers {}, inputs {}, path {}",
         o.op.name(),
         o.ranks,
         type_name(o.dtype),
@@ -433,7 +443,8 @@ fn launch(args: &[String], o: &Options) -> i32 {
         o.warmup,
         yes(o.pin),
         if o.host { "host" } else { "heap" },
-        if o.touch { "rewritten before every call (--touch 1)" } else { "unchanged between calls" }
+        if o.touch { "rewritten before every call (--touch 1)" } else { "unchanged between calls" },
+        if o.stream { "stream-ordered, each call waited for (--stream 1)" } else { "blocking" }
     ));
     out.note(&format!("# machine: nproc {nproc}, cpu {model}, Linux {}", kernel.trim()));
     out.note(&format!("# command: symm-bench {}", args.join(" ")));
@@ -716,6 +727,8 @@ struct Bench<'c> {
     /// timed loop: the peer benchmark allocates nothing per call either).
     counts: RefCell<Vec<usize>>,
     copts: CollOptions,
+    /// The stream every call goes through (`--stream 1`).
+    stream: Option<Stream>,
     /// The low-precision format the measured reductions travel in, from the environment
     /// (`SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`, where it suits the dtype): the checks then use
     /// values the format carries exactly ([`Bench::modulus`], [`Bench::value`]).
@@ -754,6 +767,7 @@ impl<'c> Bench<'c> {
             seq: Cell::new(0),
             counts: RefCell::new(Vec::new()),
             copts: CollOptions::default(),
+            stream: if o.stream { Some(comm.create_stream()?) } else { None },
             lp: lowp::format_from_env()
                 .ok()
                 .flatten()
@@ -770,13 +784,20 @@ impl<'c> Bench<'c> {
 
     /// One call of the op on `c` elements per unit (see [`Shape::count`]).
     fn once(&self, form: Form, c: usize) -> symm_core::Result<()> {
-        let (comm, g, opts, op) = (self.comm, &self.world, &self.copts, self.o.redop);
-        let (a, b, n, me) = (&self.a, &self.b, self.n, self.me);
         if self.o.touch {
             if let Some((region, at, len)) = self.input(form, c) {
                 region.touch(at, len);
             }
         }
+        match &self.stream {
+            Some(s) => self.once_on(s, form, c),
+            None => self.once_blocking(form, c),
+        }
+    }
+
+    fn once_blocking(&self, form: Form, c: usize) -> symm_core::Result<()> {
+        let (comm, g, opts, op) = (self.comm, &self.world, &self.copts, self.o.redop);
+        let (a, b, n, me) = (&self.a, &self.b, self.n, self.me);
         match (self.o.op, form) {
             (Op::AllReduce, Form::OutOfPlace) => comm.allreduce_into(g, a.r(0, c), b.m(0, c), op, opts),
             (Op::AllReduce, Form::InPlace) => comm.allreduce(g, a.m(0, c), op, opts),
@@ -817,6 +838,55 @@ impl<'c> Bench<'c> {
             }
             (Op::Put | Op::PingPong, _) => Ok(()),
         }
+    }
+
+    /// [`Bench::once_blocking`] through the stream forms, each call enqueued on `s` and waited
+    /// for.
+    fn once_on(&self, s: &Stream, form: Form, c: usize) -> symm_core::Result<()> {
+        let (comm, g, opts, op) = (self.comm, &self.world, &self.copts, self.o.redop);
+        let (a, b, n, me) = (&self.a, &self.b, self.n, self.me);
+        // SAFETY: every call's buffers are the bench's regions, which outlive it, and the call
+        // is waited for before the next touches them.
+        let work = unsafe {
+            match (self.o.op, form) {
+                (Op::AllReduce, Form::OutOfPlace) => comm.allreduce_into_on(s, g, a.r(0, c), b.m(0, c), op, opts)?,
+                (Op::AllReduce, Form::InPlace) => comm.allreduce_on(s, g, a.m(0, c), op, opts)?,
+                (Op::ReduceScatter, Form::OutOfPlace) => {
+                    comm.reduce_scatter_on(s, g, b.m(0, c), a.r(0, n * c), op, opts)?
+                }
+                (Op::ReduceScatter, Form::InPlace) => {
+                    comm.reduce_scatter_on(s, g, a.m(me * c, c), a.r(0, n * c), op, opts)?
+                }
+                (Op::AllGather, Form::OutOfPlace) => comm.allgather_on(s, g, b.m(0, n * c), a.r(0, c), opts)?,
+                (Op::AllGather, Form::InPlace) => comm.allgather_on(s, g, b.m(0, n * c), b.r(me * c, c), opts)?,
+                (Op::AllToAll, _) => {
+                    let counts = vec![c; n];
+                    comm.alltoall_single_on(s, g, a.r(0, n * c), &counts, b.m(0, n * c), &counts, opts)?
+                }
+                (Op::Broadcast, _) => comm.broadcast_on(s, g, a.m(0, c), 0, opts)?,
+                (Op::Put, _) if me == 0 => comm.put_on(s, g, a.sym(), 0, b.r(0, c), 0, c, 1)?,
+                (Op::PingPong, _) if me < 2 => {
+                    let seq = self.seq.get() + 1;
+                    self.seq.set(seq);
+                    let sig = self.sig.as_ref().expect("pingpong allocates its signal");
+                    let send = |peer: usize| {
+                        comm.put_with_signal_on(s, g, a.sym(), 0, b.r(0, c), 0, c, sig, 0, seq, SignalOp::Set, peer)
+                    };
+                    let wait = || comm.wait_until_on(s, sig, 0, CmpOp::Ge, seq, None);
+                    // The stream runs them in order: the last one's wait covers both.
+                    if me == 0 {
+                        let _sent = send(1)?;
+                        wait()?
+                    } else {
+                        let _seen = wait()?;
+                        send(0)?
+                    }
+                }
+                (Op::SendRecv, _) => unreachable!("refused with --stream 1 by parse_args"),
+                (Op::Put | Op::PingPong, _) => return Ok(()),
+            }
+        };
+        work.wait(None)
     }
 
     /// The input of one call of `form` at count `c` on this rank (region, first element,
@@ -1193,6 +1263,7 @@ mod tests {
         assert!(err(&["all_reduce", "-o", "avg", "-d", "int32"]).contains("avg"));
         assert!(err(&["all_reduce", "-d", "bool"]).contains("bool"));
         assert!(err(&["sendrecv", "-g", "1"]).contains("at least 2"));
+        assert!(err(&["sendrecv", "--stream", "1"]).contains("no stream form"));
         assert!(err(&["put", "-b", "1M", "-e", "1K"]).contains("larger"));
         assert!(err(&["put", "-f", "1"]).contains("--stepfactor"));
         assert!(err(&["put", "-c", "2"]).contains("0 or 1"));
@@ -1285,6 +1356,14 @@ mod tests {
                 assert_all_right(&rows, &format!("{} host {host}", op.name()));
                 assert_eq!(rows[0].wrong[1].is_some(), op.has_in_place(), "{}", op.name());
             }
+        }
+    }
+
+    #[test]
+    fn every_op_with_a_stream_form_checks_clean_through_it() {
+        for op in Op::ALL.iter().filter(|&&op| op != Op::SendRecv) {
+            let rows = run(op.name(), &["--stream", "1"], 3.max(op.min_ranks()));
+            assert_all_right(&rows, &format!("{} --stream 1", op.name()));
         }
     }
 
