@@ -590,6 +590,55 @@ pub trait StreamCollectives: Collectives + StreamBackend {
         Ok(Work::new(self, self.enqueue(stream, Op::AllToAll.name(), Some(group), task)?))
     }
 
+    /// [`Collectives::alltoall`] (the list form) on `stream`.
+    ///
+    /// # Safety
+    /// As [`StreamCollectives::allreduce_into_on`], for every piece of `send` and `recv`.
+    unsafe fn alltoall_on(
+        &self,
+        stream: &Stream,
+        group: &Group,
+        send: &[LocalRef<'_>],
+        mut recv: LocalMut<'_>,
+        recv_counts: &[usize],
+        opts: &CollOptions,
+    ) -> Result<Work<'_, Self>> {
+        check_stream(self, stream)?;
+        let sends: Vec<Buf> = send.iter().map(Buf::of_ref).collect();
+        let (r, g, o, rc) = (Buf::of_mut(&mut recv), group.clone(), stream_options(opts), recv_counts.to_vec());
+        let task: HostTask<Self> = Box::new(move |c| {
+            // SAFETY: as in `allreduce_on`.
+            let send: Vec<LocalRef<'_>> = sends.iter().map(|b| unsafe { b.as_ref() }).collect();
+            // SAFETY: as above.
+            c.alltoall(&g, &send, unsafe { r.as_mut() }, &rc, &o)
+        });
+        Ok(Work::new(self, self.enqueue(stream, Op::AllToAll.name(), Some(group), task)?))
+    }
+
+    /// [`Collectives::sendrecv`] on `stream`: both directions at once, as the host form.
+    ///
+    /// # Safety
+    /// As [`StreamCollectives::allreduce_into_on`], for `send` and `recv`.
+    #[allow(clippy::too_many_arguments)] // sendrecv's arguments plus the stream
+    unsafe fn sendrecv_on(
+        &self,
+        stream: &Stream,
+        group: &Group,
+        send: LocalRef<'_>,
+        dst: usize,
+        mut recv: LocalMut<'_>,
+        src: usize,
+        opts: &CollOptions,
+    ) -> Result<Work<'_, Self>> {
+        check_stream(self, stream)?;
+        let (sb, rb, g, o) = (Buf::of_ref(&send), Buf::of_mut(&mut recv), group.clone(), stream_options(opts));
+        let task: HostTask<Self> = Box::new(move |c| {
+            // SAFETY: as in `allreduce_on`.
+            c.sendrecv(&g, unsafe { sb.as_ref() }, dst, unsafe { rb.as_mut() }, src, &o)
+        });
+        Ok(Work::new(self, self.enqueue(stream, Op::SendRecv.name(), Some(group), task)?))
+    }
+
     /// [`Collectives::broadcast`] on `stream`.
     ///
     /// # Safety
