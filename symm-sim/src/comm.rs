@@ -1231,6 +1231,9 @@ impl Drop for SimComm {
     }
 }
 
+/// The collectives of the host engine ([`symm_core::coll`]): every member maps its peers' heaps.
+impl symm_core::Collectives for SimComm {}
+
 impl StreamBackend for SimComm {
     fn create_stream(&self) -> Result<Stream> {
         self.check_process()?;

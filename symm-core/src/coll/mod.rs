@@ -146,6 +146,13 @@ fn ranges_partially_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usi
 /// order; each call returns when the caller's part is complete and its buffers may be reused.
 /// A member that cannot make its call (its arguments failed a check of its own) calls
 /// [`reject`] in its place, so that the others fail with `PeerRejected`.
+///
+/// A backend implements it: with `impl Collectives for MyBackend {}` it takes the provided
+/// methods, the host engine of this module (collective rounds on a heap its ranks map, see the
+/// module documentation), and it overrides any collective it serves better itself (a device
+/// backend's kernels, a vendor library). Whatever a backend provides keeps this contract:
+/// the argument checks and errors of the provided methods, results bit-identical on every
+/// member, and bounded waits.
 pub trait Collectives: Communicator {
     /// In place: every member's `buf` becomes the reduction of all members' `buf`.
     fn allreduce(&self, group: &Group, mut buf: LocalMut<'_>, op: ReduceOp, opts: &CollOptions) -> Result<()> {
@@ -441,7 +448,6 @@ pub trait Collectives: Communicator {
     }
 }
 
-impl<C: Communicator + ?Sized> Collectives for C {}
 
 /// Collective over `group`: sets up the group's collective workspace now rather than at its
 /// first collective. Backends call it for the world at start-up, so that send/recv between two
