@@ -32,6 +32,16 @@ use crate::group::Group;
 use crate::op::{CmpOp, SignalOp};
 use crate::rank::Rank;
 
+/// Where a backend's heap lives, and so who may load from and store to it directly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemorySpace {
+    /// Host memory (the CPU backend): the caller may dereference heap addresses.
+    Host,
+    /// A device's memory: reached only through the backend's copies
+    /// ([`Backend::copy_to_heap`], [`Backend::copy_from_heap`]) and its operations.
+    Device,
+}
+
 /// Width of a signal word (int32 like Ascend SHMEM, int64 like OpenSHMEM).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SignalWidth {
@@ -115,6 +125,31 @@ pub trait Backend: Send + Sync {
     fn heap_abandon(&self, _group: &Group, _offset: usize, _bytes: usize) {}
     /// Address of the caller's own heap (in the backend's memory space).
     fn local_heap_base(&self) -> *mut u8;
+    /// The memory space of the heap. Default: host memory.
+    fn heap_space(&self) -> MemorySpace {
+        MemorySpace::Host
+    }
+    /// Copies `bytes` of host memory `src` into the caller's own heap at `offset`, complete
+    /// when it returns. Default: a host copy (a host-memory heap).
+    ///
+    /// # Safety
+    /// `src` is valid for `bytes` reads; `offset + bytes` lies in the heap; nothing else
+    /// accesses that range of the heap meanwhile.
+    unsafe fn copy_to_heap(&self, offset: usize, src: *const u8, bytes: usize) -> Result<()> {
+        // SAFETY: a host heap (the default's premise); the range is valid by the contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, self.local_heap_base().add(offset), bytes) };
+        Ok(())
+    }
+    /// Copies `bytes` of the caller's own heap at `offset` into host memory `dst`, complete
+    /// when it returns. Default: a host copy.
+    ///
+    /// # Safety
+    /// `dst` is valid for `bytes` writes; `offset + bytes` lies in the heap.
+    unsafe fn copy_from_heap(&self, offset: usize, dst: *mut u8, bytes: usize) -> Result<()> {
+        // SAFETY: as in `copy_to_heap`.
+        unsafe { std::ptr::copy_nonoverlapping(self.local_heap_base().add(offset), dst, bytes) };
+        Ok(())
+    }
     /// Whether ranks share CPU cores with the peers they wait for (the CPU backend with more
     /// ranks on a host than cores): a wait written above the backend that polls should then
     /// yield the core between polls rather than spin. Default: false (each rank has its own).
@@ -169,7 +204,7 @@ pub trait Backend: Send + Sync {
     ) -> Result<()> {
         // SAFETY: forwarded from this function's own contract.
         unsafe { self.put_bytes(peer, dst_offset, src, bytes)? };
-        self.fence();
+        self.fence()?;
         self.signal_at(peer, signal_offset, width, op, value)
     }
 
@@ -201,8 +236,9 @@ pub trait Backend: Send + Sync {
         })
     }
 
-    /// Orders earlier puts and signals before later ones.
-    fn fence(&self);
+    /// Orders earlier puts and signals before later ones. Fallible: a device backend's fence is
+    /// a call into its runtime.
+    fn fence(&self) -> Result<()>;
     /// Completes everything issued so far.
     fn quiet(&self) -> Result<()>;
     /// Blocks until every member of `group` has arrived (see the module's ordering rules).

@@ -104,29 +104,34 @@ pub trait SymmetricHeap: Backend {
         Ok(unsafe { LocalRef::from_raw(ptr, buf.len, buf.dtype) })
     }
 
-    /// Copies the caller's copy of `buf` into a vector (host-visible heaps only).
+    /// Copies the caller's copy of `buf` into a vector (through the backend's copies: any
+    /// memory space).
     fn read_local<T: Element>(&self, buf: &SymmBuffer) -> Result<Vec<T>> {
+        self.check_process()?;
+        check_owner(self, buf, "buf")?;
         check_dtype("buf", buf.dtype, T::DTYPE).at(self.rank())?;
-        let src = self.local_ptr(buf)?;
         let mut out = Vec::<T>::with_capacity(buf.len);
-        // SAFETY: `src` holds `buf.len` elements of T (dtype checked); the destination has that
-        // capacity; the regions are distinct allocations.
+        // SAFETY: the buffer's range lies in the heap (allocated by this communicator); the
+        // vector has room for `buf.len` elements of T (the dtype checked), set once written.
         unsafe {
-            std::ptr::copy_nonoverlapping(src.cast::<T>(), out.as_mut_ptr(), buf.len);
+            self.copy_from_heap(buf.offset, out.as_mut_ptr().cast(), buf.bytes())?;
             out.set_len(buf.len);
         }
         Ok(out)
     }
 
-    /// Writes `data` into the caller's copy of `buf` at element `offset` (host-visible heaps).
+    /// Writes `data` into the caller's copy of `buf` at element `offset` (through the backend's
+    /// copies: any memory space).
     fn write_local<T: Element>(&self, buf: &SymmBuffer, offset: usize, data: &[T]) -> Result<()> {
+        self.check_process()?;
+        check_owner(self, buf, "buf")?;
         let rank = self.rank();
         check_dtype("buf", buf.dtype, T::DTYPE).at(rank)?;
         check_range("offset", offset, data.len(), buf.len).at(rank)?;
-        let dst = self.local_ptr(buf)?;
-        // SAFETY: the range was checked against the buffer; `data` is a separate slice.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.cast::<T>().add(offset), data.len()) };
-        Ok(())
+        let at = buf.offset + offset * buf.dtype.size();
+        // SAFETY: the range was checked against the buffer, which lies in the heap; `data` is
+        // a separate slice.
+        unsafe { self.copy_to_heap(at, data.as_ptr().cast(), std::mem::size_of_val(data)) }
     }
 }
 

@@ -66,7 +66,7 @@ pub mod stream;
 #[doc(hidden)]
 pub use log as __log;
 
-pub use backend::{Backend, DescribeWait, SignalWidth, WaitSite};
+pub use backend::{Backend, DescribeWait, MemorySpace, SignalWidth, WaitSite};
 pub use bootstrap::{Bootstrap, Store};
 pub use buffer::{LocalMut, LocalRef, SymmBuffer};
 pub use coll::{CollOptions, Collectives, Transport};

@@ -1175,10 +1175,11 @@ impl Backend for SimComm {
         }
     }
 
-    fn fence(&self) {
+    fn fence(&self) -> Result<()> {
         // SeqCst fence: puts are plain stores, signals release (or stronger) atomics; the fence
         // orders both before anything issued after it.
         std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(())
     }
 
     fn quiet(&self) -> Result<()> {

@@ -448,7 +448,6 @@ pub trait Collectives: Communicator {
     }
 }
 
-
 /// Collective over `group`: sets up the group's collective workspace now rather than at its
 /// first collective. Backends call it for the world at start-up, so that send/recv between two
 /// ranks of the world never needs the other ranks; call it for a sub-group whose first use is
