@@ -114,6 +114,7 @@ vars! {
     TIMING = var("SYMM_TIMING", SWITCH, "0", false, C);
     DUMP_ON_SIGNAL = var("SYMM_DUMP_ON_SIGNAL", SWITCH, "0", false, C);
     FAST_PATH = var("SYMM_FAST_PATH", SWITCH, "1", false, C);
+    EXECUTION = var("SYMM_EXECUTION", "host or stream", "host", false, C);
     STREAM_DELAY_US = var("SYMM_STREAM_DELAY_US", "microseconds from 0 to 1000000", "0", false, C);
     PLATFORM = var("SYMM_PLATFORM", "the name of a registered platform (torch, ...)", "torch", false, P);
     TEST_SEED = var("SYMM_TEST_SEED", "a non-negative integer", "fixed per case", false, T);
@@ -387,6 +388,8 @@ pub struct Config {
     pub dump_on_signal: bool,
     /// `SYMM_FAST_PATH` (read by the Python package).
     pub fast_path: bool,
+    /// `SYMM_EXECUTION=stream`: every blocking call runs in stream order (see `symm_sim`).
+    pub stream_execution: bool,
     /// `SYMM_STREAM_DELAY_US`: the most a stream waits, at random, before each operation (tests).
     pub stream_delay: Duration,
 }
@@ -422,6 +425,7 @@ impl Default for Config {
             timing: false,
             dump_on_signal: false,
             fast_path: true,
+            stream_execution: false,
             stream_delay: Duration::ZERO,
         }
     }
@@ -484,6 +488,12 @@ impl Config {
             timing: switch(&TIMING, d.timing)?,
             dump_on_signal: switch(&DUMP_ON_SIGNAL, d.dump_on_signal)?,
             fast_path: switch(&FAST_PATH, d.fast_path)?,
+            stream_execution: read(get, &EXECUTION, |t| match t.trim() {
+                "host" => Ok(false),
+                "stream" => Ok(true),
+                _ => Err("not an execution model".into()),
+            })?
+            .unwrap_or(d.stream_execution),
             stream_delay: micros(&STREAM_DELAY_US)?.unwrap_or(d.stream_delay),
         })
     }

@@ -22,10 +22,11 @@
 //!   host calls (put, get, signals, waits, the heap) pair with nothing and do not wait: a host
 //!   `signal_op` may release a stream's `wait_until`; order them with stream work through
 //!   events. Host calls never wait for other groups' stream work.
-//! - **Errors.** An operation that fails fails its event, and every later event of its stream
-//!   reports the same error (the stream's first failure, with the blocking form's message):
-//!   later operations may have consumed what it did not produce. The stream keeps executing
-//!   (its peers are in the same operations), so its rank stays in step with the group.
+//! - **Errors.** An event reports the result of the operation it follows: an operation's work
+//!   gives that operation's own error, with the blocking form's message, as often as it is
+//!   asked. The stream goes on executing after a failure (its peers are in the same
+//!   operations, and a group stays usable after the errors that leave it so in the host form);
+//!   work that depends on a failed operation is the caller's to hold back.
 //! - **Waits.** Every wait, on the host ([`StreamBackend::synchronize_event`]) and on a stream
 //!   (an operation's own waits, `stream_wait_event`), is bounded and names what it waited for.
 //!
@@ -118,11 +119,13 @@ pub trait StreamBackend: Backend + Sized {
     /// communicator). The stream's wait is bounded by the default timeout.
     fn stream_wait_event(&self, stream: &Stream, event: &Event) -> Result<()>;
 
-    /// Whether `event` has completed; its stream's failure if it failed. Does not block.
+    /// Whether `event` has completed; the error of the operation it follows, if that failed.
+    /// Does not block.
     fn query_event(&self, event: &Event) -> Result<bool>;
 
     /// Blocks until `event` has completed, or `timeout` passes (`Error::Timeout` naming the
-    /// stream, the event and the operation it was in); its stream's failure if it failed.
+    /// stream, the event and the operation it was in); the error of the operation it follows,
+    /// if that failed.
     fn synchronize_event(&self, event: &Event, timeout: Duration) -> Result<()>;
 
     /// Blocks until everything enqueued on `stream` so far has completed (see
@@ -295,8 +298,7 @@ impl<'c, B: StreamBackend> Work<'c, B> {
         self.event
     }
 
-    /// Blocks until it has completed (`None`: the communicator's default timeout); its error,
-    /// or its stream's earlier failure.
+    /// Blocks until it has completed (`None`: the communicator's default timeout); its error.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
         self.comm.synchronize_event(&self.event, timeout.unwrap_or(self.comm.default_timeout()))
     }
@@ -730,6 +732,12 @@ pub fn mark_executor_thread() {
     EXECUTOR.with(|e| e.set(true));
 }
 
+/// Whether the calling thread is a stream's executor.
+#[inline]
+pub fn on_executor_thread() -> bool {
+    EXECUTOR.with(|e| e.get())
+}
+
 /// The stream operations a rank has enqueued on one group and not yet completed, which that
 /// rank's host calls on the group wait for (see the module's contract).
 #[derive(Default)]
@@ -761,7 +769,7 @@ impl PendingStreamOps {
     #[inline]
     pub(crate) fn settle(&self, rank: Rank, op: &str, group: &[Rank], timeout: Duration) -> Result<()> {
         // Acquire: pairs with `completed`.
-        if self.count.load(Ordering::Acquire) == 0 || EXECUTOR.with(|e| e.get()) {
+        if self.count.load(Ordering::Acquire) == 0 || on_executor_thread() {
             return Ok(());
         }
         self.settle_slow(rank, op, group, timeout)

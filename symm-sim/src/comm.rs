@@ -16,13 +16,15 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use symm_core::bootstrap::JobSecret;
+use symm_core::coll::host;
 use symm_core::config::{self, Config, ConfigError};
 use symm_core::dfx::{self, FlightRing, Op, Registration, StatsTable};
-use symm_core::stream::{Event, HostTask, Stream, StreamBackend};
+use symm_core::stream::{Event, HostTask, Stream, StreamBackend, StreamCollectives};
 use symm_core::{
     AtRank, Backend, Bootstrap, BootstrapError, CmpOp, DescribeWait, Error, Group, GroupError, GroupId, GroupRegistry,
     HeapError, Rank, Result, SignalOp, SignalWidth, TimeoutError, WaitSite,
 };
+use symm_core::{CollOptions, Collectives, LocalMut, LocalRef, ReduceOp};
 
 use crate::alloc;
 use crate::control::{
@@ -242,6 +244,8 @@ pub struct SimState {
     generation: u64,
     /// The communicator's streams.
     streams: Streams<SimComm>,
+    /// The stream blocking calls run on under `SYMM_EXECUTION=stream`, created at the first.
+    default_stream: Mutex<Option<Stream>>,
 }
 
 impl std::ops::Deref for SimComm {
@@ -433,6 +437,7 @@ impl SimComm {
             stats: StatsTable::default(),
             generation: dfx::process_generation(),
             streams,
+            default_stream: Mutex::new(None),
         };
         let mut comm = SimComm { shared: Arc::new(state), primary: true };
         let all: Vec<Rank> = (0..n as u32).map(Rank).collect();
@@ -496,6 +501,50 @@ impl SimComm {
     /// A handle for a stream's thread.
     fn stream_handle(&self) -> SimComm {
         SimComm { shared: self.shared.clone(), primary: false }
+    }
+
+    /// The stream a blocking call runs on in the stream-ordered model (`SYMM_EXECUTION=stream`):
+    /// the rank's default stream; `None` in the host model and on a stream's own thread.
+    #[inline]
+    fn stream_order(&self) -> Result<Option<Stream>> {
+        if !self.settings.stream_execution || symm_core::stream::on_executor_thread() {
+            return Ok(None);
+        }
+        self.default_stream().map(Some)
+    }
+
+    #[cold]
+    fn default_stream(&self) -> Result<Stream> {
+        let mut slot = self.default_stream.lock().unwrap_or_else(|p| p.into_inner());
+        match *slot {
+            Some(s) => Ok(s),
+            None => Ok(*slot.insert(self.create_stream()?)),
+        }
+    }
+
+    /// Waits for the operation a blocking call enqueued (`event`), and returns its result. The
+    /// operation's own waits are bounded, so this wait is too; it never returns while the
+    /// operation may still use the caller's buffers: past `timeout` it says so and waits on.
+    fn finish(&self, event: &Event, timeout: Duration) -> Result<()> {
+        loop {
+            match self.streams.synchronize(event, timeout) {
+                Err(Error::Timeout(t)) if !self.streams.query(event).unwrap_or(true) => symm_core::symm_log!(
+                    dfx::Level::Warn,
+                    self.rank,
+                    "{t}; the blocking call waits on, since the operation uses the caller's buffers until it ends"
+                ),
+                r => return r,
+            }
+        }
+    }
+
+    /// In the stream-ordered model: a host-side wait first lets the default stream finish
+    /// what was enqueued before it.
+    fn drain(&self) -> Result<()> {
+        match self.stream_order()? {
+            Some(s) => self.finish(&self.streams.record(&s)?, self.default_timeout()),
+            None => Ok(()),
+        }
     }
 
     fn state(&self, group: &Group) -> Result<Arc<GroupState>> {
@@ -1056,10 +1105,12 @@ impl Backend for SimComm {
     }
 
     fn heap_alloc(&self, group: &Group, bytes: usize, timeout: Duration) -> Result<usize> {
+        self.drain()?;
         self.heap_round(group, HeapRequest::Alloc { bytes }, timeout)
     }
 
     fn heap_free(&self, group: &Group, offset: usize, bytes: usize, timeout: Duration) -> Result<()> {
+        self.drain()?;
         self.heap_round(group, HeapRequest::Free { offset, bytes }, timeout).map(|_| ())
     }
 
@@ -1086,6 +1137,11 @@ impl Backend for SimComm {
     }
 
     unsafe fn put_bytes(&self, peer: Rank, dst_offset: usize, src: *const u8, bytes: usize) -> Result<()> {
+        if let Some(s) = self.stream_order()? {
+            // SAFETY: `finish` returns once the operation has ended, within `src`'s contract.
+            let e = unsafe { self.put_bytes_on(&s, peer, dst_offset, src, bytes)? };
+            return self.finish(&e, self.default_timeout());
+        }
         let dst = self.peer_base(peer);
         // SAFETY: the destination range lies inside the peer's heap (validated by the core);
         // `src` is valid for `bytes` reads (caller's contract). `copy` tolerates overlap (a put
@@ -1095,6 +1151,11 @@ impl Backend for SimComm {
     }
 
     unsafe fn get_bytes(&self, peer: Rank, src_offset: usize, dst: *mut u8, bytes: usize) -> Result<()> {
+        if let Some(s) = self.stream_order()? {
+            // SAFETY: as in `put_bytes`.
+            let e = unsafe { self.get_bytes_on(&s, peer, src_offset, dst, bytes)? };
+            return self.finish(&e, self.default_timeout());
+        }
         let src = self.peer_base(peer);
         // SAFETY: the source range lies inside the peer's heap (validated); `dst` is valid for
         // `bytes` writes (caller's contract); `copy` tolerates overlap.
@@ -1113,6 +1174,12 @@ impl Backend for SimComm {
         op: SignalOp,
         value: i64,
     ) -> Result<()> {
+        if let Some(s) = self.stream_order()? {
+            // SAFETY: as in `put_bytes`.
+            let e =
+                unsafe { self.put_signal_bytes_on(&s, peer, dst_offset, src, bytes, signal_offset, width, op, value)? };
+            return self.finish(&e, self.default_timeout());
+        }
         // SAFETY: forwarded from this function's contract.
         unsafe { self.put_bytes(peer, dst_offset, src, bytes)? };
         // No separate fence: the signal update is a release (or stronger), which orders the
@@ -1121,6 +1188,10 @@ impl Backend for SimComm {
     }
 
     fn signal_at(&self, peer: Rank, offset: usize, width: SignalWidth, op: SignalOp, value: i64) -> Result<()> {
+        if let Some(s) = self.stream_order()? {
+            let e = self.signal_at_on(&s, peer, offset, width, op, value)?;
+            return self.finish(&e, self.default_timeout());
+        }
         self.signal_word(peer, offset, width).update(op, value);
         ring(self.ctrl(peer).expect("validated: peer on this host").header());
         Ok(())
@@ -1135,6 +1206,7 @@ impl Backend for SimComm {
         timeout: Duration,
         site: DescribeWait<'_>,
     ) -> Result<i64> {
+        self.drain()?;
         let word = self.signal_word(self.rank, offset, width);
         let check = || {
             let v = word.load();
@@ -1204,6 +1276,10 @@ impl Backend for SimComm {
     }
 
     fn barrier_group(&self, group: &Group, timeout: Duration) -> Result<()> {
+        if let Some(s) = self.stream_order()? {
+            let e = self.barrier_group_on(&s, group, timeout)?;
+            return self.finish(&e, timeout);
+        }
         let st = self.state(group)?;
         let my = self.me().slot(st.my_slot);
         // SeqCst: release for everything this rank did before the barrier, and ordered before
@@ -1232,8 +1308,53 @@ impl Drop for SimComm {
     }
 }
 
-/// The collectives of the host engine ([`symm_core::coll`]): every member maps its peers' heaps.
-impl symm_core::Collectives for SimComm {}
+/// A collective of the host engine ([`symm_core::coll::host`]) in the host model; in the
+/// stream-ordered one (`SYMM_EXECUTION=stream`), its stream form on the default stream, waited
+/// for (the progress thread then runs the host form).
+macro_rules! collectives_in_either_model {
+    ($($name:ident / $on:ident ($($arg:ident: $ty:ty),*);)*) => {
+        $(
+            fn $name(&self, $($arg: $ty),*) -> Result<()> {
+                match self.stream_order()? {
+                    Some(s) => {
+                        // SAFETY: `finish` returns once the operation has ended, so the buffers
+                        // the call borrows outlive it.
+                        let w = unsafe { self.$on(&s, $($arg),*)? };
+                        self.finish(&w.event(), self.default_timeout())
+                    }
+                    None => host::$name(self, $($arg),*),
+                }
+            }
+        )*
+    };
+}
+
+/// The collectives of the host engine: every member maps its peers' heaps.
+impl Collectives for SimComm {
+    collectives_in_either_model! {
+        allreduce / allreduce_on (group: &Group, buf: LocalMut<'_>, op: ReduceOp, opts: &CollOptions);
+        allreduce_into / allreduce_into_on
+            (group: &Group, input: LocalRef<'_>, output: LocalMut<'_>, op: ReduceOp, opts: &CollOptions);
+        reduce_scatter / reduce_scatter_on
+            (group: &Group, output: LocalMut<'_>, input: LocalRef<'_>, op: ReduceOp, opts: &CollOptions);
+        allgather / allgather_on (group: &Group, output: LocalMut<'_>, input: LocalRef<'_>, opts: &CollOptions);
+        alltoall / alltoall_on
+            (group: &Group, send: &[LocalRef<'_>], recv: LocalMut<'_>, recv_counts: &[usize], opts: &CollOptions);
+        alltoall_single / alltoall_single_on (
+            group: &Group,
+            send: LocalRef<'_>,
+            send_counts: &[usize],
+            recv: LocalMut<'_>,
+            recv_counts: &[usize],
+            opts: &CollOptions
+        );
+        broadcast / broadcast_on (group: &Group, buf: LocalMut<'_>, root: usize, opts: &CollOptions);
+        send / send_on (group: &Group, buf: LocalRef<'_>, dst: usize, opts: &CollOptions);
+        recv / recv_on (group: &Group, buf: LocalMut<'_>, src: usize, opts: &CollOptions);
+        sendrecv / sendrecv_on
+            (group: &Group, send: LocalRef<'_>, dst: usize, recv: LocalMut<'_>, src: usize, opts: &CollOptions);
+    }
+}
 
 impl StreamBackend for SimComm {
     fn create_stream(&self) -> Result<Stream> {

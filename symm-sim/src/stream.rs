@@ -3,13 +3,13 @@
 //!
 //! The thread takes the operations in the order they were enqueued and runs each with a handle
 //! of the communicator: the host forms, with every wait bounded as on the host. An event is a
-//! count of the stream's operations; it has completed once the thread has finished that many.
-//! The stream's first failure is kept and reported by every event at or after it.
+//! count of the stream's operations; it has completed once the thread has finished that many,
+//! and reports the result of the operation it follows.
 //!
 //! `SYMM_STREAM_DELAY_US` makes the thread wait a random time up to that many microseconds
 //! before each operation, so that tests see correctness come from ordering, not from timing.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -34,11 +34,15 @@ struct State<C> {
     completed: u64,
     /// The operation the thread runs now: (number, name).
     running: Option<(u64, &'static str)>,
-    /// The first operation that failed: (number, name, error).
-    failure: Option<(u64, &'static str, Error)>,
+    /// The errors of the operations that failed, by number (the oldest are dropped past
+    /// [`KEPT_FAILURES`]).
+    failures: BTreeMap<u64, Error>,
     /// Set when the communicator closes: the thread runs what is queued, then ends.
     closing: bool,
 }
+
+/// How many failed operations' errors a stream keeps for their waits.
+const KEPT_FAILURES: usize = 4096;
 
 /// One stream.
 pub(crate) struct Queue<C> {
@@ -58,8 +62,8 @@ impl<C> Queue<C> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Waits until operation `seq` has finished, for at most `timeout`; the stream's failure if
-    /// one happened at or before it. `what` names the wait in a timeout.
+    /// Waits until operation `seq` has finished, for at most `timeout`; its error if it failed.
+    /// `what` names the wait in a timeout.
     fn wait_for(&self, seq: u64, timeout: Duration, what: &str) -> Result<()> {
         let start = Instant::now();
         let mut st = self.lock();
@@ -83,10 +87,14 @@ impl<C> Queue<C> {
             }
             st = self.done.wait_timeout(st, timeout - waited).unwrap_or_else(|p| p.into_inner()).0;
         }
-        match &st.failure {
-            Some((n, _, e)) if *n <= seq => Err(e.clone()),
-            _ => Ok(()),
-        }
+        st.result(seq)
+    }
+}
+
+impl<C> State<C> {
+    /// The result of finished operation `seq` (0: none, a success).
+    fn result(&self, seq: u64) -> Result<()> {
+        self.failures.get(&seq).map_or(Ok(()), |e| Err(e.clone()))
     }
 }
 
@@ -130,7 +138,7 @@ impl<C: Send + 'static> Streams<C> {
                 enqueued: 0,
                 completed: 0,
                 running: None,
-                failure: None,
+                failures: BTreeMap::new(),
                 closing: false,
             }),
             work: Condvar::new(),
@@ -207,10 +215,7 @@ impl<C: Send + 'static> Streams<C> {
         if st.completed < event.seq() {
             return Ok(false);
         }
-        match &st.failure {
-            Some((n, _, e)) if *n <= event.seq() => Err(e.clone()),
-            _ => Ok(true),
-        }
+        st.result(event.seq()).map(|()| true)
     }
 
     pub(crate) fn synchronize(&self, event: &Event, timeout: Duration) -> Result<()> {
@@ -275,8 +280,11 @@ fn run<C>(q: &Queue<C>, handle: &C, delay_us: u64) {
             let mut st = q.lock();
             st.completed = seq;
             st.running = None;
-            if let (Err(e), None) = (r, &st.failure) {
-                st.failure = Some((seq, op, e));
+            if let Err(e) = r {
+                st.failures.insert(seq, e);
+                if st.failures.len() > KEPT_FAILURES {
+                    st.failures.pop_first();
+                }
             }
         }
         if let Some(g) = group {

@@ -7,6 +7,12 @@ use symm_sim::{run_in_process, SimConfig};
 static ENV: Once = Once::new();
 
 fn run(case: &str, n: usize) {
+    run_in(case, n, false);
+}
+
+/// `case` on `n` ranks; `streamed`: in the stream-ordered model (every blocking call on the
+/// rank's default stream, each stream operation delayed at random).
+fn run_in(case: &str, n: usize, streamed: bool) {
     ENV.call_once(|| {
         // A small workspace makes the collectives chunk and pipeline even for modest sizes.
         // Set once, before any rank exists (every test passes through here first).
@@ -16,6 +22,8 @@ fn run(case: &str, n: usize) {
     });
     let mut config = SimConfig::with_heap_size(64 << 20);
     config.timeout = std::time::Duration::from_secs(60);
+    config.settings.stream_execution = streamed;
+    config.settings.stream_delay = std::time::Duration::from_micros(if streamed { 20 } else { 0 });
     symm_tests::on_threads(&format!("{case} on {n} ranks"), n, config, |comm| symm_tests::run_case(case, &comm));
 }
 
@@ -101,4 +109,14 @@ fn before_blocking_runs_when_a_call_waits() {
         CALLED.get()
     });
     assert_eq!(*single[0].as_ref().expect("rank 0 starts"), 0, "a 1-rank call never waits");
+}
+
+/// Every case in the stream-ordered model of the CPU backend.
+#[test]
+fn every_case_in_the_stream_ordered_model() {
+    for case in symm_tests::CASES.iter().chain(symm_tests::COLL_CASES) {
+        for n in [1, 2, 4] {
+            run_in(case, n, true);
+        }
+    }
 }

@@ -89,3 +89,14 @@ fn collectives_pass_their_cases_in_validation_mode_and_with_a_one_record_flight_
     let recorder = [("SYMM_FLIGHT_RECORDER_ENTRIES", "1"), ("SYMM_LOG_LEVEL", "off"), ("SYMM_TEST_CASES", "4")];
     run_with(symm_tests::COLL_CASES, 3, &recorder);
 }
+
+/// The stream-ordered model of the CPU backend (`SYMM_EXECUTION=stream`): every blocking call
+/// runs on the rank's default stream and is waited for, with each stream operation delayed at
+/// random, so that results come from the order alone.
+#[test]
+fn every_case_in_the_stream_ordered_model() {
+    let all: Vec<&str> = symm_tests::CASES.iter().chain(symm_tests::COLL_CASES).copied().collect();
+    for n in [2, 3] {
+        run_with(&all, n, &[("SYMM_EXECUTION", "stream"), ("SYMM_STREAM_DELAY_US", "20")]);
+    }
+}

@@ -20,6 +20,7 @@
 mod algo;
 pub mod copy;
 pub(crate) mod eager;
+pub mod host;
 pub mod kernels;
 pub(crate) mod ll;
 pub mod lowp;
@@ -155,11 +156,8 @@ fn ranges_partially_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usi
 /// member, and bounded waits.
 pub trait Collectives: Communicator {
     /// In place: every member's `buf` becomes the reduction of all members' `buf`.
-    fn allreduce(&self, group: &Group, mut buf: LocalMut<'_>, op: ReduceOp, opts: &CollOptions) -> Result<()> {
-        let (len, dtype) = (buf.len(), buf.dtype());
-        let p = buf.as_mut_ptr();
-        // SAFETY: `buf` is valid for reads and writes of `len` elements (LocalMut contract).
-        unsafe { run_allreduce(self, group, p, p, len, dtype, op, opts) }
+    fn allreduce(&self, group: &Group, buf: LocalMut<'_>, op: ReduceOp, opts: &CollOptions) -> Result<()> {
+        host::allreduce(self, group, buf, op, opts)
     }
 
     /// Out of place: `output` becomes the reduction of every member's `input` (same length and
@@ -168,39 +166,11 @@ pub trait Collectives: Communicator {
         &self,
         group: &Group,
         input: LocalRef<'_>,
-        mut output: LocalMut<'_>,
+        output: LocalMut<'_>,
         op: ReduceOp,
         opts: &CollOptions,
     ) -> Result<()> {
-        let bad = if output.dtype() != input.dtype() {
-            Some(ArgError::DTypeMismatch {
-                arg: "output",
-                expected: input.dtype().to_string(),
-                actual: output.dtype().to_string(),
-            })
-        } else if output.len() != input.len() {
-            Some(ArgError::invalid(
-                "output",
-                format!("{} elements", output.len()),
-                format!("must hold the input's {} elements", input.len()),
-            ))
-        } else {
-            None
-        };
-        if let Some(e) = bad {
-            return reject(self, group, Op::AllReduce, e);
-        }
-        let bytes = input.len() * input.dtype().size();
-        if ranges_partially_overlap(input.as_ptr(), bytes, output.as_mut_ptr(), bytes) {
-            return reject(
-                self,
-                group,
-                Op::AllReduce,
-                ArgError::invalid("output", "a partial overlap", "must be the input itself or disjoint from it"),
-            );
-        }
-        // SAFETY: both are valid for `len` elements (LocalRef/LocalMut contracts).
-        unsafe { run_allreduce(self, group, input.as_ptr(), output.as_mut_ptr(), input.len(), input.dtype(), op, opts) }
+        host::allreduce_into(self, group, input, output, op, opts)
     }
 
     /// `input` holds `group.size()` equal parts; member r's `output` becomes the reduction of
@@ -208,57 +178,17 @@ pub trait Collectives: Communicator {
     fn reduce_scatter(
         &self,
         group: &Group,
-        mut output: LocalMut<'_>,
+        output: LocalMut<'_>,
         input: LocalRef<'_>,
         op: ReduceOp,
         opts: &CollOptions,
     ) -> Result<()> {
-        let n = group.size();
-        let me = group.member().at(self.rank())?.index();
-        let st = CollState::of(self, group, opts.before_blocking)?;
-        let lp = match check_reduction(st, input.dtype(), op, opts) {
-            Ok(lp) => lp,
-            Err(e) => return reject(self, group, Op::ReduceScatter, e),
-        };
-        let whole = Part { arg: "input_tensor", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
-        let part = Part { arg: "output_tensor", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
-        if let Some(e) = check_parts(whole, part, n, me) {
-            return reject(self, group, Op::ReduceScatter, e);
-        }
-        let call = Call::new(K::ReduceScatter, input.dtype(), Some(op), lp, 0, output.len());
-        with_state(
-            self,
-            group,
-            st,
-            opts,
-            Plan::new(Op::ReduceScatter, input.len(), input.dtype()).of(&call),
-            |ctx, p| {
-                // SAFETY: sizes and overlap validated above; contracts of LocalRef/LocalMut.
-                unsafe { algo::reduce_scatter(ctx, p, call, input.as_ptr(), output.as_mut_ptr()) }
-            },
-        )
+        host::reduce_scatter(self, group, output, input, op, opts)
     }
 
     /// Member r's `input` lands in part r of every member's `output` (`group.size()` parts).
-    fn allgather(
-        &self,
-        group: &Group,
-        mut output: LocalMut<'_>,
-        input: LocalRef<'_>,
-        opts: &CollOptions,
-    ) -> Result<()> {
-        let n = group.size();
-        let me = group.member().at(self.rank())?.index();
-        let whole = Part { arg: "output_tensor", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
-        let part = Part { arg: "input_tensor", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
-        if let Some(e) = check_parts(whole, part, n, me) {
-            return reject(self, group, Op::AllGather, e);
-        }
-        let call = Call::new(K::AllGather, input.dtype(), None, None, 0, input.len());
-        with_ctx(self, group, opts, Plan::new(Op::AllGather, input.len(), input.dtype()).of(&call), |ctx, p| {
-            // SAFETY: validated sizes; LocalRef/LocalMut contracts.
-            unsafe { algo::allgather(ctx, p, call, input.as_ptr(), output.as_mut_ptr()) }
-        })
+    fn allgather(&self, group: &Group, output: LocalMut<'_>, input: LocalRef<'_>, opts: &CollOptions) -> Result<()> {
+        host::allgather(self, group, output, input, opts)
     }
 
     /// The RFC's alltoall: `send[i]` goes to group rank i; what rank i sends lands in `recv`
@@ -271,32 +201,7 @@ pub trait Collectives: Communicator {
         recv_counts: &[usize],
         opts: &CollOptions,
     ) -> Result<()> {
-        let n = group.size();
-        let dtype = recv.dtype();
-        let bad = if send.len() != n {
-            Some(ArgError::invalid(
-                "send_tensor_list",
-                format!("{} tensors", send.len()),
-                format!("needs one per group rank ({n})"),
-            ))
-        } else if let Some((i, s)) = send.iter().enumerate().find(|(_, s)| s.dtype() != dtype) {
-            Some(ArgError::DTypeMismatch {
-                arg: "send_tensor_list",
-                expected: format!("receive_tensor's {dtype}"),
-                actual: format!("{} (entry {i})", s.dtype()),
-            })
-        } else {
-            None
-        };
-        if let Some(e) = bad {
-            return reject(self, group, Op::AllToAll, e);
-        }
-        let (mut on_stack, mut on_heap) = ([(std::ptr::null(), 0); 8], Vec::new());
-        let sends = algo::scratch(&mut on_stack, &mut on_heap, n, (std::ptr::null(), 0));
-        for (piece, s) in sends.iter_mut().zip(send) {
-            *piece = (s.as_ptr(), s.len());
-        }
-        run_alltoall(self, group, sends, recv, recv_counts, opts)
+        host::alltoall(self, group, send, recv, recv_counts, opts)
     }
 
     /// Single-buffer alltoall with split sizes: `send` holds `send_counts[i]` elements for rank
@@ -310,36 +215,7 @@ pub trait Collectives: Communicator {
         recv_counts: &[usize],
         opts: &CollOptions,
     ) -> Result<()> {
-        let n = group.size();
-        let total: Option<usize> = send_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
-        let bad = if send_counts.len() != n || total.is_none_or(|t| t > send.len()) {
-            Some(ArgError::invalid(
-                "send_counts",
-                format!("{send_counts:?}"),
-                format!("needs {n} counts summing to at most the send buffer's {} elements", send.len()),
-            ))
-        } else if send.dtype() != recv.dtype() {
-            Some(ArgError::DTypeMismatch {
-                arg: "send_tensor_list",
-                expected: recv.dtype().to_string(),
-                actual: format!("{} (entry 0)", send.dtype()),
-            })
-        } else {
-            None
-        };
-        if let Some(e) = bad {
-            return reject(self, group, Op::AllToAll, e);
-        }
-        let size = send.dtype().size();
-        let (mut on_stack, mut on_heap) = ([(std::ptr::null(), 0); 8], Vec::new());
-        let sends = algo::scratch(&mut on_stack, &mut on_heap, n, (std::ptr::null(), 0));
-        let mut at = 0;
-        for (piece, &c) in sends.iter_mut().zip(send_counts) {
-            // The prefix sums stay within `send` (checked above).
-            *piece = (send.as_ptr().wrapping_add(at * size), c);
-            at += c;
-        }
-        run_alltoall(self, group, sends, recv, recv_counts, opts)
+        host::alltoall_single(self, group, send, send_counts, recv, recv_counts, opts)
     }
 
     /// Every member's `buf` becomes group rank `root`'s `buf`. A broadcast of at most
@@ -347,21 +223,8 @@ pub trait Collectives: Communicator {
     /// every member's heap, without waiting for the members (up to 64 such broadcasts ahead of
     /// the slowest): a member whose arguments disagree with the root's fails, the root does not
     /// in that call but in a later collective of the group (see `docs/design.md`).
-    fn broadcast(&self, group: &Group, mut buf: LocalMut<'_>, root: usize, opts: &CollOptions) -> Result<()> {
-        let n = group.size();
-        if root >= n {
-            return reject(
-                self,
-                group,
-                Op::Broadcast,
-                ArgError::invalid("root", root, format!("must be a rank of the group (0..{n})")),
-            );
-        }
-        let call = Call::new(K::Broadcast, buf.dtype(), None, None, root, buf.len());
-        with_ctx(self, group, opts, Plan::new(Op::Broadcast, buf.len(), buf.dtype()).of(&call), |ctx, p| {
-            // SAFETY: LocalMut contract.
-            unsafe { algo::broadcast(ctx, p, call, buf.as_mut_ptr()) }
-        })
+    fn broadcast(&self, group: &Group, buf: LocalMut<'_>, root: usize, opts: &CollOptions) -> Result<()> {
+        host::broadcast(self, group, buf, root, opts)
     }
 
     /// Sends `buf` to group rank `dst`. Returns once the data is out of `buf`: buffered at the
@@ -369,26 +232,13 @@ pub trait Collectives: Communicator {
     /// wait for the receiver; larger ones stream as the receiver consumes them, or, when `buf`
     /// lies in the symmetric heap, are copied by the receiver straight out of `buf` (zero-copy).
     fn send(&self, group: &Group, buf: LocalRef<'_>, dst: usize, opts: &CollOptions) -> Result<()> {
-        let rank = self.rank();
-        group.member().at(rank)?;
-        group.resolve("dst_rank", i64::try_from(dst).unwrap_or(i64::MAX)).at(rank)?;
-        with_ctx(self, group, opts, Plan::new(Op::Send, buf.len(), buf.dtype()), |ctx, p| {
-            // SAFETY: LocalRef contract.
-            unsafe { p2p::send(ctx, p, buf.as_ptr(), buf.len() * buf.dtype().size(), buf.dtype(), dst) }
-        })
+        host::send(self, group, buf, dst, opts)
     }
 
     /// Receives into `buf` the next message from group rank `src`; it must have `buf`'s length
     /// and dtype (otherwise the message is consumed and an error names both).
-    fn recv(&self, group: &Group, mut buf: LocalMut<'_>, src: usize, opts: &CollOptions) -> Result<()> {
-        let rank = self.rank();
-        group.member().at(rank)?;
-        group.resolve("src_rank", i64::try_from(src).unwrap_or(i64::MAX)).at(rank)?;
-        let (bytes, dtype) = (buf.len() * buf.dtype().size(), buf.dtype());
-        with_ctx(self, group, opts, Plan::new(Op::Recv, buf.len(), dtype), |ctx, p| {
-            // SAFETY: LocalMut contract.
-            unsafe { p2p::recv(ctx, p, buf.as_mut_ptr(), bytes, dtype, src) }
-        })
+    fn recv(&self, group: &Group, buf: LocalMut<'_>, src: usize, opts: &CollOptions) -> Result<()> {
+        host::recv(self, group, buf, src, opts)
     }
 
     /// Sends `send` to group rank `dst` and receives into `recv` the next message from group
@@ -405,46 +255,11 @@ pub trait Collectives: Communicator {
         group: &Group,
         send: LocalRef<'_>,
         dst: usize,
-        mut recv: LocalMut<'_>,
+        recv: LocalMut<'_>,
         src: usize,
         opts: &CollOptions,
     ) -> Result<()> {
-        let rank = self.rank();
-        group.member().at(rank)?;
-        group.resolve("dst_rank", i64::try_from(dst).unwrap_or(i64::MAX)).at(rank)?;
-        group.resolve("src_rank", i64::try_from(src).unwrap_or(i64::MAX)).at(rank)?;
-        let st = CollState::of(self, group, opts.before_blocking)?;
-        let (send_bytes, recv_bytes) = (send.len() * send.dtype().size(), recv.len() * recv.dtype().size());
-        let (s, r) = (send.as_ptr(), recv.as_mut_ptr().cast_const());
-        // The peer may read `send` in place while `recv` is being written.
-        if ranges_overlap(s, send_bytes, r, recv_bytes) {
-            return Err(ArgError::invalid(
-                "recv_tensor",
-                format!("{recv_bytes} bytes at {r:p}"),
-                format!("must not overlap send_tensor ({send_bytes} bytes at {s:p})"),
-            ))
-            .at(rank);
-        }
-        // Recorded with the count and dtype of what it sends; the statistics count the bytes
-        // of both directions.
-        let plan = Plan { bytes: send_bytes + recv_bytes, ..Plan::new(Op::SendRecv, send.len(), send.dtype()) };
-        with_state(self, group, st, opts, plan, |ctx, p| {
-            // SAFETY: LocalRef/LocalMut contracts; disjoint (checked above).
-            unsafe {
-                p2p::sendrecv(
-                    ctx,
-                    p,
-                    send.as_ptr(),
-                    send_bytes,
-                    send.dtype(),
-                    dst,
-                    recv.as_mut_ptr(),
-                    recv_bytes,
-                    recv.dtype(),
-                    src,
-                )
-            }
-        })
+        host::sendrecv(self, group, send, dst, recv, src, opts)
     }
 }
 

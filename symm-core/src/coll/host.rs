@@ -1,0 +1,295 @@
+//! The host engine: the collectives of a backend whose ranks map their peers' heaps, written
+//! on this module's rounds (see [`super`]). They are [`Collectives`](super::Collectives)'
+//! provided methods; a backend that overrides one can still call its host form here.
+
+use super::*;
+
+/// The host engine's [`Collectives::allreduce`].
+pub fn allreduce<C: Communicator + ?Sized>(
+    c: &C,
+    group: &Group,
+    mut buf: LocalMut<'_>,
+    op: ReduceOp,
+    opts: &CollOptions,
+) -> Result<()> {
+    let (len, dtype) = (buf.len(), buf.dtype());
+    let p = buf.as_mut_ptr();
+    // SAFETY: `buf` is valid for reads and writes of `len` elements (LocalMut contract).
+    unsafe { run_allreduce(c, group, p, p, len, dtype, op, opts) }
+}
+
+/// The host engine's [`Collectives::allreduce_into`].
+pub fn allreduce_into<C: Communicator + ?Sized>(
+    c: &C,
+    group: &Group,
+    input: LocalRef<'_>,
+    mut output: LocalMut<'_>,
+    op: ReduceOp,
+    opts: &CollOptions,
+) -> Result<()> {
+    let bad = if output.dtype() != input.dtype() {
+        Some(ArgError::DTypeMismatch {
+            arg: "output",
+            expected: input.dtype().to_string(),
+            actual: output.dtype().to_string(),
+        })
+    } else if output.len() != input.len() {
+        Some(ArgError::invalid(
+            "output",
+            format!("{} elements", output.len()),
+            format!("must hold the input's {} elements", input.len()),
+        ))
+    } else {
+        None
+    };
+    if let Some(e) = bad {
+        return reject(c, group, Op::AllReduce, e);
+    }
+    let bytes = input.len() * input.dtype().size();
+    if ranges_partially_overlap(input.as_ptr(), bytes, output.as_mut_ptr(), bytes) {
+        return reject(
+            c,
+            group,
+            Op::AllReduce,
+            ArgError::invalid("output", "a partial overlap", "must be the input itself or disjoint from it"),
+        );
+    }
+    // SAFETY: both are valid for `len` elements (LocalRef/LocalMut contracts).
+    unsafe { run_allreduce(c, group, input.as_ptr(), output.as_mut_ptr(), input.len(), input.dtype(), op, opts) }
+}
+
+/// The host engine's [`Collectives::reduce_scatter`].
+pub fn reduce_scatter<C: Communicator + ?Sized>(
+    c: &C,
+    group: &Group,
+    mut output: LocalMut<'_>,
+    input: LocalRef<'_>,
+    op: ReduceOp,
+    opts: &CollOptions,
+) -> Result<()> {
+    let n = group.size();
+    let me = group.member().at(c.rank())?.index();
+    let st = CollState::of(c, group, opts.before_blocking)?;
+    let lp = match check_reduction(st, input.dtype(), op, opts) {
+        Ok(lp) => lp,
+        Err(e) => return reject(c, group, Op::ReduceScatter, e),
+    };
+    let whole = Part { arg: "input_tensor", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
+    let part = Part { arg: "output_tensor", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
+    if let Some(e) = check_parts(whole, part, n, me) {
+        return reject(c, group, Op::ReduceScatter, e);
+    }
+    let call = Call::new(K::ReduceScatter, input.dtype(), Some(op), lp, 0, output.len());
+    with_state(c, group, st, opts, Plan::new(Op::ReduceScatter, input.len(), input.dtype()).of(&call), |ctx, p| {
+        // SAFETY: sizes and overlap validated above; contracts of LocalRef/LocalMut.
+        unsafe { algo::reduce_scatter(ctx, p, call, input.as_ptr(), output.as_mut_ptr()) }
+    })
+}
+
+/// The host engine's [`Collectives::allgather`].
+pub fn allgather<C: Communicator + ?Sized>(
+    c: &C,
+    group: &Group,
+    mut output: LocalMut<'_>,
+    input: LocalRef<'_>,
+    opts: &CollOptions,
+) -> Result<()> {
+    let n = group.size();
+    let me = group.member().at(c.rank())?.index();
+    let whole = Part { arg: "output_tensor", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
+    let part = Part { arg: "input_tensor", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
+    if let Some(e) = check_parts(whole, part, n, me) {
+        return reject(c, group, Op::AllGather, e);
+    }
+    let call = Call::new(K::AllGather, input.dtype(), None, None, 0, input.len());
+    with_ctx(c, group, opts, Plan::new(Op::AllGather, input.len(), input.dtype()).of(&call), |ctx, p| {
+        // SAFETY: validated sizes; LocalRef/LocalMut contracts.
+        unsafe { algo::allgather(ctx, p, call, input.as_ptr(), output.as_mut_ptr()) }
+    })
+}
+
+/// The host engine's [`Collectives::alltoall`].
+pub fn alltoall<C: Communicator + ?Sized>(
+    c: &C,
+    group: &Group,
+    send: &[LocalRef<'_>],
+    recv: LocalMut<'_>,
+    recv_counts: &[usize],
+    opts: &CollOptions,
+) -> Result<()> {
+    let n = group.size();
+    let dtype = recv.dtype();
+    let bad = if send.len() != n {
+        Some(ArgError::invalid(
+            "send_tensor_list",
+            format!("{} tensors", send.len()),
+            format!("needs one per group rank ({n})"),
+        ))
+    } else if let Some((i, s)) = send.iter().enumerate().find(|(_, s)| s.dtype() != dtype) {
+        Some(ArgError::DTypeMismatch {
+            arg: "send_tensor_list",
+            expected: format!("receive_tensor's {dtype}"),
+            actual: format!("{} (entry {i})", s.dtype()),
+        })
+    } else {
+        None
+    };
+    if let Some(e) = bad {
+        return reject(c, group, Op::AllToAll, e);
+    }
+    let (mut on_stack, mut on_heap) = ([(std::ptr::null(), 0); 8], Vec::new());
+    let sends = algo::scratch(&mut on_stack, &mut on_heap, n, (std::ptr::null(), 0));
+    for (piece, s) in sends.iter_mut().zip(send) {
+        *piece = (s.as_ptr(), s.len());
+    }
+    run_alltoall(c, group, sends, recv, recv_counts, opts)
+}
+
+/// The host engine's [`Collectives::alltoall_single`].
+pub fn alltoall_single<C: Communicator + ?Sized>(
+    c: &C,
+    group: &Group,
+    send: LocalRef<'_>,
+    send_counts: &[usize],
+    recv: LocalMut<'_>,
+    recv_counts: &[usize],
+    opts: &CollOptions,
+) -> Result<()> {
+    let n = group.size();
+    let total: Option<usize> = send_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
+    let bad = if send_counts.len() != n || total.is_none_or(|t| t > send.len()) {
+        Some(ArgError::invalid(
+            "send_counts",
+            format!("{send_counts:?}"),
+            format!("needs {n} counts summing to at most the send buffer's {} elements", send.len()),
+        ))
+    } else if send.dtype() != recv.dtype() {
+        Some(ArgError::DTypeMismatch {
+            arg: "send_tensor_list",
+            expected: recv.dtype().to_string(),
+            actual: format!("{} (entry 0)", send.dtype()),
+        })
+    } else {
+        None
+    };
+    if let Some(e) = bad {
+        return reject(c, group, Op::AllToAll, e);
+    }
+    let size = send.dtype().size();
+    let (mut on_stack, mut on_heap) = ([(std::ptr::null(), 0); 8], Vec::new());
+    let sends = algo::scratch(&mut on_stack, &mut on_heap, n, (std::ptr::null(), 0));
+    let mut at = 0;
+    for (piece, &c) in sends.iter_mut().zip(send_counts) {
+        // The prefix sums stay within `send` (checked above).
+        *piece = (send.as_ptr().wrapping_add(at * size), c);
+        at += c;
+    }
+    run_alltoall(c, group, sends, recv, recv_counts, opts)
+}
+
+/// The host engine's [`Collectives::broadcast`].
+pub fn broadcast<C: Communicator + ?Sized>(
+    c: &C,
+    group: &Group,
+    mut buf: LocalMut<'_>,
+    root: usize,
+    opts: &CollOptions,
+) -> Result<()> {
+    let n = group.size();
+    if root >= n {
+        return reject(
+            c,
+            group,
+            Op::Broadcast,
+            ArgError::invalid("root", root, format!("must be a rank of the group (0..{n})")),
+        );
+    }
+    let call = Call::new(K::Broadcast, buf.dtype(), None, None, root, buf.len());
+    with_ctx(c, group, opts, Plan::new(Op::Broadcast, buf.len(), buf.dtype()).of(&call), |ctx, p| {
+        // SAFETY: LocalMut contract.
+        unsafe { algo::broadcast(ctx, p, call, buf.as_mut_ptr()) }
+    })
+}
+
+/// The host engine's [`Collectives::send`].
+pub fn send<C: Communicator + ?Sized>(
+    c: &C,
+    group: &Group,
+    buf: LocalRef<'_>,
+    dst: usize,
+    opts: &CollOptions,
+) -> Result<()> {
+    let rank = c.rank();
+    group.member().at(rank)?;
+    group.resolve("dst_rank", i64::try_from(dst).unwrap_or(i64::MAX)).at(rank)?;
+    with_ctx(c, group, opts, Plan::new(Op::Send, buf.len(), buf.dtype()), |ctx, p| {
+        // SAFETY: LocalRef contract.
+        unsafe { p2p::send(ctx, p, buf.as_ptr(), buf.len() * buf.dtype().size(), buf.dtype(), dst) }
+    })
+}
+
+/// The host engine's [`Collectives::recv`].
+pub fn recv<C: Communicator + ?Sized>(
+    c: &C,
+    group: &Group,
+    mut buf: LocalMut<'_>,
+    src: usize,
+    opts: &CollOptions,
+) -> Result<()> {
+    let rank = c.rank();
+    group.member().at(rank)?;
+    group.resolve("src_rank", i64::try_from(src).unwrap_or(i64::MAX)).at(rank)?;
+    let (bytes, dtype) = (buf.len() * buf.dtype().size(), buf.dtype());
+    with_ctx(c, group, opts, Plan::new(Op::Recv, buf.len(), dtype), |ctx, p| {
+        // SAFETY: LocalMut contract.
+        unsafe { p2p::recv(ctx, p, buf.as_mut_ptr(), bytes, dtype, src) }
+    })
+}
+
+/// The host engine's [`Collectives::sendrecv`].
+pub fn sendrecv<C: Communicator + ?Sized>(
+    c: &C,
+    group: &Group,
+    send: LocalRef<'_>,
+    dst: usize,
+    mut recv: LocalMut<'_>,
+    src: usize,
+    opts: &CollOptions,
+) -> Result<()> {
+    let rank = c.rank();
+    group.member().at(rank)?;
+    group.resolve("dst_rank", i64::try_from(dst).unwrap_or(i64::MAX)).at(rank)?;
+    group.resolve("src_rank", i64::try_from(src).unwrap_or(i64::MAX)).at(rank)?;
+    let st = CollState::of(c, group, opts.before_blocking)?;
+    let (send_bytes, recv_bytes) = (send.len() * send.dtype().size(), recv.len() * recv.dtype().size());
+    let (s, r) = (send.as_ptr(), recv.as_mut_ptr().cast_const());
+    // The peer may read `send` in place while `recv` is being written.
+    if ranges_overlap(s, send_bytes, r, recv_bytes) {
+        return Err(ArgError::invalid(
+            "recv_tensor",
+            format!("{recv_bytes} bytes at {r:p}"),
+            format!("must not overlap send_tensor ({send_bytes} bytes at {s:p})"),
+        ))
+        .at(rank);
+    }
+    // Recorded with the count and dtype of what it sends; the statistics count the bytes
+    // of both directions.
+    let plan = Plan { bytes: send_bytes + recv_bytes, ..Plan::new(Op::SendRecv, send.len(), send.dtype()) };
+    with_state(c, group, st, opts, plan, |ctx, p| {
+        // SAFETY: LocalRef/LocalMut contracts; disjoint (checked above).
+        unsafe {
+            p2p::sendrecv(
+                ctx,
+                p,
+                send.as_ptr(),
+                send_bytes,
+                send.dtype(),
+                dst,
+                recv.as_mut_ptr(),
+                recv_bytes,
+                recv.dtype(),
+                src,
+            )
+        }
+    })
+}
