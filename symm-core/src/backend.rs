@@ -150,21 +150,10 @@ pub trait Backend: Send + Sync {
         unsafe { std::ptr::copy_nonoverlapping(self.local_heap_base().add(offset), dst, bytes) };
         Ok(())
     }
-    /// Whether ranks share CPU cores with the peers they wait for (the CPU backend with more
-    /// ranks on a host than cores): a wait written above the backend that polls should then
-    /// yield the core between polls rather than spin. Default: false (each rank has its own).
-    fn waiters_share_cores(&self) -> bool {
-        false
-    }
     /// The settings this communicator was created with ([`Config`](crate::config::Config),
     /// parsed once at start-up): the collectives take theirs from it. Default: `None`, and the
     /// collectives parse the environment when a group first needs them.
     fn settings(&self) -> Option<&crate::config::Config> {
-        None
-    }
-    /// Address at which the caller can load from and store to `peer`'s heap, when it can.
-    /// Optional capability: `None` when the backend has no such mapping.
-    fn peer_heap_base(&self, _peer: Rank) -> Option<*mut u8> {
         None
     }
 
@@ -222,20 +211,6 @@ pub trait Backend: Send + Sync {
         site: DescribeWait<'_>,
     ) -> Result<i64>;
 
-    /// Blocks until any of the caller's own 64-bit signal words at `words[i].0` is at least
-    /// `words[i].1`, or `timeout` passes (then `Error::Timeout` describing `site()`). Returns the
-    /// index of a word that holds. Optional capability (`Err(Unsupported)`): callers then wait
-    /// on one word at a time in bounded slices, which notices a change of another word only at
-    /// the end of a slice.
-    fn wait_any_signal_at(&self, words: &[(usize, i64)], timeout: Duration, site: DescribeWait<'_>) -> Result<usize> {
-        let _ = (words, timeout, site);
-        Err(Error::Unsupported {
-            rank: self.rank(),
-            backend: self.backend_name(),
-            what: "waiting on several signal words at once".into(),
-        })
-    }
-
     /// Orders earlier puts and signals before later ones. Fallible: a device backend's fence is
     /// a call into its runtime.
     fn fence(&self) -> Result<()>;
@@ -262,5 +237,33 @@ pub trait Backend: Send + Sync {
     /// "Timing" in [`crate::dfx`]). Off by default.
     fn timing(&self) -> bool {
         false
+    }
+}
+
+/// What only a backend whose ranks map their peers' heaps into their own address space can do:
+/// the capabilities the host engine ([`crate::coll::host`]) is written on. A device backend
+/// does not implement it (its collectives are its own).
+pub trait HostMapped: Backend {
+    /// Address at which the caller can load from and store to `peer`'s heap; `None` where it
+    /// is not mapped (a rank of another host).
+    fn peer_heap_base(&self, peer: Rank) -> Option<*mut u8>;
+
+    /// Whether ranks share CPU cores with the peers they wait for (more ranks on a host than
+    /// cores): a wait written above the backend that polls should then yield the core between
+    /// polls rather than spin.
+    fn waiters_share_cores(&self) -> bool;
+
+    /// Blocks until any of the caller's own 64-bit signal words at `words[i].0` is at least
+    /// `words[i].1`, or `timeout` passes (then `Error::Timeout` describing `site()`). Returns the
+    /// index of a word that holds. Optional capability (`Err(Unsupported)`): callers then wait
+    /// on one word at a time in bounded slices, which notices a change of another word only at
+    /// the end of a slice.
+    fn wait_any_signal_at(&self, words: &[(usize, i64)], timeout: Duration, site: DescribeWait<'_>) -> Result<usize> {
+        let _ = (words, timeout, site);
+        Err(Error::Unsupported {
+            rank: self.rank(),
+            backend: self.backend_name(),
+            what: "waiting on several signal words at once".into(),
+        })
     }
 }

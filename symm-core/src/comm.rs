@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::backend::{Backend, SignalWidth, WaitSite};
+use crate::backend::{Backend, HostMapped, SignalWidth, WaitSite};
 use crate::buffer::{check_dtype, check_range, LocalMut, LocalRef, SymmBuffer};
 use crate::dfx::{self, Op, OpEvent};
 use crate::dtype::{DType, Element};
@@ -82,19 +82,6 @@ pub trait SymmetricHeap: Backend {
         // SAFETY: the buffer lies inside the heap (allocated by this communicator), so the
         // offset stays within the heap mapping.
         Ok(unsafe { self.local_heap_base().add(buf.offset) })
-    }
-
-    /// Address of `rank`'s copy of `buf` in the caller's address space, when the backend maps
-    /// peers' heaps (`None` otherwise). `rank` is group-local to `group`.
-    fn peer_ptr(&self, group: &Group, buf: &SymmBuffer, rank: usize) -> Result<Option<*mut u8>> {
-        self.check_process()?;
-        let me = self.rank();
-        check_owner(self, buf, "buf")?;
-        group.member().at(me)?;
-        let (_, global) = group.resolve("rank", rank_arg(rank)).at(me)?;
-        check_on_rank(buf, "buf", global).at(me)?;
-        // SAFETY: as in `local_ptr`, the offset lies inside the peer's heap mapping.
-        Ok(self.peer_heap_base(global).map(|base| unsafe { base.add(buf.offset) }))
     }
 
     /// The caller's copy of `buf` as a local source for puts.
@@ -274,6 +261,24 @@ pub trait Communicator: SymmetricHeap {
 }
 
 impl<B: Backend + ?Sized> SymmetricHeap for B {}
+
+/// Direct access to peers' copies, on backends whose ranks map each other's heaps.
+pub trait PeerMemory: SymmetricHeap + HostMapped {
+    /// Address of `rank`'s copy of `buf` in the caller's address space (`None` where that
+    /// rank's heap is not mapped). `rank` is group-local to `group`.
+    fn peer_ptr(&self, group: &Group, buf: &SymmBuffer, rank: usize) -> Result<Option<*mut u8>> {
+        self.check_process()?;
+        let me = self.rank();
+        check_owner(self, buf, "buf")?;
+        group.member().at(me)?;
+        let (_, global) = group.resolve("rank", rank_arg(rank)).at(me)?;
+        check_on_rank(buf, "buf", global).at(me)?;
+        // SAFETY: as in `local_ptr`, the offset lies inside the peer's heap mapping.
+        Ok(self.peer_heap_base(global).map(|base| unsafe { base.add(buf.offset) }))
+    }
+}
+
+impl<B: HostMapped + ?Sized> PeerMemory for B {}
 impl<B: Backend + ?Sized> Communicator for B {}
 
 /// A user's rank number as the signed value errors print.

@@ -66,11 +66,11 @@ pub mod stream;
 #[doc(hidden)]
 pub use log as __log;
 
-pub use backend::{Backend, DescribeWait, MemorySpace, SignalWidth, WaitSite};
+pub use backend::{Backend, DescribeWait, HostMapped, MemorySpace, SignalWidth, WaitSite};
 pub use bootstrap::{Bootstrap, Store};
 pub use buffer::{LocalMut, LocalRef, SymmBuffer};
 pub use coll::{CollOptions, Collectives, Transport};
-pub use comm::{Communicator, SymmetricHeap};
+pub use comm::{Communicator, PeerMemory, SymmetricHeap};
 pub use dtype::{bf16, f16, DType, Element, F8E4M3, F8E5M2};
 pub use error::{ArgError, AtRank, BootstrapError, Error, GroupError, HeapError, Result, TimeoutError};
 pub use group::{Group, GroupId, GroupRegistry};

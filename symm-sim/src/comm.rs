@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
+use symm_core::backend::HostMapped;
 use symm_core::bootstrap::JobSecret;
 use symm_core::coll::host;
 use symm_core::config::{self, Config, ConfigError};
@@ -1124,16 +1125,8 @@ impl Backend for SimComm {
         self.me().heap()
     }
 
-    fn waiters_share_cores(&self) -> bool {
-        self.policy.shared_cores
-    }
-
     fn settings(&self) -> Option<&Config> {
         Some(&self.settings)
-    }
-
-    fn peer_heap_base(&self, peer: Rank) -> Option<*mut u8> {
-        self.ctrl(peer).map(|c| c.heap())
     }
 
     unsafe fn put_bytes(&self, peer: Rank, dst_offset: usize, src: *const u8, bytes: usize) -> Result<()> {
@@ -1229,24 +1222,6 @@ impl Backend for SimComm {
         }
     }
 
-    fn wait_any_signal_at(&self, words: &[(usize, i64)], timeout: Duration, site: DescribeWait<'_>) -> Result<usize> {
-        let signals: Vec<(SignalWord<'_>, i64)> = words
-            .iter()
-            .map(|&(offset, value)| (self.signal_word(self.rank, offset, SignalWidth::W64), value))
-            .collect();
-        let start = Instant::now();
-        // Any signal to this rank rings its doorbell: a sleeper wakes and checks every word.
-        let check = || signals.iter().position(|(word, value)| word.load() >= *value);
-        match self.wait_at_site(site, start + timeout, check)? {
-            Some(i) => Ok(i),
-            None => {
-                let conditions: Vec<String> = words.iter().map(|(_, v)| format!("signal >= {v}")).collect();
-                let seen: Vec<String> = signals.iter().map(|(w, _)| w.load().to_string()).collect();
-                Err(self.timeout_error(&site(), conditions.join(" / "), seen.join(" / "), Vec::new(), start.elapsed()))
-            }
-        }
-    }
-
     fn fence(&self) -> Result<()> {
         // SeqCst fence: puts are plain stores, signals release (or stronger) atomics; the fence
         // orders both before anything issued after it.
@@ -1308,6 +1283,34 @@ impl Drop for SimComm {
     }
 }
 
+impl HostMapped for SimComm {
+    fn peer_heap_base(&self, peer: Rank) -> Option<*mut u8> {
+        self.ctrl(peer).map(|c| c.heap())
+    }
+
+    fn waiters_share_cores(&self) -> bool {
+        self.policy.shared_cores
+    }
+
+    fn wait_any_signal_at(&self, words: &[(usize, i64)], timeout: Duration, site: DescribeWait<'_>) -> Result<usize> {
+        let signals: Vec<(SignalWord<'_>, i64)> = words
+            .iter()
+            .map(|&(offset, value)| (self.signal_word(self.rank, offset, SignalWidth::W64), value))
+            .collect();
+        let start = Instant::now();
+        // Any signal to this rank rings its doorbell: a sleeper wakes and checks every word.
+        let check = || signals.iter().position(|(word, value)| word.load() >= *value);
+        match self.wait_at_site(site, start + timeout, check)? {
+            Some(i) => Ok(i),
+            None => {
+                let conditions: Vec<String> = words.iter().map(|(_, v)| format!("signal >= {v}")).collect();
+                let seen: Vec<String> = signals.iter().map(|(w, _)| w.load().to_string()).collect();
+                Err(self.timeout_error(&site(), conditions.join(" / "), seen.join(" / "), Vec::new(), start.elapsed()))
+            }
+        }
+    }
+}
+
 /// A collective of the host engine ([`symm_core::coll::host`]) in the host model; in the
 /// stream-ordered one (`SYMM_EXECUTION=stream`), its stream form on the default stream, waited
 /// for (the progress thread then runs the host form).
@@ -1353,6 +1356,12 @@ impl Collectives for SimComm {
         recv / recv_on (group: &Group, buf: LocalMut<'_>, src: usize, opts: &CollOptions);
         sendrecv / sendrecv_on
             (group: &Group, send: LocalRef<'_>, dst: usize, recv: LocalMut<'_>, src: usize, opts: &CollOptions);
+    }
+
+    /// In either model on the calling thread: its round starts once the group's stream work
+    /// has completed (host collectives wait for it).
+    fn reject(&self, group: &Group, op: Op, e: symm_core::ArgError) -> Result<()> {
+        symm_core::coll::reject(self, group, op, e)
     }
 }
 

@@ -1117,7 +1117,7 @@ pub fn errors<C: Collectives>(comm: &C) {
         let mut buf = vec![1.0f32; 4];
         let r = if me == 1 {
             let why = ArgError::invalid("tensor", "<freed>", "released");
-            symm_core::coll::reject(comm, &world, symm_core::dfx::Op::AllReduce, why)
+            comm.reject(&world, symm_core::dfx::Op::AllReduce, why)
         } else {
             comm.allreduce(&world, LocalMut::from(&mut buf), ReduceOp::Sum, &opts)
         };

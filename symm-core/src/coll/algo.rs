@@ -16,7 +16,7 @@ use super::kernels;
 use super::ll;
 use super::lowp::{self, SubRun, SCALE_BLOCK};
 use super::state::{ready, Ctx, Progress, DONE, LEN, MAX, RED, REDUCED, SIG, SRC};
-use crate::backend::Backend;
+use crate::backend::HostMapped;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
@@ -126,7 +126,7 @@ fn next_round(p: &mut Progress) -> u64 {
 /// Waits for every peer's READY and checks that everyone was asked the same thing. On
 /// disagreement every member sees the same facts, so all of them fail the same way; they
 /// still finish the round (DONE) so the group stays usable.
-fn agree<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, seq: u64, call: &Call, compare_len: bool) -> Result<()> {
+fn agree<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, seq: u64, call: &Call, compare_len: bool) -> Result<()> {
     ctx.wait_all(ready(seq), seq, "ready")?;
     for j in (0..ctx.n).filter(|&j| j != ctx.me) {
         let (sig, len) = (ctx.read_fact(j, seq, SIG), ctx.read_fact(j, seq, LEN));
@@ -142,7 +142,7 @@ fn agree<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, seq: u64, call: &Call, compare_l
 /// with `PeerRejected` instead of waiting for it. First looks whether the peers run the call as
 /// a small broadcast, which has no round ([`eager::reject`]): whatever the rejected call was
 /// (a binding may reject any call through another one), the peers are the ones waiting.
-pub fn reject<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress) -> Result<()> {
+pub fn reject<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress) -> Result<()> {
     if eager::reject(ctx, p)? {
         return Ok(());
     }
@@ -156,7 +156,7 @@ pub fn reject<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress) -> Result
 
 /// The error member `j`'s `sig`/`len` give against the caller's call, which they disagree with:
 /// [`disagreement`], comparing the counts.
-pub(super) fn mismatch<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, call: &Call, j: usize, sig: i64, len: i64) -> Error {
+pub(super) fn mismatch<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, call: &Call, j: usize, sig: i64, len: i64) -> Error {
     disagreement(ctx, call, true, j, sig, len).unwrap_or_else(|| Error::Mismatch {
         rank: ctx.b.rank(),
         op: ctx.op.into(),
@@ -168,7 +168,7 @@ pub(super) fn mismatch<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, call: &Call, j: us
 
 /// Whether `sig`/`len` from member `j` disagree with the caller's call (`len` compared when
 /// `compare_len`): the error every member reports for it.
-fn disagreement<B: Backend + ?Sized>(
+fn disagreement<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     call: &Call,
     compare_len: bool,
@@ -215,7 +215,7 @@ fn part(c: usize, n: usize, k: usize) -> (usize, usize) {
 /// # Safety
 /// `inp` is valid for reads and `out` for writes of `count` elements of `call.dtype`; they are
 /// identical or disjoint.
-pub unsafe fn allreduce<B: Backend + ?Sized>(
+pub unsafe fn allreduce<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     call: Call,
@@ -273,7 +273,7 @@ fn inbox(p: &mut Progress, n: usize, bytes: usize) -> *mut u8 {
 ///
 /// # Safety
 /// As [`ll::round`].
-unsafe fn small_round<B: Backend + ?Sized>(
+unsafe fn small_round<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     call: &Call,
@@ -290,7 +290,7 @@ unsafe fn small_round<B: Backend + ?Sized>(
 /// # Safety
 /// `own` holds `count` elements; the inbox holds every peer's; `out` holds `count` and is `own`
 /// itself or disjoint from every source.
-unsafe fn reduce_inbox<B: Backend + ?Sized>(
+unsafe fn reduce_inbox<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     call: &Call,
     own: *const u8,
@@ -313,7 +313,7 @@ unsafe fn reduce_inbox<B: Backend + ?Sized>(
 ///
 /// # Safety
 /// As [`allreduce`], with the size within [`ll::fits`].
-unsafe fn small_allreduce<B: Backend + ?Sized>(
+unsafe fn small_allreduce<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     call: Call,
@@ -339,7 +339,7 @@ unsafe fn small_allreduce<B: Backend + ?Sized>(
 ///
 /// # Safety
 /// As [`allreduce`].
-unsafe fn one_shot<B: Backend + ?Sized>(
+unsafe fn one_shot<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     call: Call,
@@ -426,7 +426,7 @@ unsafe fn one_shot<B: Backend + ?Sized>(
 /// unchanged between calls (nccl-tests) the peers' reads stay in their caches (see
 /// docs/performance-log.md, "The one-shot reads a heap input in place"). Each member decides
 /// for itself: peers read from whatever offset it publishes.
-fn one_shot_in_place_source<B: Backend + ?Sized>(
+fn one_shot_in_place_source<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     call: &Call,
     inp: *const u8,
@@ -491,7 +491,7 @@ fn two_shot_chunk(stage_bytes: usize, dtype: DType, lp: Option<DType>, n: usize,
 ///
 /// # Safety
 /// As [`allreduce`] for `c` elements.
-unsafe fn two_shot<B: Backend + ?Sized>(
+unsafe fn two_shot<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     call: Call,
@@ -630,7 +630,7 @@ unsafe fn two_shot<B: Backend + ?Sized>(
 
 /// Lets the staging area go once peers are done with it, or waits now when peers read user
 /// memory directly (zero-copy) that the caller may change after return.
-fn finish_round<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, seq: u64, zero_copy: bool) -> Result<()> {
+fn finish_round<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, seq: u64, zero_copy: bool) -> Result<()> {
     ctx.signal_all(DONE, seq)?;
     if zero_copy {
         ctx.wait_all(DONE, seq, "done")
@@ -641,7 +641,7 @@ fn finish_round<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, seq: u6
 }
 
 /// Waits until peers no longer read the workspace.
-fn free_stage<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress) -> Result<()> {
+fn free_stage<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress) -> Result<()> {
     for r in p.stage_round {
         if r > 0 {
             ctx.wait_all(DONE, r, "done")?;
@@ -664,7 +664,7 @@ fn chunks(total: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
 ///
 /// # Safety
 /// `src` is valid for `bytes` reads and `bytes` fits the workspace.
-unsafe fn expose<B: Backend + ?Sized>(
+unsafe fn expose<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     zero_copy: Option<usize>,
@@ -685,7 +685,7 @@ unsafe fn expose<B: Backend + ?Sized>(
 /// # Safety
 /// `inp` valid for `n * m` reads, `out` for `m` writes; `out` is part `me` of `inp` or
 /// disjoint from it.
-pub unsafe fn reduce_scatter<B: Backend + ?Sized>(
+pub unsafe fn reduce_scatter<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     call: Call,
@@ -777,7 +777,7 @@ pub unsafe fn reduce_scatter<B: Backend + ?Sized>(
 /// # Safety
 /// `inp` valid for `m` reads, `out` for `n * m` writes; `inp` is part `me` of `out` or
 /// disjoint from it.
-pub unsafe fn allgather<B: Backend + ?Sized>(
+pub unsafe fn allgather<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     call: Call,
@@ -829,7 +829,7 @@ pub unsafe fn allgather<B: Backend + ?Sized>(
 ///
 /// # Safety
 /// `buf` valid for `count` reads (root) or writes (others).
-pub unsafe fn broadcast<B: Backend + ?Sized>(
+pub unsafe fn broadcast<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     call: Call,
@@ -897,7 +897,7 @@ pub unsafe fn broadcast<B: Backend + ?Sized>(
 /// # Safety
 /// Every send pointer is valid for its count; `recv` for `sum(recv_counts)` writes at the
 /// displacements; none of them overlaps another.
-pub unsafe fn alltoall<B: Backend + ?Sized>(
+pub unsafe fn alltoall<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     call: Call,

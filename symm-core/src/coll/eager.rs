@@ -66,7 +66,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use super::algo::{mismatch, Call};
 use super::ll;
 use super::state::{fast_spins, ready, Ctx, Flag, LastBcast, Progress, EAGER_LEN, EAGER_SIG, EAGER_WAIT};
-use crate::backend::{Backend, SignalWidth};
+use crate::backend::{HostMapped, SignalWidth};
 use crate::error::Result;
 use crate::op::SignalOp;
 
@@ -150,23 +150,23 @@ pub const fn ring_bytes(max: usize) -> usize {
 }
 
 /// Whether a broadcast of `bytes` takes this path (members agree when their calls agree).
-pub fn fits<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, bytes: usize) -> bool {
+pub fn fits<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, bytes: usize) -> bool {
     bytes <= ctx.st.eager_max
 }
 
 /// Heap offset of `writer`'s slot for broadcast `b` (the same in every member's heap).
-fn slot_offset<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, writer: usize, b: u64) -> usize {
+fn slot_offset<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, writer: usize, b: u64) -> usize {
     ctx.st.eager.heap_offset() + (writer * SLOTS + ((b - 1) as usize % SLOTS)) * slot_bytes(ctx.st.eager_max)
 }
 
 /// The flag of `writer`'s message for broadcast `b` in the caller's heap.
-pub(super) fn message(ctx: &Ctx<'_, impl Backend + ?Sized>, writer: usize, b: u64) -> Flag {
+pub(super) fn message(ctx: &Ctx<'_, impl HostMapped + ?Sized>, writer: usize, b: u64) -> Flag {
     Flag { writer, offset: slot_offset(ctx, writer, b), value: b, what: "broadcast message" }
 }
 
 /// `writer`'s `EAGER_WAIT` for broadcast `b`: reached once it is a member of broadcast `b` (or
 /// of a later one).
-fn waiting(ctx: &Ctx<'_, impl Backend + ?Sized>, writer: usize, b: u64) -> Flag {
+fn waiting(ctx: &Ctx<'_, impl HostMapped + ?Sized>, writer: usize, b: u64) -> Flag {
     Flag { writer, offset: ctx.word_offset(writer, EAGER_WAIT), value: b, what: "broadcast member" }
 }
 
@@ -175,7 +175,7 @@ fn waiting(ctx: &Ctx<'_, impl Backend + ?Sized>, writer: usize, b: u64) -> Flag 
 ///
 /// # Safety
 /// `data` is valid for `call.count` elements of reads, within the group's limit ([`fits`]).
-pub unsafe fn root<B: Backend + ?Sized>(
+pub unsafe fn root<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     call: &Call,
@@ -263,7 +263,7 @@ pub enum Arrival {
 ///
 /// # Safety
 /// `dst` is valid for `call.count` elements of writes, within the group's limit ([`fits`]).
-pub unsafe fn member<B: Backend + ?Sized>(
+pub unsafe fn member<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     call: &Call,
@@ -314,7 +314,7 @@ pub unsafe fn member<B: Backend + ?Sized>(
 }
 
 /// The signature and count a writer sent with message `f`, which has arrived (`f` reached).
-pub(super) fn sent<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, f: Flag) -> (i64, i64) {
+pub(super) fn sent<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, f: Flag) -> (i64, i64) {
     let words = ctx.base.wrapping_add(f.offset).cast::<i64>();
     // SAFETY: the writer's slot in the caller's heap; its words were written before the flag
     // seen (acquire), and the writer rewrites the slot only after this member has entered a
@@ -325,7 +325,7 @@ pub(super) fn sent<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, f: Flag) -> (i64, i64)
 /// Publishes `EAGER_WAIT = b`, after the caller's signature and count (`EAGER_SIG`,
 /// `EAGER_LEN`), in the caller's record on member `to`, or on every peer (`None`). `sig` -1: the
 /// caller rejected its arguments.
-fn announce<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, b: u64, sig: i64, count: usize, to: Option<usize>) -> Result<()> {
+fn announce<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, b: u64, sig: i64, count: usize, to: Option<usize>) -> Result<()> {
     let (facts_at, wait_at) = (ctx.word_offset(ctx.me, EAGER_SIG), ctx.word_offset(ctx.me, EAGER_WAIT));
     const _: () = assert!(EAGER_LEN == EAGER_SIG + 1);
     for j in (0..ctx.n).filter(|&j| j != ctx.me && to.is_none_or(|t| t == j)) {
@@ -366,7 +366,7 @@ fn announce<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, b: u64, sig: i64, count: usiz
 
 /// Waits for `f` (the root's message for broadcast `b`), watching for evidence that the root is
 /// not sending it (see the module documentation).
-fn arrival<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &Progress, call: &Call, f: Flag, b: u64) -> Result<Arrival> {
+fn arrival<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, p: &Progress, call: &Call, f: Flag, b: u64) -> Result<Arrival> {
     let root = f.writer;
     let next = p.seq + 1;
     let rounds = Flag { writer: root, offset: ctx.word_offset(root, ready(next)), value: next, what: "ready" };
@@ -424,7 +424,7 @@ fn arrival<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &Progress, call: &Call, f: 
 /// member's announcement) it counts the broadcast as they do and returns true; when some run a
 /// round, or every peer rejected its arguments too, it returns false and the caller joins the
 /// round (every rejecting member then does).
-pub fn reject<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress) -> Result<bool> {
+pub fn reject<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress) -> Result<bool> {
     /// What a peer's flag shows when it is reached.
     #[derive(Clone, Copy, PartialEq)]
     enum Sign {

@@ -5,7 +5,7 @@
 use super::*;
 
 /// The host engine's [`Collectives::allreduce`].
-pub fn allreduce<C: Communicator + ?Sized>(
+pub fn allreduce<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
     mut buf: LocalMut<'_>,
@@ -19,7 +19,7 @@ pub fn allreduce<C: Communicator + ?Sized>(
 }
 
 /// The host engine's [`Collectives::allreduce_into`].
-pub fn allreduce_into<C: Communicator + ?Sized>(
+pub fn allreduce_into<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
     input: LocalRef<'_>,
@@ -59,7 +59,7 @@ pub fn allreduce_into<C: Communicator + ?Sized>(
 }
 
 /// The host engine's [`Collectives::reduce_scatter`].
-pub fn reduce_scatter<C: Communicator + ?Sized>(
+pub fn reduce_scatter<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
     mut output: LocalMut<'_>,
@@ -87,7 +87,7 @@ pub fn reduce_scatter<C: Communicator + ?Sized>(
 }
 
 /// The host engine's [`Collectives::allgather`].
-pub fn allgather<C: Communicator + ?Sized>(
+pub fn allgather<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
     mut output: LocalMut<'_>,
@@ -109,7 +109,7 @@ pub fn allgather<C: Communicator + ?Sized>(
 }
 
 /// The host engine's [`Collectives::alltoall`].
-pub fn alltoall<C: Communicator + ?Sized>(
+pub fn alltoall<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
     send: &[LocalRef<'_>],
@@ -146,7 +146,7 @@ pub fn alltoall<C: Communicator + ?Sized>(
 }
 
 /// The host engine's [`Collectives::alltoall_single`].
-pub fn alltoall_single<C: Communicator + ?Sized>(
+pub fn alltoall_single<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
     send: LocalRef<'_>,
@@ -188,7 +188,7 @@ pub fn alltoall_single<C: Communicator + ?Sized>(
 }
 
 /// The host engine's [`Collectives::broadcast`].
-pub fn broadcast<C: Communicator + ?Sized>(
+pub fn broadcast<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
     mut buf: LocalMut<'_>,
@@ -212,7 +212,7 @@ pub fn broadcast<C: Communicator + ?Sized>(
 }
 
 /// The host engine's [`Collectives::send`].
-pub fn send<C: Communicator + ?Sized>(
+pub fn send<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
     buf: LocalRef<'_>,
@@ -229,7 +229,7 @@ pub fn send<C: Communicator + ?Sized>(
 }
 
 /// The host engine's [`Collectives::recv`].
-pub fn recv<C: Communicator + ?Sized>(
+pub fn recv<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
     mut buf: LocalMut<'_>,
@@ -247,7 +247,7 @@ pub fn recv<C: Communicator + ?Sized>(
 }
 
 /// The host engine's [`Collectives::sendrecv`].
-pub fn sendrecv<C: Communicator + ?Sized>(
+pub fn sendrecv<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
     send: LocalRef<'_>,

@@ -41,7 +41,7 @@
 //! every member.
 
 use super::state::{fast_spins, ready, Ctx, Flag, Progress, SendPtr};
-use crate::backend::{Backend, SignalWidth};
+use crate::backend::{HostMapped, SignalWidth};
 use crate::error::{Error, Result};
 use crate::op::SignalOp;
 
@@ -78,18 +78,18 @@ pub const fn buffer_bytes(n: usize) -> usize {
 }
 
 /// Heap offset of `writer`'s slot for round `seq` (the same in every member's heap).
-fn slot_offset<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, writer: usize, seq: u64) -> usize {
+fn slot_offset<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, writer: usize, seq: u64) -> usize {
     ctx.st.ll.heap_offset() + (writer * 2 + (seq % 2) as usize) * SLOT_BYTES
 }
 
 /// The flag of `writer`'s message header for round `seq` in the caller's heap.
-pub fn header_flag<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, writer: usize, seq: u64) -> Flag {
+pub fn header_flag<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, writer: usize, seq: u64) -> Flag {
     Flag { writer, offset: slot_offset(ctx, writer, seq), value: seq, what: "small-message" }
 }
 
 /// Whether a call moving at most `bytes` per pair of members may take this path: the backend
 /// maps peers' heaps, and the size is within `SYMM_LL_MAX`.
-pub fn fits<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, bytes: usize) -> bool {
+pub fn fits<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, bytes: usize) -> bool {
     ctx.mapped.is_some() && bytes <= ctx.st.tun.ll_max
 }
 
@@ -127,7 +127,7 @@ enum Head {
 /// `ctx.mapped` is set (see [`fits`]); every `msg(j)` is valid for its bytes (at most
 /// [`MAX_BYTES`]), every `into(j)` for its bytes of writes (at most [`MAX_BYTES`]); what
 /// `check` accepts has `into`'s sizes.
-pub unsafe fn round<B: Backend + ?Sized>(
+pub unsafe fn round<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     sig: i64,
@@ -178,7 +178,7 @@ pub unsafe fn round<B: Backend + ?Sized>(
 ///
 /// # Safety
 /// `m.data` is valid for `m.bytes <= MAX_BYTES` reads; `bases` are the members' mapped heaps.
-unsafe fn send<B: Backend + ?Sized>(
+unsafe fn send<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     bases: &[SendPtr],
     j: usize,
@@ -210,7 +210,7 @@ unsafe fn send<B: Backend + ?Sized>(
 }
 
 /// Waits for member `j`'s header of round `seq`, or its round-protocol `READY` for the round.
-fn head<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, j: usize, seq: u64) -> Result<Head> {
+fn head<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, j: usize, seq: u64) -> Result<Head> {
     let small = header_flag(ctx, j, seq);
     let off = small.offset;
     let rounds = Flag { writer: j, offset: ctx.word_offset(j, ready(seq)), value: seq, what: "ready" };
@@ -244,7 +244,7 @@ fn head<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, j: usize, seq: u64) -> Result<Hea
 ///
 /// # Safety
 /// `dst` is valid for `bytes` writes; j's header for the round announced `bytes`.
-unsafe fn body<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, j: usize, seq: u64, dst: *mut u8, bytes: usize) {
+unsafe fn body<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, j: usize, seq: u64, dst: *mut u8, bytes: usize) {
     if bytes == 0 {
         return; // `dst` may be the null pointer of an empty buffer
     }

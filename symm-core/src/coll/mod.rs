@@ -1,8 +1,10 @@
-//! Collectives on symmetric memory, written once for every backend.
+//! Collectives: the contract every backend implements ([`Collectives`]), and the host engine
+//! ([`host`]), the implementation of backends whose ranks map their peers' heaps
+//! ([`HostMapped`]).
 //!
-//! [`Collectives`] is implemented for every [`Communicator`] (blanket impl): allreduce,
-//! reduce_scatter, allgather, alltoall (list and single-buffer forms), broadcast, send, recv
-//! and sendrecv, all group-aware. Arguments are validated on the calling rank; arguments that must agree
+//! The collectives are allreduce, reduce_scatter, allgather, alltoall (list and single-buffer
+//! forms), broadcast, send, recv and sendrecv, all group-aware. In the host engine, arguments
+//! are validated on the calling rank; arguments that must agree
 //! across ranks (counts, dtypes, ops, roots, low-precision formats) are compared in the first
 //! round of every call, so a disagreement is an error on every rank instead of a hang or
 //! corrupted data. Any memory is accepted: buffers inside the symmetric heap are read by peers
@@ -33,6 +35,7 @@ mod wait;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::backend::HostMapped;
 use crate::buffer::{LocalMut, LocalRef};
 use crate::comm::Communicator;
 use crate::dfx::{self, Op};
@@ -148,17 +151,14 @@ fn ranges_partially_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usi
 /// A member that cannot make its call (its arguments failed a check of its own) calls
 /// [`reject`] in its place, so that the others fail with `PeerRejected`.
 ///
-/// A backend implements it: with `impl Collectives for MyBackend {}` it takes the provided
-/// methods, the host engine of this module (collective rounds on a heap its ranks map, see the
-/// module documentation), and it overrides any collective it serves better itself (a device
-/// backend's kernels, a vendor library). Whatever a backend provides keeps this contract:
-/// the argument checks and errors of the provided methods, results bit-identical on every
+/// Each backend implements it: a backend whose ranks map their peers' heaps
+/// ([`HostMapped`](crate::backend::HostMapped)) forwards to the host engine ([`host`]), others
+/// bring their own (a device's kernels, a vendor library). Whatever a backend provides keeps
+/// this contract: the host engine's argument checks and errors, results bit-identical on every
 /// member, and bounded waits.
 pub trait Collectives: Communicator {
     /// In place: every member's `buf` becomes the reduction of all members' `buf`.
-    fn allreduce(&self, group: &Group, buf: LocalMut<'_>, op: ReduceOp, opts: &CollOptions) -> Result<()> {
-        host::allreduce(self, group, buf, op, opts)
-    }
+    fn allreduce(&self, group: &Group, buf: LocalMut<'_>, op: ReduceOp, opts: &CollOptions) -> Result<()>;
 
     /// Out of place: `output` becomes the reduction of every member's `input` (same length and
     /// dtype; the buffers are identical or disjoint).
@@ -169,9 +169,7 @@ pub trait Collectives: Communicator {
         output: LocalMut<'_>,
         op: ReduceOp,
         opts: &CollOptions,
-    ) -> Result<()> {
-        host::allreduce_into(self, group, input, output, op, opts)
-    }
+    ) -> Result<()>;
 
     /// `input` holds `group.size()` equal parts; member r's `output` becomes the reduction of
     /// part r over all members.
@@ -182,14 +180,10 @@ pub trait Collectives: Communicator {
         input: LocalRef<'_>,
         op: ReduceOp,
         opts: &CollOptions,
-    ) -> Result<()> {
-        host::reduce_scatter(self, group, output, input, op, opts)
-    }
+    ) -> Result<()>;
 
     /// Member r's `input` lands in part r of every member's `output` (`group.size()` parts).
-    fn allgather(&self, group: &Group, output: LocalMut<'_>, input: LocalRef<'_>, opts: &CollOptions) -> Result<()> {
-        host::allgather(self, group, output, input, opts)
-    }
+    fn allgather(&self, group: &Group, output: LocalMut<'_>, input: LocalRef<'_>, opts: &CollOptions) -> Result<()>;
 
     /// The RFC's alltoall: `send[i]` goes to group rank i; what rank i sends lands in `recv`
     /// at the sum of `recv_counts[..i]`, and must be exactly `recv_counts[i]` elements.
@@ -200,9 +194,7 @@ pub trait Collectives: Communicator {
         recv: LocalMut<'_>,
         recv_counts: &[usize],
         opts: &CollOptions,
-    ) -> Result<()> {
-        host::alltoall(self, group, send, recv, recv_counts, opts)
-    }
+    ) -> Result<()>;
 
     /// Single-buffer alltoall with split sizes: `send` holds `send_counts[i]` elements for rank
     /// i, back to back; `recv` receives `recv_counts[i]` from rank i, back to back.
@@ -214,32 +206,24 @@ pub trait Collectives: Communicator {
         recv: LocalMut<'_>,
         recv_counts: &[usize],
         opts: &CollOptions,
-    ) -> Result<()> {
-        host::alltoall_single(self, group, send, send_counts, recv, recv_counts, opts)
-    }
+    ) -> Result<()>;
 
     /// Every member's `buf` becomes group rank `root`'s `buf`. A broadcast of at most
     /// 256 bytes (8 KiB where ranks outnumber cores) returns at the root once its message is in
     /// every member's heap, without waiting for the members (up to 64 such broadcasts ahead of
     /// the slowest): a member whose arguments disagree with the root's fails, the root does not
     /// in that call but in a later collective of the group (see `docs/design.md`).
-    fn broadcast(&self, group: &Group, buf: LocalMut<'_>, root: usize, opts: &CollOptions) -> Result<()> {
-        host::broadcast(self, group, buf, root, opts)
-    }
+    fn broadcast(&self, group: &Group, buf: LocalMut<'_>, root: usize, opts: &CollOptions) -> Result<()>;
 
     /// Sends `buf` to group rank `dst`. Returns once the data is out of `buf`: buffered at the
     /// receiver for messages that fit its mailbox ([`eager_max_bytes`]), which therefore never
     /// wait for the receiver; larger ones stream as the receiver consumes them, or, when `buf`
     /// lies in the symmetric heap, are copied by the receiver straight out of `buf` (zero-copy).
-    fn send(&self, group: &Group, buf: LocalRef<'_>, dst: usize, opts: &CollOptions) -> Result<()> {
-        host::send(self, group, buf, dst, opts)
-    }
+    fn send(&self, group: &Group, buf: LocalRef<'_>, dst: usize, opts: &CollOptions) -> Result<()>;
 
     /// Receives into `buf` the next message from group rank `src`; it must have `buf`'s length
     /// and dtype (otherwise the message is consumed and an error names both).
-    fn recv(&self, group: &Group, buf: LocalMut<'_>, src: usize, opts: &CollOptions) -> Result<()> {
-        host::recv(self, group, buf, src, opts)
-    }
+    fn recv(&self, group: &Group, buf: LocalMut<'_>, src: usize, opts: &CollOptions) -> Result<()>;
 
     /// Sends `send` to group rank `dst` and receives into `recv` the next message from group
     /// rank `src`, both at once (MPI_Sendrecv, HcclBatchSendRecv with one send and one recv):
@@ -258,16 +242,21 @@ pub trait Collectives: Communicator {
         recv: LocalMut<'_>,
         src: usize,
         opts: &CollOptions,
-    ) -> Result<()> {
-        host::sendrecv(self, group, send, dst, recv, src, opts)
-    }
+    ) -> Result<()>;
+
+    /// Fails this member's next collective call of `group` (recorded as `op`) with the argument
+    /// error `e`, found by the caller before it could make the call (a language binding's own
+    /// checks): the members waiting in their collective fail at once with
+    /// [`Error::PeerRejected`] instead of a Timeout, and the group's rounds stay in step.
+    /// Returns the error (`InvalidArgument` with `e`, or `GroupError` for a non-member).
+    fn reject(&self, group: &Group, op: Op, e: ArgError) -> Result<()>;
 }
 
 /// Collective over `group`: sets up the group's collective workspace now rather than at its
 /// first collective. Backends call it for the world at start-up, so that send/recv between two
 /// ranks of the world never needs the other ranks; call it for a sub-group whose first use is
 /// a send/recv between some of its members.
-pub fn prepare<C: Communicator + ?Sized>(c: &C, group: &Group) -> Result<()> {
+pub fn prepare<C: Communicator + HostMapped + ?Sized>(c: &C, group: &Group) -> Result<()> {
     group.member().at(c.rank())?;
     CollState::of(c, group, None).map(|_| ())
 }
@@ -308,7 +297,7 @@ fn transport_format(
 /// Runs `f` as one call of `plan.op` with the group's collective state held: numbers the call,
 /// records it (flight recorder, statistics, log), runs the validation round in validation mode,
 /// and refuses a second thread driving the same group at the same time.
-fn with_ctx<C: Communicator + ?Sized, T>(
+fn with_ctx<C: Communicator + HostMapped + ?Sized, T>(
     c: &C,
     group: &Group,
     opts: &CollOptions,
@@ -320,7 +309,7 @@ fn with_ctx<C: Communicator + ?Sized, T>(
 }
 
 /// [`with_ctx`] with the group's collective state already looked up (the caller is a member).
-fn with_state<C: Communicator + ?Sized, T>(
+fn with_state<C: Communicator + HostMapped + ?Sized, T>(
     c: &C,
     group: &Group,
     st: &CollState,
@@ -453,7 +442,7 @@ fn with_state<C: Communicator + ?Sized, T>(
 /// their collective fail at once with [`Error::PeerRejected`] instead of a Timeout, and the
 /// group's round numbers stay in step. The collectives reject their own bad arguments the same
 /// way. Returns the error: `InvalidArgument` with `e`, or `GroupError` for a non-member.
-pub fn reject<C: Communicator + ?Sized>(c: &C, group: &Group, op: Op, e: ArgError) -> Result<()> {
+pub fn reject<C: Communicator + HostMapped + ?Sized>(c: &C, group: &Group, op: Op, e: ArgError) -> Result<()> {
     let rank = c.rank();
     group.member().at(rank)?;
     with_ctx(c, group, &CollOptions::default(), Plan::rejected(op), |ctx, p| {
@@ -470,7 +459,7 @@ pub fn reject<C: Communicator + ?Sized>(c: &C, group: &Group, op: Op, e: ArgErro
 /// # Safety
 /// `inp` valid for `len` reads and `out` for `len` writes of `dtype`; identical or disjoint.
 #[allow(clippy::too_many_arguments)] // the pieces of both allreduce forms
-unsafe fn run_allreduce<C: Communicator + ?Sized>(
+unsafe fn run_allreduce<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
     inp: *const u8,
@@ -495,7 +484,7 @@ unsafe fn run_allreduce<C: Communicator + ?Sized>(
 
 /// Validates the receive side of an alltoall whose send pieces (pointer, count, of `recv`'s
 /// dtype) are `sends`, one per group rank, and runs it.
-fn run_alltoall<C: Communicator + ?Sized>(
+fn run_alltoall<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
     sends: &[(*const u8, usize)],

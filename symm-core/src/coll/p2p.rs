@@ -45,7 +45,7 @@
 
 use super::copy::{copy, fence, Stores};
 use super::state::{Ctx, Flag, Progress, Tunables, ACK, MAIL_HEADER, MAIL_SLOTS};
-use crate::backend::{Backend, SignalWidth};
+use crate::backend::{HostMapped, SignalWidth};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::op::SignalOp;
@@ -62,7 +62,7 @@ pub fn eager_max_bytes(tun: &Tunables) -> usize {
     MAIL_SLOTS * payload_of(tun, usize::MAX)
 }
 
-fn slot_offset<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, sender: usize, k: u64) -> usize {
+fn slot_offset<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, sender: usize, k: u64) -> usize {
     let chunk = ctx.st.tun.mail_chunk;
     ctx.st.mail.heap_offset() + (sender * MAIL_SLOTS + ((k - 1) as usize % MAIL_SLOTS)) * chunk
 }
@@ -105,14 +105,14 @@ fn payload_of(tun: &Tunables, bytes: usize) -> usize {
 
 /// The flag of chunk `k` from `sender` (in the caller's mailbox): reached once the chunk is
 /// there.
-fn arrival<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, sender: usize, k: u64) -> Flag {
+fn arrival<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, sender: usize, k: u64) -> Flag {
     Flag { writer: sender, offset: slot_offset(ctx, sender, k), value: k, what: "mailbox" }
 }
 
 /// Whether `dst` has acknowledged chunk `k` of the caller's: from the value seen last, else
 /// from its `ACK` word (an acquire load: its last read of the slot or of a rendezvous buffer
 /// is ordered before what the caller does next).
-fn acked<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, dst: usize, k: u64) -> bool {
+fn acked<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, dst: usize, k: u64) -> bool {
     if p.acked[dst] < k {
         p.acked[dst] = ctx.read_word(dst, ACK) as u64;
     }
@@ -137,7 +137,7 @@ struct Outgoing {
 }
 
 impl Outgoing {
-    fn new<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, buf: *const u8, bytes: usize, dtype: DType, dst: usize) -> Self {
+    fn new<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, buf: *const u8, bytes: usize, dtype: DType, dst: usize) -> Self {
         let payload = payload_of(&ctx.st.tun, bytes);
         let rendezvous = if bytes > eager_max_bytes(&ctx.st.tun) { ctx.heap_offset_of(buf, bytes) } else { None };
         let dtype_word = i64::from(dtype.code()) | if rendezvous.is_some() { RENDEZVOUS } else { 0 };
@@ -172,7 +172,7 @@ impl Outgoing {
     ///
     /// # Safety
     /// `buf` is valid for `bytes` reads until [`Outgoing::done`].
-    unsafe fn step<B: Backend + ?Sized>(&mut self, ctx: &Ctx<'_, B>, p: &mut Progress) -> Result<bool> {
+    unsafe fn step<B: HostMapped + ?Sized>(&mut self, ctx: &Ctx<'_, B>, p: &mut Progress) -> Result<bool> {
         let (at, payload) = (payload_at(self.bytes), payload_of(&ctx.st.tun, self.bytes));
         let peer = ctx.group.ranks()[self.dst];
         let mut moved = false;
@@ -294,7 +294,12 @@ impl Incoming {
     ///
     /// # Safety
     /// `buf` is valid for `bytes` writes until [`Incoming::done`].
-    unsafe fn step<B: Backend + ?Sized>(&mut self, ctx: &Ctx<'_, B>, p: &mut Progress, piece: usize) -> Result<bool> {
+    unsafe fn step<B: HostMapped + ?Sized>(
+        &mut self,
+        ctx: &Ctx<'_, B>,
+        p: &mut Progress,
+        piece: usize,
+    ) -> Result<bool> {
         let base = ctx.base;
         let mut moved = false;
         loop {
@@ -385,7 +390,7 @@ impl Incoming {
 /// # Safety
 /// `dst` is valid for `len` writes and does not overlap the source, unless `j` is the caller
 /// itself (then any overlap is tolerated); the source range lies in `j`'s heap.
-unsafe fn copy_from_peer<B: Backend + ?Sized>(
+unsafe fn copy_from_peer<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     j: usize,
     offset: usize,
@@ -411,7 +416,7 @@ unsafe fn copy_from_peer<B: Backend + ?Sized>(
 ///
 /// # Safety
 /// `buf` is valid for `bytes` reads.
-pub unsafe fn send<B: Backend + ?Sized>(
+pub unsafe fn send<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     buf: *const u8,
@@ -434,7 +439,7 @@ pub unsafe fn send<B: Backend + ?Sized>(
 ///
 /// # Safety
 /// `buf` is valid for `bytes` writes.
-pub unsafe fn recv<B: Backend + ?Sized>(
+pub unsafe fn recv<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     buf: *mut u8,
@@ -466,7 +471,7 @@ pub unsafe fn recv<B: Backend + ?Sized>(
 /// `send_buf` is valid for `send_bytes` reads and `recv_buf` for `recv_bytes` writes; they do
 /// not overlap.
 #[allow(clippy::too_many_arguments)] // one send's and one receive's arguments
-pub unsafe fn sendrecv<B: Backend + ?Sized>(
+pub unsafe fn sendrecv<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     send_buf: *const u8,

@@ -38,7 +38,7 @@
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use crate::backend::{Backend, SignalWidth, WaitSite};
+use crate::backend::{HostMapped, SignalWidth, WaitSite};
 use crate::buffer::SymmBuffer;
 use crate::comm::SymmetricHeap;
 use crate::dfx::Started;
@@ -124,7 +124,7 @@ const FAST_SPINS: u32 = 512;
 const FAST_SPINS_SHARED: u32 = 16;
 
 /// Reads of a flag before a wait blocks, for `b`'s placement of ranks on cores.
-pub fn fast_spins<B: Backend + ?Sized>(b: &B) -> u32 {
+pub fn fast_spins<B: HostMapped + ?Sized>(b: &B) -> u32 {
     if b.waiters_share_cores() {
         FAST_SPINS_SHARED
     } else {
@@ -287,7 +287,7 @@ unsafe impl Sync for SendPtr {}
 impl CollState {
     /// The state of `group`, allocating the workspace collectively on first use (calling
     /// `before_blocking` first: see [`CollOptions::before_blocking`](super::CollOptions)).
-    pub fn of<'g, B: Backend + ?Sized>(
+    pub fn of<'g, B: HostMapped + ?Sized>(
         b: &B,
         group: &'g Group,
         before_blocking: Option<fn()>,
@@ -395,7 +395,7 @@ impl CollState {
 }
 
 /// One collective call's view of the group: who, where, how long to wait.
-pub struct Ctx<'a, B: Backend + ?Sized> {
+pub struct Ctx<'a, B: HostMapped + ?Sized> {
     pub b: &'a B,
     pub group: &'a Group,
     pub st: &'a CollState,
@@ -428,7 +428,7 @@ pub struct Ctx<'a, B: Backend + ?Sized> {
     pub diverged: std::cell::Cell<bool>,
 }
 
-impl<'a, B: Backend + ?Sized> Ctx<'a, B> {
+impl<'a, B: HostMapped + ?Sized> Ctx<'a, B> {
     /// A context for `op` in `group` (whose collective state is `st`).
     pub fn new(b: &'a B, group: &'a Group, st: &'a CollState, timeout: Duration, op: &'static str) -> Self {
         let (me, mapped, base) = (st.me, st.mapped.as_deref(), st.base.0);

@@ -28,7 +28,7 @@
 
 use super::algo::Call;
 use super::state::{ready, Ctx, Progress, CALLS, DONE, FACT_WORDS, LEN, MAX, RED, SIG, SRC};
-use crate::backend::Backend;
+use crate::backend::HostMapped;
 use crate::dfx::Op;
 use crate::dtype::DType;
 use crate::error::{Error, Result, TimeoutError};
@@ -96,7 +96,7 @@ fn op_text(word: i64) -> String {
 }
 
 /// One validation round (two for alltoall) before the call itself.
-pub fn round<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, plan: &Plan<'_>) -> Result<()> {
+pub fn round<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, plan: &Plan<'_>) -> Result<()> {
     let call = ctx.call;
     ctx.signal_all(CALLS, call)?;
     p.seq += 1;
@@ -171,7 +171,7 @@ pub fn round<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, plan: &Pla
 
 /// Second round of alltoall validation: every member publishes the first disagreeing pair it
 /// found, so that every member reports the same one (the lowest group rank's report).
-fn share_pair_verdict<B: Backend + ?Sized>(
+fn share_pair_verdict<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     p: &mut Progress,
     pair: Option<[usize; 4]>,
@@ -224,7 +224,7 @@ fn share_pair_verdict<B: Backend + ?Sized>(
 /// In validation mode, adds this member's collective call number to a mismatch raised by the
 /// call against a peer's validation round (rounds that do not line up show up there first; the
 /// peer's call number is already in the text, from its facts).
-pub fn annotate<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, e: &mut Error) {
+pub fn annotate<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, e: &mut Error) {
     if let Error::Mismatch { mine, theirs, .. } = e {
         if !ctx.p2p && theirs.contains(VALIDATION_TEXT) && !mine.contains("collective call #") {
             mine.push_str(&format!(" as collective call #{}", ctx.call));
@@ -234,7 +234,7 @@ pub fn annotate<B: Backend + ?Sized>(ctx: &Ctx<'_, B>, e: &mut Error) {
 
 /// Adds the call's sequence number and the peers whose flag of the same meaning has and has not
 /// `arrived` to a timeout of a wait on `writer`'s flag.
-pub fn explain_timeout<B: Backend + ?Sized>(
+pub fn explain_timeout<B: HostMapped + ?Sized>(
     ctx: &Ctx<'_, B>,
     t: &mut TimeoutError,
     writer: usize,

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use super::algo::Call;
 use super::eager;
 use super::state::{Ctx, FAILED};
-use crate::backend::{Backend, WaitSite};
+use crate::backend::{HostMapped, WaitSite};
 use crate::dfx::Op;
 use crate::error::{Error, Result, TimeoutError};
 
@@ -68,7 +68,7 @@ pub struct Flag {
 impl Flag {
     /// Whether the flag has reached its value (never waits). An acquire load: what the writer
     /// made visible before the flag is ordered before what the caller does next.
-    pub fn reached<B: Backend + ?Sized>(&self, ctx: &Ctx<'_, B>) -> bool {
+    pub fn reached<B: HostMapped + ?Sized>(&self, ctx: &Ctx<'_, B>) -> bool {
         ctx.read_at(self.offset) >= self.value as i64
     }
 }
@@ -96,7 +96,7 @@ const MAX_SLICE: Duration = Duration::from_millis(16);
 const HEALTH_EVERY: Duration = Duration::from_secs(1);
 const HEALTH_SLICE: Duration = Duration::from_millis(150);
 
-impl<B: Backend + ?Sized> Ctx<'_, B> {
+impl<B: HostMapped + ?Sized> Ctx<'_, B> {
     /// Waits until any of `flags` reaches its value, without ever blocking on one alone for
     /// long (another may be the one that moves).
     ///
