@@ -63,6 +63,11 @@ fn options(transport: Transport) -> CollOptions {
     CollOptions { transport, before_blocking: Some(release_gil), ..CollOptions::default() }
 }
 
+/// The options of an asynchronous call: `transport`; the stream's thread holds no GIL.
+pub(crate) fn async_options(transport: Transport) -> CollOptions {
+    CollOptions { transport, ..CollOptions::default() }
+}
+
 impl PyCommunicator {
     /// Rejects this rank's part in `g`'s next collective (recorded as `op`) for the argument
     /// error `e` the binding found ([`symm_core::coll::reject`]): the members waiting in it fail

@@ -16,7 +16,7 @@ use symm_core::bootstrap::JobSecret;
 use symm_core::buffer::{check_dtype, check_range};
 use symm_core::{
     ArgError, AtRank, Backend, Bootstrap, CmpOp, Communicator, DType, Error, Group, GroupError, HeapError, LocalMut,
-    LocalRef, Rank, SignalOp, SymmBuffer, SymmetricHeap,
+    LocalRef, Rank, SignalOp, StreamCommunicator, SymmBuffer, SymmetricHeap,
 };
 use symm_sim::{SimComm, SimConfig};
 
@@ -24,6 +24,7 @@ use crate::errors::{self, invalid, IntoPyResult};
 use crate::fast::{self, FastSpec};
 use crate::registry::{Miss, Registry};
 use crate::store::PyStore;
+use crate::work::{AsyncOps, Held, PyWork};
 
 /// A communicator and the allocations reachable from Python. Heap blocks hold it too, so the
 /// heap stays mapped while any tensor still points into it.
@@ -31,6 +32,8 @@ use crate::store::PyStore;
 pub(crate) struct Shared {
     comm: SimComm,
     registry: Registry,
+    /// The asynchronous operations (`async_op=True`) and their stream.
+    asyncs: AsyncOps,
 }
 
 /// A tensor as the platform adapter describes it:
@@ -199,7 +202,7 @@ pub(crate) fn code_arg<T: std::str::FromStr<Err = ArgError>>(
 const MAX_WAIT: Duration = Duration::from_secs(1_000_000_000);
 
 /// A timeout: None (the default bound), seconds (int or float), or a `datetime.timedelta`.
-fn timeout_arg(py: Python<'_>, rank: Rank, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
+pub(crate) fn timeout_arg(py: Python<'_>, rank: Rank, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
     let parsed = match obj.extract::<f64>() {
         Ok(secs) => Duration::try_from_secs_f64(secs).ok(),
@@ -224,6 +227,28 @@ impl PyCommunicator {
 
     pub(crate) fn rank_id(&self) -> Rank {
         self.sh.comm.rank()
+    }
+
+    /// Its asynchronous operations.
+    #[inline(always)]
+    pub(crate) fn asyncs(&self) -> &AsyncOps {
+        &self.sh.asyncs
+    }
+
+    /// The tensors an asynchronous put, get or put-with-signal holds (`hold`: the local tensor
+    /// `src` first, its work's result, then the symmetric ones), `src`'s memory as `local`.
+    fn held(&self, hold: Vec<Bound<'_, PyAny>>, local: Local) -> Vec<Held> {
+        let none = Local { len: 0, ..local };
+        let arg = |i: usize| if i == 0 { "src" } else { "target" };
+        hold.into_iter()
+            .enumerate()
+            .map(|(i, obj)| Held {
+                arg: arg(i),
+                entry: None,
+                obj: obj.unbind(),
+                local: if i == 0 { local } else { none },
+            })
+            .collect()
     }
 
     /// Checks a tensor the operation reads or writes locally: host memory, contiguous, a
@@ -347,6 +372,7 @@ impl PyCommunicator {
             check_range("src_offset/size", t.src_offset, t.size, t.src.len).at(me)
         };
         check().py(py)?;
+        self.asyncs().check(py, self.comm(), "src", None, &t.src)?;
         Ok(t)
     }
 }
@@ -547,11 +573,13 @@ impl PyCommunicator {
     }
 
     /// Copies `size` elements of local `src` (from `src_offset`) into `target_rank`'s copy of
-    /// the symmetric `target` at `target_offset`. Returns once the data is in the peer's heap.
-    #[allow(clippy::too_many_arguments)] // shmem_put's six arguments plus the group
-    #[pyo3(signature = (group, target, target_offset, src, src_offset, size, target_rank))]
+    /// the symmetric `target` at `target_offset`. Returns once the data is in the peer's heap;
+    /// with `hold` (the tensors `src`, then `target`, which the work holds), at once with the
+    /// work of the copy, enqueued on the communicator's stream.
+    #[allow(clippy::too_many_arguments)] // shmem_put's six arguments plus the group and hold
+    #[pyo3(signature = (group, target, target_offset, src, src_offset, size, target_rank, hold=None))]
     fn put(
-        &self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         group: &Bound<'_, PyGroup>,
         target: Desc,
@@ -560,10 +588,24 @@ impl PyCommunicator {
         src_offset: &Bound<'_, PyAny>,
         size: &Bound<'_, PyAny>,
         target_rank: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+        hold: Option<Vec<Bound<'_, PyAny>>>,
+    ) -> PyResult<Option<Py<PyWork>>> {
+        let this = slf.get();
         let g = &group.get().g;
-        let x = self.transfer(py, g, &target, target_offset, &src, src_offset, size, target_rank)?;
-        let comm = self.comm();
+        let x = this.transfer(py, g, &target, target_offset, &src, src_offset, size, target_rank)?;
+        let comm = this.comm();
+        if let Some(hold) = hold {
+            let (to, so, n, tr) = (x.target_offset, x.src_offset, x.size, x.target_rank as usize);
+            return this
+                .asyncs()
+                .start(slf, "put", this.held(hold, x.src), &["src"], |c, s| {
+                    // SAFETY: `x.src` describes the `src` tensor, which the work holds until the copy
+                    // has completed (the caller neither writes nor resizes it meanwhile: the
+                    // contract of an operation in flight); the copy only reads it.
+                    unsafe { c.put_on(s, g, &x.target, to, x.src.reader(), so, n, tr) }.map(|w| w.event())
+                })
+                .map(Some);
+        }
         py.detach(|| {
             // SAFETY: `x.src` describes the `src` tensor, held by the caller for this call (the
             // `Desc` contract), which the copy only reads.
@@ -571,15 +613,17 @@ impl PyCommunicator {
             comm.put(g, &x.target, x.target_offset, src, x.src_offset, x.size, x.target_rank as usize)
         })
         .py(py)
+        .map(|()| None)
     }
 
     /// Copies `size` elements of `target_rank`'s copy of the symmetric `target` (from
     /// `target_offset`) into local `src` at `src_offset` (`src` is the destination, as in
-    /// HyperParallel's `shmem_get`). Returns once the data is in `src`.
-    #[allow(clippy::too_many_arguments)] // shmem_get's six arguments plus the group
-    #[pyo3(signature = (group, target, target_offset, src, src_offset, size, target_rank))]
+    /// HyperParallel's `shmem_get`). Returns once the data is in `src`; with `hold`, at once
+    /// with its work (as `put`).
+    #[allow(clippy::too_many_arguments)] // shmem_get's six arguments plus the group and hold
+    #[pyo3(signature = (group, target, target_offset, src, src_offset, size, target_rank, hold=None))]
     fn get(
-        &self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         group: &Bound<'_, PyGroup>,
         target: Desc,
@@ -588,10 +632,24 @@ impl PyCommunicator {
         src_offset: &Bound<'_, PyAny>,
         size: &Bound<'_, PyAny>,
         target_rank: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+        hold: Option<Vec<Bound<'_, PyAny>>>,
+    ) -> PyResult<Option<Py<PyWork>>> {
+        let this = slf.get();
         let g = &group.get().g;
-        let x = self.transfer(py, g, &target, target_offset, &src, src_offset, size, target_rank)?;
-        let comm = self.comm();
+        let x = this.transfer(py, g, &target, target_offset, &src, src_offset, size, target_rank)?;
+        let comm = this.comm();
+        if let Some(hold) = hold {
+            let (to, so, n, tr) = (x.target_offset, x.src_offset, x.size, x.target_rank as usize);
+            return this
+                .asyncs()
+                .start(slf, "get", this.held(hold, x.src), &["src"], |c, s| {
+                    // SAFETY: `x.src` describes the `src` tensor, which the work holds, and which
+                    // nothing else uses, until the copy into it has completed (the contract of an
+                    // operation in flight).
+                    unsafe { c.get_on(s, g, x.src.writer(), so, &x.target, to, n, tr) }.map(|w| w.event())
+                })
+                .map(Some);
+        }
         py.detach(|| {
             // SAFETY: `x.src` describes the `src` tensor, held by the caller for this call (the
             // `Desc` contract); the caller does not touch it while the call copies into it (the
@@ -600,6 +658,7 @@ impl PyCommunicator {
             comm.get(g, dst, x.src_offset, &x.target, x.target_offset, x.size, x.target_rank as usize)
         })
         .py(py)
+        .map(|()| None)
     }
 
     /// Atomically sets (`signal_op` 0 / `"set"`) or adds (1 / `"add"`) `signal_value` to
@@ -628,11 +687,12 @@ impl PyCommunicator {
     }
 
     /// `put`, then `signal_op` on the same target rank; the data is visible to the target
-    /// before the signal is.
-    #[allow(clippy::too_many_arguments)] // shmem_put_with_signal's ten arguments plus the group
-    #[pyo3(signature = (group, target, target_offset, src, src_offset, size, signal, signal_offset, signal_value, signal_op, target_rank))]
+    /// before the signal is. With `hold` (`src`, `target`, `signal`), at once with its work
+    /// (as `put`).
+    #[allow(clippy::too_many_arguments)] // shmem_put_with_signal's ten arguments plus the group and hold
+    #[pyo3(signature = (group, target, target_offset, src, src_offset, size, signal, signal_offset, signal_value, signal_op, target_rank, hold=None))]
     fn put_with_signal(
-        &self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         group: &Bound<'_, PyGroup>,
         target: Desc,
@@ -645,15 +705,30 @@ impl PyCommunicator {
         signal_value: &Bound<'_, PyAny>,
         signal_op: &Bound<'_, PyAny>,
         target_rank: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let me = self.rank_id();
+        hold: Option<Vec<Bound<'_, PyAny>>>,
+    ) -> PyResult<Option<Py<PyWork>>> {
+        let this = slf.get();
+        let me = this.rank_id();
         let g = &group.get().g;
-        let x = self.transfer(py, g, &target, target_offset, &src, src_offset, size, target_rank)?;
-        let sig = self.symmetric(py, &signal, "signal")?;
+        let x = this.transfer(py, g, &target, target_offset, &src, src_offset, size, target_rank)?;
+        let sig = this.symmetric(py, &signal, "signal")?;
         let off = count_arg(py, me, "signal_offset", signal_offset)?;
         let value = int_arg(py, me, "signal_value", signal_value)?;
         let op = code_arg(py, me, "signal_op", signal_op, SignalOp::from_code)?;
-        let comm = self.comm();
+        let comm = this.comm();
+        if let Some(hold) = hold {
+            let (to, so, n, tr) = (x.target_offset, x.src_offset, x.size, x.target_rank as usize);
+            return this
+                .asyncs()
+                .start(slf, "put_with_signal", this.held(hold, x.src), &["src"], |c, s| {
+                    // SAFETY: as in `put`.
+                    unsafe {
+                        c.put_with_signal_on(s, g, &x.target, to, x.src.reader(), so, n, &sig, off, value, op, tr)
+                    }
+                    .map(|w| w.event())
+                })
+                .map(Some);
+        }
         py.detach(|| {
             // SAFETY: as in `put`: `x.src` describes the caller's tensor `src`, only read.
             let src = unsafe { x.src.reader() };
@@ -661,6 +736,7 @@ impl PyCommunicator {
             comm.put_with_signal(g, &x.target, to, src, so, n, &sig, off, value, op, tr)
         })
         .py(py)
+        .map(|()| None)
     }
 
     /// Blocks until this rank's `signal[signal_offset] <compare_op> compare_value` holds, or
@@ -981,7 +1057,7 @@ pub fn init(
     };
     let boot = Bootstrap::new(me, n, store, prefix, config.timeout).with_secret(secret);
     let comm = py.detach(|| SimComm::init(&boot, config)).py(py)?;
-    Ok(PyCommunicator { sh: Arc::new(Shared { comm, registry: Registry::default() }) })
+    Ok(PyCommunicator { sh: Arc::new(Shared { comm, registry: Registry::default(), asyncs: AsyncOps::default() }) })
 }
 
 /// The dtype names the library moves (canonical spelling).

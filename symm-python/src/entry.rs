@@ -6,6 +6,8 @@
 //! that do not bind, then [`Kind::call`], the native full path), whose name and documentation
 //! the entry point shares, with the signature of the table's row.
 
+use std::cell::RefCell;
+
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::ffi;
 use pyo3::intern;
@@ -13,19 +15,21 @@ use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCFunction, PyString, PyTuple};
-use symm_core::{Group, ReduceOp, Transport};
+use symm_core::{Event, Group, ReduceOp, Stream, Transport};
+use symm_sim::SimComm;
 
 use crate::coll::{group_rank_arg, low_precision_arg, op_arg};
 use crate::comm::{repr, Desc, Local, PyCommunicator, PyGroup};
 use crate::errors::invalid;
 use crate::fast::FAST;
 use crate::ops::{bindings, Kind};
+use crate::work::{self, Held, PyWork};
 
 /// The number of collectives in the table.
 const KINDS: usize = Kind::ALL.len();
 
 /// The most parameters of a [`Kind`].
-pub(crate) const MAX_PARAMS: usize = 5;
+pub(crate) const MAX_PARAMS: usize = 6;
 
 /// A call's arguments by parameter position, borrowed from the caller (`None`: not given, the
 /// default applies).
@@ -172,7 +176,7 @@ impl Kind {
     /// The binding's body, for the calls the entry point hands over: symm's state (started on
     /// first use), the group resolved by the platform, the profiler range opened while the
     /// framework's profiler records, then the full arm of the table ([`Kind::full`]).
-    pub(crate) fn call(self, py: Python<'_>, a: &Args<'_, '_>) -> PyResult<()> {
+    pub(crate) fn call(self, py: Python<'_>, a: &Args<'_, '_>) -> PyResult<Py<PyAny>> {
         static API: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
         let api = API.get_or_try_init(py, || py.import("symm._api").map(Bound::unbind))?.bind(py);
         let st = api.call_method0(intern!(py, "_current"))?;
@@ -181,17 +185,28 @@ impl Kind {
         let g = api.call_method1(intern!(py, "_native_group"), (&st, &group))?.cast_into::<PyGroup>()?;
         let comm = st.getattr(intern!(py, "comm"))?.cast_into::<PyCommunicator>()?;
         comm.get().member_of(py, g.get().group())?;
+        let async_op = match param("async_op") {
+            Some(v) => v.is_truthy()?,
+            None => false,
+        };
+        // Completed asynchronous work releases its tensors (and lets later calls take the fast
+        // arm again).
+        let asyncs = comm.get().asyncs();
+        if asyncs.any() {
+            asyncs.sweep(comm.get().comm());
+        }
         let range =
             api.call_method1(intern!(py, "_profile_range"), (&st, self.op().name(), param(self.profiled()), &group))?;
         let open = !range.is_none();
         if open {
             range.call_method0(intern!(py, "__enter__"))?;
         }
-        let r = self.full(py, &Full { kind: self, api, st, comm, group: g }, a);
+        let full = Full { kind: self, api, st, comm, group: g, async_op, held: RefCell::new(Vec::new()) };
+        let r = self.full(py, &full, a);
         if open {
             range.call_method1(intern!(py, "__exit__"), (py.None(), py.None(), py.None()))?;
         }
-        r
+        Ok(r?.map_or_else(|| py.None(), Py::into_any))
     }
 }
 
@@ -206,6 +221,10 @@ pub(crate) struct Full<'py> {
     st: Bound<'py, PyAny>,
     comm: Bound<'py, PyCommunicator>,
     group: Bound<'py, PyGroup>,
+    /// `async_op=True`: the call enqueues the operation and returns its work.
+    async_op: bool,
+    /// The tensors converted so far, which an asynchronous call holds until it completes.
+    held: RefCell<Vec<Held>>,
 }
 
 impl<'py> Full<'py> {
@@ -228,18 +247,64 @@ impl<'py> Full<'py> {
         self.api.call_method1(name, (&self.st, value, arg))
     }
 
+    /// Runs the call: `blocking` (after the group's stream work, with the GIL released), or
+    /// with `async_op=True` `enqueue` (given the communicator, its stream and the group), whose
+    /// work holds every tensor converted and completes its future with those of `outputs`.
+    pub(crate) fn run(
+        &self,
+        outputs: &[&str],
+        blocking: impl FnOnce() -> PyResult<()>,
+        enqueue: impl FnOnce(&SimComm, &Stream, &Group) -> symm_core::Result<Event>,
+    ) -> PyResult<Option<Py<PyWork>>> {
+        let (py, g) = (self.comm.py(), self.group());
+        if !self.async_op {
+            if self.comm().asyncs().any() {
+                work::settle(py, self.comm().comm(), g, self.kind.op().name())?;
+            }
+            return blocking().map(|()| None);
+        }
+        let held = self.held.take();
+        self.comm().asyncs().start(&self.comm, self.kind.op().name(), held, outputs, |c, s| enqueue(c, s, g)).map(Some)
+    }
+
+    /// Checks `local` (argument `arg`, entry `entry`, given as `obj`) against the tensors in
+    /// flight and, for an asynchronous call, keeps it to hold.
+    fn hold(
+        &self,
+        obj: Option<Bound<'py, PyAny>>,
+        arg: &'static str,
+        entry: Option<usize>,
+        local: Local,
+    ) -> PyResult<Local> {
+        let (py, comm) = (self.comm.py(), self.comm());
+        comm.asyncs().check(py, comm.comm(), arg, entry, &local)?;
+        if let Some(obj) = obj.filter(|_| self.async_op) {
+            self.held.borrow_mut().push(Held { arg, entry, obj: obj.unbind(), local });
+        }
+        Ok(local)
+    }
+
     /// A tensor argument (`symm._api._desc`: not freed, a tensor of the platform).
     pub(crate) fn tensor(&self, value: Option<Borrowed<'_, 'py, PyAny>>, arg: &'static str) -> PyResult<Local> {
         let py = self.comm.py();
-        self.checked(self.helper("_desc", value, arg).and_then(|d| self.comm().local(py, &d.extract()?, arg)))
+        let local = self.helper("_desc", value, arg).and_then(|d| self.comm().local(py, &d.extract()?, arg));
+        self.checked(local.and_then(|l| self.hold(value.map(|v| v.to_owned()), arg, None, l)))
     }
 
     /// A list of tensors (`symm._api._descs`).
     pub(crate) fn tensors(&self, value: Option<Borrowed<'_, 'py, PyAny>>, arg: &'static str) -> PyResult<Vec<Local>> {
         let py = self.comm.py();
         let descs = self.helper("_descs", value, arg).and_then(|d| d.extract::<Vec<Desc>>());
-        let locals =
-            descs.and_then(|d| d.iter().enumerate().map(|(i, d)| self.comm().local_at(py, d, arg, Some(i))).collect());
+        let locals = descs.and_then(|d| {
+            d.iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    let l = self.comm().local_at(py, d, arg, Some(i))?;
+                    // `_descs` accepts only a list or a tuple: the value has the items described.
+                    self.hold(value.and_then(|v| v.get_item(i).ok()), arg, Some(i), l)
+                })
+                .collect()
+        });
         self.checked(locals)
     }
 

@@ -22,6 +22,8 @@
 //! - [`errors`]: one exception class per error code, all under `symm.SymmError`.
 //! - [`dfx`]: diagnostics: logging into `logging`, statistics, flight-recorder dumps.
 //! - [`registry`]: live allocations by heap offset (recognising symmetric tensors).
+//! - [`work`]: asynchronous operations (`async_op=True`): their stream, `Work`, the tensors
+//!   in flight.
 //! - [`perf`]: the memory-bandwidth bound of `symm.perf`.
 //! - [`rendezvous`]: `rendezvous`'s check that every member passes the same symmetric tensor.
 
@@ -37,6 +39,7 @@ mod registry;
 mod rendezvous;
 mod store;
 mod tensor;
+mod work;
 
 use pyo3::prelude::*;
 
@@ -50,6 +53,7 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<comm::PyCommunicator>()?;
     m.add_class::<comm::PyGroup>()?;
     m.add_class::<comm::HeapBlock>()?;
+    m.add_class::<work::PyWork>()?;
     m.add_function(wrap_pyfunction!(comm::init, m)?)?;
     m.add_function(wrap_pyfunction!(perf::memory_bound, m)?)?;
     entry::register(m)?;

@@ -24,11 +24,13 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCFunction, PyInt, PyList, PySequence, PyString, PyTuple};
 use symm_core::dfx::Op;
-use symm_core::{Group, ReduceOp, Transport};
+use symm_core::{Group, LocalRef, ReduceOp, StreamCollectives, Transport};
 
+use crate::coll::async_options;
 use crate::entry::{Args, Full, Given, MAX_PARAMS};
 use crate::fast::{Fast, FastSpec};
 use crate::tensor::int_element;
+use crate::work::PyWork;
 
 /// Declares the table: the [`Kind`] of every collective (named as its [`Op`]) with its
 /// parameters, defaults, stub and profiled argument, its fast arm (`|py, spec, comm, args| {
@@ -103,11 +105,19 @@ macro_rules! collectives {
             /// Runs the call when it is the common case and returns true; returns false having
             /// done nothing otherwise.
             pub(crate) fn try_fast(self, py: Python<'_>, fast: &Fast, a: &Args<'_, '_>) -> PyResult<bool> {
+                let comm = fast.comm.get();
+                // `async_op` (the last parameter) given and not `False`, or asynchronous work in
+                // flight (whose tensors a call must not use unchecked, and whose group's host
+                // calls wait for it): the full arm.
+                let async_op = a[self.params().len() - 1];
+                // SAFETY: `Py_False` is the address of the `False` singleton.
+                if async_op.is_some_and(|v| v.as_ptr() != unsafe { ffi::Py_False() }) || comm.asyncs().any() {
+                    return Ok(false);
+                }
                 let f = &fast.spec;
                 if f.profiling(py) {
                     return Ok(false);
                 }
-                let comm = fast.comm.get();
                 match self {
                     $(Kind::$kind => {
                         let ($py, $f, $comm, $a) = (py, f, comm, a);
@@ -118,7 +128,7 @@ macro_rules! collectives {
             }
 
             /// The full arm: any call, its group resolved and its profiler range open.
-            pub(crate) fn full(self, py: Python<'_>, c: &Full<'_>, a: &Args<'_, '_>) -> PyResult<()> {
+            pub(crate) fn full(self, py: Python<'_>, c: &Full<'_>, a: &Args<'_, '_>) -> PyResult<Option<Py<PyWork>>> {
                 match self {
                     $(Kind::$kind => {
                         let ($fpy, $c, $fa) = (py, c, a);
@@ -132,7 +142,7 @@ macro_rules! collectives {
             $(#[doc = $doc])*
             #[pyfunction]
             #[pyo3(signature = ($($req,)+ $($($opt = Given(None),)+)?))]
-            fn $name<'py>(py: Python<'py>, $($req: Bound<'py, PyAny>,)+ $($($opt: Given<'py>,)+)?) -> PyResult<()> {
+            fn $name<'py>(py: Python<'py>, $($req: Bound<'py, PyAny>,)+ $($($opt: Given<'py>,)+)?) -> PyResult<Py<PyAny>> {
                 let given = [$(Some($req.as_borrowed()),)+ $($($opt.0.as_ref().map(Bound::as_borrowed),)+)?];
                 let mut a: Args<'_, '_> = [None; MAX_PARAMS];
                 a[..given.len()].copy_from_slice(&given);
@@ -169,17 +179,25 @@ collectives! {
     ///         precision whatever the default. ``None``: the default from
     ///         ``SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE`` (unset, or a tensor of another dtype: full
     ///         precision).
+    ///     async_op: True: check the arguments, enqueue the operation on the communicator's stream
+    ///         and return a ``symm.Work`` at once (``wait``, ``is_completed``, ``get_future``); the
+    ///         tensor belongs to the operation until it has completed (the work holds it; do not
+    ///         use it before ``wait()``). False (default): blocking, returns None.
     ///
     /// Raises:
-    ///     InvalidArgument: a bad tensor, op or format (on this rank; the others get PeerRejected).
+    ///     InvalidArgument: a bad tensor, op or format (on this rank, at the call; the others get
+    ///         PeerRejected, from ``wait()`` when asynchronous). With ``SYMM_VALIDATE=1``: a tensor
+    ///         overlapping one of an asynchronous operation still in flight.
     ///     Mismatch: the members disagree on count, dtype, op or format (on every member).
     ///     GroupError: this rank is not a member. Timeout: a member did not come in time.
-    AllReduce => fn shmem_allreduce(tensor; op = "'sum'", group = "None", low_precision_dtype = "None")
+    ///     Asynchronously, what the collective itself finds (Mismatch, Timeout, PeerLost) is
+    ///     raised by the work's ``wait()``, with the blocking form's class and message.
+    AllReduce => fn shmem_allreduce(tensor; op = "'sum'", group = "None", low_precision_dtype = "None", async_op = "False")
         stub "tensor: torch.Tensor, op: ReduceOp = 'sum', group: GroupLike = None, \
-              low_precision_dtype: LowPrecision = None",
+              low_precision_dtype: LowPrecision = None, async_op: bool = False",
         profiled tensor,
         fast |py, f, comm, a| {
-            let [Some(tensor), op, g, lp, _] = a else { return Ok(false) };
+            let [Some(tensor), op, g, lp, ..] = a else { return Ok(false) };
             let Some(op) = reduce_op(op.as_deref()).filter(|_| no_format(lp)) else { return Ok(false) };
             let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
             let Some(t) = f.tensors.tensor(tensor) else { return Ok(false) };
@@ -187,7 +205,11 @@ collectives! {
         }
         full |py, c, a| {
             let (t, op, lp) = (c.tensor(a[0], "tensor")?, c.op(a[1])?, c.low_precision(a[3])?);
-            c.comm().run_allreduce(py, c.group(), t, op, lp)
+            c.run(&["tensor"], || c.comm().run_allreduce(py, c.group(), t, op, lp), |comm, s, g| {
+                // SAFETY: `t` is the memory of the call's tensor, which the work holds, and which
+                // nothing else uses, until the operation has completed (the caller's contract).
+                unsafe { comm.allreduce_on(s, g, t.writer(), op, &async_options(lp)) }.map(|w| w.event())
+            })
         }
 
     /// ``input_tensor`` holds ``group_size`` equal parts (in flat element order); group rank r's
@@ -195,15 +217,17 @@ collectives! {
     ///
     /// Collective over ``group``. ``input_tensor.numel()`` must be ``group_size *
     /// output_tensor.numel()`` and both have the same dtype. ``output_tensor`` may be this rank's
-    /// own part of ``input_tensor`` (in place) or disjoint from it. ``op`` and
-    /// ``low_precision_dtype`` as in ``shmem_allreduce``.
+    /// own part of ``input_tensor`` (in place) or disjoint from it. ``op``,
+    /// ``low_precision_dtype`` and ``async_op`` as in ``shmem_allreduce``.
     ReduceScatter =>
-        fn shmem_reduce_scatter(output_tensor, input_tensor; op = "'sum'", group = "None", low_precision_dtype = "None")
+        fn shmem_reduce_scatter(
+            output_tensor, input_tensor; op = "'sum'", group = "None", low_precision_dtype = "None", async_op = "False"
+        )
         stub "output_tensor: torch.Tensor, input_tensor: torch.Tensor, op: ReduceOp = 'sum', group: GroupLike = None, \
-              low_precision_dtype: LowPrecision = None",
+              low_precision_dtype: LowPrecision = None, async_op: bool = False",
         profiled input_tensor,
         fast |py, f, comm, a| {
-            let [Some(output), Some(input), op, g, lp] = a else { return Ok(false) };
+            let [Some(output), Some(input), op, g, lp, _] = a else { return Ok(false) };
             let Some(op) = reduce_op(op.as_deref()).filter(|_| no_format(lp)) else { return Ok(false) };
             let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
             let (Some(o), Some(i)) = (f.tensors.tensor(output), f.tensors.tensor(input)) else { return Ok(false) };
@@ -212,7 +236,12 @@ collectives! {
         full |py, c, a| {
             let (o, i) = (c.tensor(a[0], "output_tensor")?, c.tensor(a[1], "input_tensor")?);
             let (op, lp) = (c.op(a[2])?, c.low_precision(a[4])?);
-            c.comm().run_reduce_scatter(py, c.group(), o, i, op, lp)
+            c.run(&["output_tensor"], || c.comm().run_reduce_scatter(py, c.group(), o, i, op, lp), |comm, s, g| {
+                // SAFETY: as in `shmem_allreduce`, for both tensors (the core checks that they are
+                // identical parts or disjoint).
+                unsafe { comm.reduce_scatter_on(s, g, o.writer(), i.reader(), op, &async_options(lp)) }
+                    .map(|w| w.event())
+            })
         }
 
     /// Every member's ``output_tensor`` becomes the concatenation, in group-rank order, of the
@@ -221,8 +250,9 @@ collectives! {
     /// Collective over ``group``. ``output_tensor.numel()`` must be ``group_size *
     /// input_tensor.numel()`` (the flat layout: with contiguous tensors, the concatenation along
     /// dim 0); same dtype. ``input_tensor`` may be this rank's own part of ``output_tensor``.
-    AllGather => fn shmem_allgather(output_tensor, input_tensor; group = "None")
-        stub "output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: GroupLike = None",
+    /// ``async_op`` as in ``shmem_allreduce``.
+    AllGather => fn shmem_allgather(output_tensor, input_tensor; group = "None", async_op = "False")
+        stub "output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: GroupLike = None, async_op: bool = False",
         profiled input_tensor,
         fast |py, f, comm, a| {
             let [Some(output), Some(input), g, ..] = a else { return Ok(false) };
@@ -232,7 +262,11 @@ collectives! {
         }
         full |py, c, a| {
             let (o, i) = (c.tensor(a[0], "output_tensor")?, c.tensor(a[1], "input_tensor")?);
-            c.comm().run_allgather(py, c.group(), o, i)
+            c.run(&["output_tensor"], || c.comm().run_allgather(py, c.group(), o, i), |comm, s, g| {
+                // SAFETY: as in `shmem_reduce_scatter`.
+                unsafe { comm.allgather_on(s, g, o.writer(), i.reader(), &async_options(Transport::Default)) }
+                    .map(|w| w.event())
+            })
         }
 
     /// Personalised exchange: ``send_tensor_list[i]`` goes to group rank i; what group rank i
@@ -248,12 +282,14 @@ collectives! {
     ///     receive_list: the element count received from each group rank: a sequence of ints or a
     ///         1-D integer tensor. Each must equal what that rank sends here (Mismatch, raised by
     ///         the ranks whose count disagrees, otherwise).
-    AllToAll => fn shmem_alltoall(send_tensor_list, receive_tensor, receive_list; group = "None")
+    ///     async_op: as in ``shmem_allreduce`` (every tensor belongs to the operation until it
+    ///         has completed).
+    AllToAll => fn shmem_alltoall(send_tensor_list, receive_tensor, receive_list; group = "None", async_op = "False")
         stub "send_tensor_list: Sequence[torch.Tensor], receive_tensor: torch.Tensor, \
-              receive_list: Union[Sequence[IntLike], torch.Tensor], group: GroupLike = None",
+              receive_list: Union[Sequence[IntLike], torch.Tensor], group: GroupLike = None, async_op: bool = False",
         profiled send_tensor_list,
         fast |py, f, comm, a| {
-            let [Some(sends), Some(receive), Some(receive_list), g, _] = a else { return Ok(false) };
+            let [Some(sends), Some(receive), Some(receive_list), g, ..] = a else { return Ok(false) };
             let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
             let n = g.get().size();
             let Some(r) = f.tensors.tensor(receive) else { return Ok(false) };
@@ -269,13 +305,23 @@ collectives! {
         full |py, c, a| {
             let sends = c.tensors(a[0], "send_tensor_list")?;
             let (r, counts) = (c.tensor(a[1], "receive_tensor")?, c.counts(a[2], "receive_list")?);
-            c.comm().run_alltoall(py, c.group(), &sends, r, &counts)
+            c.run(&["receive_tensor"], || c.comm().run_alltoall(py, c.group(), &sends, r, &counts), |comm, s, g| {
+                // SAFETY: as in `shmem_allreduce`, for every tensor (the core checks that the
+                // receive tensor overlaps no send tensor and that the counts fit it).
+                let refs: Vec<LocalRef<'_>> = sends.iter().map(|t| unsafe { t.reader() }).collect();
+                // SAFETY: as above.
+                let out = unsafe { r.writer() };
+                // SAFETY: as above.
+                unsafe { comm.alltoall_on(s, g, &refs, out, &counts, &async_options(Transport::Default)) }
+                    .map(|w| w.event())
+            })
         }
 
     /// Every member's ``tensor`` becomes group rank ``src_rank``'s ``tensor``. Collective over
-    /// ``group``; ``src_rank`` is a rank of ``group`` (global when ``group`` is None).
-    Broadcast => fn shmem_broadcast(tensor, src_rank; group = "None")
-        stub "tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None",
+    /// ``group``; ``src_rank`` is a rank of ``group`` (global when ``group`` is None). ``async_op``
+    /// as in ``shmem_allreduce``.
+    Broadcast => fn shmem_broadcast(tensor, src_rank; group = "None", async_op = "False")
+        stub "tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None, async_op: bool = False",
         profiled tensor,
         fast |py, f, comm, a| {
             let Some((g, t, root)) = tensor_rank(f, a) else { return Ok(false) };
@@ -283,7 +329,11 @@ collectives! {
         }
         full |py, c, a| {
             let (t, root) = (c.tensor(a[0], "tensor")?, c.rank(a[1], "src_rank")?);
-            c.comm().run_broadcast(py, c.group(), t, root)
+            c.run(&["tensor"], || c.comm().run_broadcast(py, c.group(), t, root), |comm, s, g| {
+                // SAFETY: as in `shmem_allreduce`.
+                unsafe { comm.broadcast_on(s, g, t.writer(), root, &async_options(Transport::Default)) }
+                    .map(|w| w.event())
+            })
         }
 
     /// Sends ``tensor`` to ``dst_rank`` (a rank of ``group``), which receives it with
@@ -294,9 +344,10 @@ collectives! {
     /// buffered at the receiver, larger ones stream as the receiver takes them, so two ranks
     /// that both send a large message to each other before receiving wait for each other (order
     /// them: one sends first). The first call in a group allocates its workspace collectively
-    /// (see the README).
-    Send => fn shmem_send(tensor, dst_rank; group = "None")
-        stub "tensor: torch.Tensor, dst_rank: IntLike, group: GroupLike = None",
+    /// (see the README). ``async_op`` as in ``shmem_allreduce`` (the send runs on the stream,
+    /// in order with this rank's other asynchronous operations).
+    Send => fn shmem_send(tensor, dst_rank; group = "None", async_op = "False")
+        stub "tensor: torch.Tensor, dst_rank: IntLike, group: GroupLike = None, async_op: bool = False",
         profiled tensor,
         fast |py, f, comm, a| {
             let Some((g, t, dst)) = tensor_rank(f, a) else { return Ok(false) };
@@ -304,15 +355,18 @@ collectives! {
         }
         full |py, c, a| {
             let (t, dst) = (c.tensor(a[0], "tensor")?, c.rank(a[1], "dst_rank")?);
-            c.comm().run_send(py, c.group(), t, dst)
+            c.run(&["tensor"], || c.comm().run_send(py, c.group(), t, dst), |comm, s, g| {
+                // SAFETY: as in `shmem_allreduce` (the tensor is only read).
+                unsafe { comm.send_on(s, g, t.reader(), dst, &async_options(Transport::Default)) }.map(|w| w.event())
+            })
         }
 
     /// Receives the next message from ``src_rank`` (a rank of ``group``) into ``tensor``.
     ///
     /// The message must have ``tensor``'s element count and dtype; otherwise Mismatch names both
-    /// (the message is consumed, and the pair stays usable).
-    Recv => fn shmem_recv(tensor, src_rank; group = "None")
-        stub "tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None",
+    /// (the message is consumed, and the pair stays usable). ``async_op`` as in ``shmem_allreduce``.
+    Recv => fn shmem_recv(tensor, src_rank; group = "None", async_op = "False")
+        stub "tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None, async_op: bool = False",
         profiled tensor,
         fast |py, f, comm, a| {
             let Some((g, t, src)) = tensor_rank(f, a) else { return Ok(false) };
@@ -320,7 +374,10 @@ collectives! {
         }
         full |py, c, a| {
             let (t, src) = (c.tensor(a[0], "tensor")?, c.rank(a[1], "src_rank")?);
-            c.comm().run_recv(py, c.group(), t, src)
+            c.run(&["tensor"], || c.comm().run_recv(py, c.group(), t, src), |comm, s, g| {
+                // SAFETY: as in `shmem_allreduce`.
+                unsafe { comm.recv_on(s, g, t.writer(), src, &async_options(Transport::Default)) }.map(|w| w.event())
+            })
         }
 
     /// Sends ``send_tensor`` to ``dst_rank`` and receives the next message from ``src_rank`` into
@@ -332,13 +389,13 @@ collectives! {
     /// either. ``recv_tensor`` must not overlap ``send_tensor``; the incoming message must have
     /// ``recv_tensor``'s element count and dtype (otherwise Mismatch names both, after the send is
     /// complete; the message is consumed and the pair stays usable). ``dst_rank`` and ``src_rank``
-    /// may be equal, and may be this rank.
-    SendRecv => fn shmem_sendrecv(send_tensor, dst_rank, recv_tensor, src_rank; group = "None")
+    /// may be equal, and may be this rank. ``async_op`` as in ``shmem_allreduce``.
+    SendRecv => fn shmem_sendrecv(send_tensor, dst_rank, recv_tensor, src_rank; group = "None", async_op = "False")
         stub "send_tensor: torch.Tensor, dst_rank: IntLike, recv_tensor: torch.Tensor, src_rank: IntLike, \
-              group: GroupLike = None",
+              group: GroupLike = None, async_op: bool = False",
         profiled send_tensor,
         fast |py, f, comm, a| {
-            let [Some(send), Some(dst), Some(recv), Some(src), g] = a else { return Ok(false) };
+            let [Some(send), Some(dst), Some(recv), Some(src), g, _] = a else { return Ok(false) };
             let Some(g) = f.member_group(g.as_deref()) else { return Ok(false) };
             let (Some(dst), Some(src)) = (group_rank(dst, g.get()), group_rank(src, g.get())) else {
                 return Ok(false);
@@ -349,7 +406,12 @@ collectives! {
         full |py, c, a| {
             let (s, dst) = (c.tensor(a[0], "send_tensor")?, c.rank(a[1], "dst_rank")?);
             let (r, src) = (c.tensor(a[2], "recv_tensor")?, c.rank(a[3], "src_rank")?);
-            c.comm().run_sendrecv(py, c.group(), s, dst, r, src)
+            c.run(&["recv_tensor"], || c.comm().run_sendrecv(py, c.group(), s, dst, r, src), |comm, st, g| {
+                // SAFETY: as in `shmem_allreduce`, for both tensors (the core refuses overlapping
+                // ones).
+                unsafe { comm.sendrecv_on(st, g, s.reader(), dst, r.writer(), src, &async_options(Transport::Default)) }
+                    .map(|w| w.event())
+            })
         }
 }
 

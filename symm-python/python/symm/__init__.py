@@ -17,7 +17,10 @@ of a group, and any member reads and writes the others' copies directly::
 
 Collectives (``shmem_allreduce``, ``shmem_reduce_scatter``, ``shmem_allgather``,
 ``shmem_alltoall``, ``shmem_broadcast``) and messages (``shmem_send``, ``shmem_recv``,
-``shmem_sendrecv``) take any contiguous CPU tensor; their differentiable forms are in
+``shmem_sendrecv``) take any contiguous CPU tensor. With ``async_op=True`` a collective, a
+``shmem_put``, ``shmem_get`` or ``shmem_put_with_signal`` returns a ``symm.Work`` at once
+(``wait``, ``is_completed``, ``get_future``, as ``torch.distributed``'s); its tensors belong to
+the operation until it has completed. Their differentiable forms are in
 ``symm.functional`` (PyTorch), and ``python -m symm.perf`` measures them against
 ``torch.distributed`` (gloo).
 
@@ -46,6 +49,7 @@ from ._symm import (
     SystemFailure,
     Timeout,
     Unsupported,
+    Work,
     __version__,
 )
 from ._diag import (
@@ -98,6 +102,7 @@ __all__ = [
     "SystemFailure",
     "Timeout",
     "Unsupported",
+    "Work",
     "__version__",
     "barrier",
     "create_group",

@@ -23,6 +23,7 @@ from ._symm import (
     SystemFailure as SystemFailure,
     Timeout as Timeout,
     Unsupported as Unsupported,
+    Work as Work,
 )
 
 __version__: str
@@ -57,7 +58,8 @@ def shmem_put(
     size: IntLike,
     target_rank: IntLike,
     group: GroupLike = None,
-) -> None: ...
+    async_op: bool = False,
+) -> Optional[Work]: ...
 def shmem_get(
     target: torch.Tensor,
     target_offset: IntLike,
@@ -66,7 +68,8 @@ def shmem_get(
     size: IntLike,
     target_rank: IntLike,
     group: GroupLike = None,
-) -> None: ...
+    async_op: bool = False,
+) -> Optional[Work]: ...
 def shmem_signal_op(
     signal: torch.Tensor,
     signal_offset: IntLike,
@@ -87,7 +90,8 @@ def shmem_put_with_signal(
     signal_op: SignalOp = 0,
     target_rank: IntLike = 0,
     group: GroupLike = None,
-) -> None: ...
+    async_op: bool = False,
+) -> Optional[Work]: ...
 def shmem_wait_for_signal(
     depend_tensor: Optional[torch.Tensor],
     signal: torch.Tensor,
@@ -98,28 +102,47 @@ def shmem_wait_for_signal(
     timeout: Union[None, float, datetime.timedelta] = None,
 ) -> int: ...
 def shmem_allreduce(
-    tensor: torch.Tensor, op: ReduceOp = "sum", group: GroupLike = None, low_precision_dtype: LowPrecision = None
-) -> None: ...
+    tensor: torch.Tensor,
+    op: ReduceOp = "sum",
+    group: GroupLike = None,
+    low_precision_dtype: LowPrecision = None,
+    async_op: bool = False,
+) -> Optional[Work]: ...
 def shmem_reduce_scatter(
     output_tensor: torch.Tensor,
     input_tensor: torch.Tensor,
     op: ReduceOp = "sum",
     group: GroupLike = None,
     low_precision_dtype: LowPrecision = None,
-) -> None: ...
-def shmem_allgather(output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: GroupLike = None) -> None: ...
+    async_op: bool = False,
+) -> Optional[Work]: ...
+def shmem_allgather(
+    output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: GroupLike = None, async_op: bool = False
+) -> Optional[Work]: ...
 def shmem_alltoall(
     send_tensor_list: Sequence[torch.Tensor],
     receive_tensor: torch.Tensor,
     receive_list: Union[Sequence[IntLike], torch.Tensor],
     group: GroupLike = None,
-) -> None: ...
-def shmem_broadcast(tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None) -> None: ...
-def shmem_send(tensor: torch.Tensor, dst_rank: IntLike, group: GroupLike = None) -> None: ...
-def shmem_recv(tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None) -> None: ...
+    async_op: bool = False,
+) -> Optional[Work]: ...
+def shmem_broadcast(
+    tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None, async_op: bool = False
+) -> Optional[Work]: ...
+def shmem_send(
+    tensor: torch.Tensor, dst_rank: IntLike, group: GroupLike = None, async_op: bool = False
+) -> Optional[Work]: ...
+def shmem_recv(
+    tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None, async_op: bool = False
+) -> Optional[Work]: ...
 def shmem_sendrecv(
-    send_tensor: torch.Tensor, dst_rank: IntLike, recv_tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None
-) -> None: ...
+    send_tensor: torch.Tensor,
+    dst_rank: IntLike,
+    recv_tensor: torch.Tensor,
+    src_rank: IntLike,
+    group: GroupLike = None,
+    async_op: bool = False,
+) -> Optional[Work]: ...
 def create_group(ranks: Sequence[int]) -> torch.distributed.ProcessGroup: ...
 
 # Names HyperParallel's (and torch's symmetric-memory) code calls

@@ -13,6 +13,7 @@ import inspect
 import logging
 import os
 import threading
+from collections import deque
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, TypeVar, cast
 
 from . import _diag, _symm
@@ -37,6 +38,11 @@ class _State:
         #: ``"descriptors"``), or None when it is off (``SYMM_FAST_PATH=0``, or a platform
         #: without one).
         self.fast_path: Optional[str] = None
+        #: Works whose futures wait for them, in issue order, and the one thread that completes
+        #: them (started with the first; see ``_watch``).
+        self.watched: "deque[_symm.Work]" = deque()
+        self.watching = threading.Condition(threading.Lock())
+        self.watcher: Optional[threading.Thread] = None
 
 
 _lock = threading.RLock()
@@ -395,33 +401,55 @@ def barrier(group: Any = None) -> None:
 
 @_profiled("put", _on_count("src", "size"))
 def shmem_put(
-    target: Any, target_offset: Any, src: Any, src_offset: Any, size: Any, target_rank: Any, group: Any = None
-) -> None:
+    target: Any,
+    target_offset: Any,
+    src: Any,
+    src_offset: Any,
+    size: Any,
+    target_rank: Any,
+    group: Any = None,
+    async_op: bool = False,
+) -> Optional[_symm.Work]:
     """Copies ``size`` elements of ``src`` (from ``src_offset``) into ``target_rank``'s copy of
     the symmetric tensor ``target`` at ``target_offset``.
 
     Offsets and ``size`` count elements of the tensors' dtype (which must agree); tensors are
     used flattened. ``src`` is any contiguous CPU tensor. ``target_rank`` is a rank of ``group``
     (a global rank when ``group`` is None). Returns once the data is in the peer's memory.
+
+    With ``async_op=True`` it checks its arguments, enqueues the copy on the communicator's
+    stream and returns a ``symm.Work`` at once (its future's value: ``[src]``); ``src`` belongs
+    to the copy until the work has completed (do not write it before ``wait()``).
     """
     st = _current()
     g = _native_group(st, group)
-    st.comm.put(g, *_transfer(st, target, target_offset, src, src_offset, size), st.platform.scalar(target_rank))
+    args = _transfer(st, target, target_offset, src, src_offset, size)
+    return st.comm.put(g, *args, st.platform.scalar(target_rank), [src, target] if async_op else None)
 
 
 @_profiled("get", _on_count("src", "size"))
 def shmem_get(
-    target: Any, target_offset: Any, src: Any, src_offset: Any, size: Any, target_rank: Any, group: Any = None
-) -> None:
+    target: Any,
+    target_offset: Any,
+    src: Any,
+    src_offset: Any,
+    size: Any,
+    target_rank: Any,
+    group: Any = None,
+    async_op: bool = False,
+) -> Optional[_symm.Work]:
     """Reads ``size`` elements of ``target_rank``'s copy of the symmetric tensor ``target``
     (from ``target_offset``) into the local tensor ``src`` at ``src_offset``.
 
     As HyperParallel's ``shmem_get``: ``target`` names the remote side, ``src`` the local
-    destination (any contiguous CPU tensor). Units and ranks as in ``shmem_put``.
+    destination (any contiguous CPU tensor). Units and ranks as in ``shmem_put``. With
+    ``async_op=True``: a ``symm.Work`` at once, as ``shmem_put`` (``src`` is written until it
+    has completed; its future's value: ``[src]``).
     """
     st = _current()
     g = _native_group(st, group)
-    st.comm.get(g, *_transfer(st, target, target_offset, src, src_offset, size), st.platform.scalar(target_rank))
+    args = _transfer(st, target, target_offset, src, src_offset, size)
+    return st.comm.get(g, *args, st.platform.scalar(target_rank), [src, target] if async_op else None)
 
 
 @_profiled("signal_op", _on_count("signal"))
@@ -456,16 +484,19 @@ def shmem_put_with_signal(
     signal_op: Any = 0,
     target_rank: Any = 0,
     group: Any = None,
-) -> None:
+    async_op: bool = False,
+) -> Optional[_symm.Work]:
     """``shmem_put``, then ``shmem_signal_op`` on the same ``target_rank``: a peer that sees the
-    signal also sees the data."""
+    signal also sees the data. With ``async_op=True``: a ``symm.Work`` at once, as
+    ``shmem_put``."""
     st = _current()
-    st.comm.put_with_signal(
+    return st.comm.put_with_signal(
         _native_group(st, group),
         *_transfer(st, target, target_offset, src, src_offset, size),
         *_signal(st, signal, signal_offset, signal_value),
         signal_op,
         st.platform.scalar(target_rank),
+        [src, target, signal] if async_op else None,
     )
 
 
@@ -514,7 +545,8 @@ def shmem_wait_for_signal(
 # Collectives and point-to-point messages
 #
 # Any contiguous CPU tensor is accepted; symmetric tensors (``symm.empty``) are read by peers in
-# place, others are staged through the group's workspace. Every call is blocking: it returns when
+# place, others are staged through the group's workspace. Every call is blocking unless given
+# ``async_op=True`` (then it returns a ``symm.Work`` at once, see src/work.rs): it returns when
 # this rank's part is complete and its tensors may be reused, releases the GIL while it waits,
 # and is bounded by SYMMETRIC_MEMORY_TIMEOUT. Every member of ``group`` calls the same
 # collectives in the same order. A rank whose arguments are rejected still joins the call's
@@ -573,6 +605,36 @@ def _descs(st: _State, tensors: Any, arg: str) -> List[Any]:
 # other call through the native full arm, which uses the helpers above for what needs the
 # platform, and ``_profile_range``.
 globals().update({name: getattr(_symm, name) for name, *_ in _symm.COLLECTIVES})
+
+
+def _new_future() -> Any:
+    """A new future of the platform, for ``symm.Work.get_future``."""
+    return _current().platform.future()
+
+
+def _watch(work: _symm.Work) -> None:
+    """Completes ``work``'s future when it completes: hands it to this process's one future
+    thread (started with the first), which waits for the watched works in order, the GIL
+    released, as the stream completes them in order."""
+    st = _current()
+    with st.watching:
+        st.watched.append(work)
+        if st.watcher is None:
+            st.watcher = threading.Thread(target=_complete_futures, args=(st,), name="symm-futures", daemon=True)
+            st.watcher.start()
+        st.watching.notify()
+
+
+def _complete_futures(st: _State) -> None:
+    while True:
+        with st.watching:
+            while not st.watched:
+                st.watching.wait()
+            work = st.watched.popleft()
+        try:
+            work._settle()
+        except Exception:  # a future's callback that raised: the future thread goes on
+            logging.getLogger("symm").exception("rank %d: completing the future of %r", st.comm.rank, work)
 
 
 def _profile_range(st: _State, op: str, tensors: Any, group: Any) -> Any:

@@ -54,6 +54,12 @@ bound, into an image file (PNG, SVG, PDF: by the suffix). ``--plot`` draws the r
 with ``--from FILE`` a run saved by ``--json`` without running anything. It needs matplotlib
 (``pip install 'symm[plot]'``).
 
+``--async-op`` times the asynchronous forms: every symm and gloo call is made with
+``async_op=True`` and its work waited for at once (``work.wait()``), so a row shows what an
+operation costs through a stream (symm: the communicator's progress thread) instead of on the
+calling thread; MPI and DeepSpeed run as without it (gloo's sendrecv ring is ``isend``/``irecv``
+either way).
+
 ``SYMMETRIC_MEMORY_HEAP_SIZE`` defaults to what the largest size needs when it is not set.
 """
 
@@ -144,6 +150,11 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="1 (default): measure the copy bandwidth and print each size's memory-bandwidth bound and %% reached",
+    )
+    p.add_argument(
+        "--async-op",
+        action="store_true",
+        help="make every symm and gloo call with async_op=True and wait() for its work at once",
     )
     p.add_argument("--json", metavar="FILE", help="save the run (times and bounds) as JSON in FILE")
     p.add_argument(
@@ -520,6 +531,16 @@ def expected(op: str, rank: int, n: int, c: int) -> Any:
     return pattern((rank - 1) % n, c).double()
 
 
+def waited(call: partial) -> Callable[[], None]:
+    """``call`` made with ``async_op=True``, its work then waited for (``--async-op``)."""
+    fn, args = call.func, call.args
+
+    def step() -> None:
+        fn(*args, async_op=True).wait()
+
+    return step
+
+
 def measure(be: Backend, op: str, size: int, rank: int, n: int, args: argparse.Namespace) -> Tuple[float, int]:
     """(seconds per iteration on this rank, wrong elements)."""
     c, ns, nr = shapes(op, size, n, DT.itemsize)
@@ -534,6 +555,8 @@ def measure(be: Backend, op: str, size: int, rank: int, n: int, args: argparse.N
 
     fill()
     step = be.run(op, bufs, rank, n)
+    if args.async_op and be.name in ("symm", "gloo") and type(step) is partial:
+        step = waited(step)
     took, wrong = math.nan, 0
     if step is not None:  # None: not run by this backend (the same on every rank)
         for _ in range(args.warmup_iters):
@@ -589,6 +612,7 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
             f"# symm.perf: {n} ranks, dtype {args.dtype}, {args.iters} iterations after {args.warmup_iters} "
             f"warm-up, backends {', '.join(names)}, OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS', 'unset')}"
             + (f", {args.runs} runs (backends taking turns)" if args.runs > 1 else "")
+            + (", async_op=True (symm and gloo: each call's work waited for at once)" if args.async_op else "")
             + "\n# time: microseconds per iteration (slowest rank"
             + ("; best run" if args.runs > 1 else "")
             + "); busbw: GB/s (nccl-tests factors)"
@@ -667,6 +691,7 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
             "ranks": n,
             "dtype": args.dtype,
             "backends": names,
+            "async_op": args.async_op,
             "in_place": [op for op in args.ops if op in IN_PLACE],
             "limits": limits[0] if limits else None,
             "results": records,

@@ -150,6 +150,11 @@ class Platform(abc.ABC):
         ``symm.init``."""
         return None
 
+    def future(self) -> Any:
+        """A new, incomplete future of the framework (``symm.Work.get_future``): an object with
+        ``set_result(value)`` and ``set_exception(exc)``."""
+        raise NotImplementedError(f"the {self.name} platform has no futures")
+
     # -- profiling -------------------------------------------------------------------------
     def profiling(self) -> bool:
         """Whether the framework's profiler is recording now (checked on every call: cheap)."""

@@ -189,6 +189,9 @@ class TorchPlatform(Platform):
     def record_function(self, name: str) -> ContextManager[Any]:
         return torch.profiler.record_function(name)
 
+    def future(self) -> Any:
+        return torch.futures.Future()
+
 
 #: torch's tensor base class, whose descriptors read the C++ tensor (see ``describe``).
 _BASE = torch._C.TensorBase
