@@ -258,8 +258,12 @@ impl<'py> Full<'py> {
     ) -> PyResult<Option<Py<PyWork>>> {
         let (py, g) = (self.comm.py(), self.group());
         if !self.async_op {
-            if self.comm().asyncs().any() {
-                work::settle(py, self.comm().comm(), g, self.kind.op().name())?;
+            let (asyncs, comm) = (self.comm().asyncs(), self.comm().comm());
+            if asyncs.any() {
+                // The core's host call would wait for them too, holding the GIL; what has
+                // completed then releases its tensors (and lets later calls take the fast arm).
+                work::settle(py, comm, g, self.kind.op().name())?;
+                asyncs.sweep(comm);
             }
             return blocking().map(|()| None);
         }

@@ -307,10 +307,18 @@ def validate(rank, world):
     buf.fill_(float(rank))
     symm.barrier()
     local = torch.zeros(64)
-    w = symm.shmem_get(buf, 0, local, 0, 64, 1 - rank, async_op=True)
-    expect(symm.InvalidArgument, lambda: symm.shmem_put(buf, 0, local[32:], 0, 8, 1 - rank), "src", "in flight", "get")
-    wait(w)
-    symm.shmem_put(buf, 0, local, 0, 8, 1 - rank)
+    if rank == 0:
+        # the get waits on the stream behind an allreduce the peer joins later
+        before = symm.shmem_allreduce(torch.ones(4), async_op=True)
+        w = symm.shmem_get(buf, 0, local, 0, 64, 1, async_op=True)
+        expect(symm.InvalidArgument, lambda: symm.shmem_put(buf, 0, local[32:], 0, 8, 1), "src", "in flight", "get")
+        wait(w), wait(before)
+        assert torch.equal(local, torch.ones(64))
+        symm.shmem_put(buf, 0, local, 0, 8, 1)
+    else:
+        time.sleep(0.5)
+        symm.shmem_allreduce(torch.ones(4))
+    symm.barrier()
     # a completed operation releases its tensors even unwaited (seen at the next call)
     t = torch.ones(64)
     symm.shmem_allreduce(t, async_op=True)

@@ -123,6 +123,7 @@ def fast_path(rank, world):
         ("op", "sum"),
         ("group", None),
         ("low_precision_dtype", None),
+        ("async_op", False),
     ], params
 
     # A group is resolved by the full path on first use, then found by the fast path.
@@ -171,6 +172,23 @@ def fast_path(rank, world):
     big[1] = x
     takes("fast", lambda: symm.shmem_allreduce(big[1]))
     assert same_bits(big[1], want) and not big[0].any() and not big[2].any()
+
+    # async_op=False is the common case; async_op=True (anything but False) takes the full arm,
+    # and so does every call while an asynchronous operation may be in flight, until one sees
+    # it completed
+    a = x.clone()
+    takes("fast", lambda: symm.shmem_allreduce(a, async_op=False))
+    assert same_bits(a, want)
+    a = x.clone()
+    w = takes("full", lambda: symm.shmem_allreduce(a, async_op=True))
+    assert w.wait() and same_bits(a, want)
+    a = x.clone()
+    takes("fast", lambda: symm.shmem_allreduce(a))
+    assert same_bits(a, want)
+    w = takes("full", lambda: symm.shmem_allreduce(x.clone(), async_op=1))
+    takes("full", lambda: symm.shmem_allreduce(a))  # ordered after it, which it waits for
+    takes("fast", lambda: symm.shmem_allreduce(x.clone()))  # the previous call saw it done
+    assert w.is_completed()
 
     # Names and ops that are not the interned strings (built at run time) are still matched,
     # by their text; so are op codes that are not CPython's cached small ints (a bool).
@@ -234,7 +252,7 @@ def fast_path(rank, world):
     # Arguments that do not bind raise TypeError, as for a Python function, before either path.
     for call in [
         lambda: symm.shmem_allreduce(),
-        lambda: symm.shmem_allreduce(torch.ones(1), "sum", None, None, 5),
+        lambda: symm.shmem_allreduce(torch.ones(1), "sum", None, None, False, 5),
         lambda: symm.shmem_allreduce(torch.ones(1), bogus=1),
         lambda: symm.shmem_allreduce(torch.ones(1), "sum", op="max"),
     ]:
@@ -364,13 +382,17 @@ def fast_path_split_ops(rank, world):
     assert _api._state.fast_path is not None
     rs, ag, bc = symm.shmem_reduce_scatter, symm.shmem_allgather, symm.shmem_broadcast
     for f, kind, params in [
-        (rs, "reduce_scatter", ["output_tensor", "input_tensor", "op", "group", "low_precision_dtype"]),
-        (ag, "allgather", ["output_tensor", "input_tensor", "group"]),
-        (symm.shmem_alltoall, "alltoall", ["send_tensor_list", "receive_tensor", "receive_list", "group"]),
-        (bc, "broadcast", ["tensor", "src_rank", "group"]),
-        (symm.shmem_send, "send", ["tensor", "dst_rank", "group"]),
-        (symm.shmem_recv, "recv", ["tensor", "src_rank", "group"]),
-        (symm.shmem_sendrecv, "sendrecv", ["send_tensor", "dst_rank", "recv_tensor", "src_rank", "group"]),
+        (rs, "reduce_scatter", ["output_tensor", "input_tensor", "op", "group", "low_precision_dtype", "async_op"]),
+        (ag, "allgather", ["output_tensor", "input_tensor", "group", "async_op"]),
+        (symm.shmem_alltoall, "alltoall", ["send_tensor_list", "receive_tensor", "receive_list", "group", "async_op"]),
+        (bc, "broadcast", ["tensor", "src_rank", "group", "async_op"]),
+        (symm.shmem_send, "send", ["tensor", "dst_rank", "group", "async_op"]),
+        (symm.shmem_recv, "recv", ["tensor", "src_rank", "group", "async_op"]),
+        (
+            symm.shmem_sendrecv,
+            "sendrecv",
+            ["send_tensor", "dst_rank", "recv_tensor", "src_rank", "group", "async_op"],
+        ),
     ]:
         assert f is getattr(_symm, f.__name__) and f is getattr(_api, f.__name__), f
         assert [p.name for p in inspect.signature(f).parameters.values()] == params, (kind, inspect.signature(f))

@@ -34,7 +34,7 @@ def test_fast_path_can_be_turned_off(tmp_path):
 def test_public_allreduce_is_native_with_the_documented_signature():
     f = symm.shmem_allreduce
     assert f is _symm.shmem_allreduce and f.__name__ == "shmem_allreduce"
-    assert str(inspect.signature(f)) == "(tensor, op='sum', group=None, low_precision_dtype=None)"
+    assert str(inspect.signature(f)) == "(tensor, op='sum', group=None, low_precision_dtype=None, async_op=False)"
     assert "Collective over ``group``" in f.__doc__ and "Raises:" in f.__doc__
     assert not hasattr(_symm, "set_full_path")
 
