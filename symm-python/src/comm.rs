@@ -235,20 +235,18 @@ impl PyCommunicator {
         &self.sh.asyncs
     }
 
-    /// The tensors an asynchronous put, get or put-with-signal holds (`hold`: the local tensor
-    /// `src` first, its work's result, then the symmetric ones), `src`'s memory as `local`.
+    /// The tensors an asynchronous put, get or put-with-signal holds (`hold`: `src`, its work's
+    /// result, then `target` and `signal`), `src`'s memory as `local`: the only memory of this
+    /// rank the operation touches (the symmetric ones are written or read on the peer).
     fn held(&self, hold: Vec<Bound<'_, PyAny>>, local: Local) -> Vec<Held> {
-        let none = Local { len: 0, ..local };
-        let arg = |i: usize| if i == 0 { "src" } else { "target" };
-        hold.into_iter()
-            .enumerate()
-            .map(|(i, obj)| Held {
-                arg: arg(i),
-                entry: None,
-                obj: obj.unbind(),
-                local: if i == 0 { local } else { none },
-            })
-            .collect()
+        let remote = Local { len: 0, ..local };
+        let held = |(i, (obj, arg)): (usize, (Bound<'_, PyAny>, &'static str))| Held {
+            arg,
+            entry: None,
+            obj: obj.unbind(),
+            local: if i == 0 { local } else { remote },
+        };
+        hold.into_iter().zip(["src", "target", "signal"]).enumerate().map(held).collect()
     }
 
     /// Checks a tensor the operation reads or writes locally: host memory, contiguous, a
@@ -547,6 +545,8 @@ impl PyCommunicator {
     /// used afterwards.
     fn free(&self, py: Python<'_>, tensor: Desc) -> PyResult<()> {
         let buf = self.symmetric(py, &tensor, "tensor")?;
+        let whole = Local { ptr: tensor.0, len: buf.len(), dtype: buf.dtype() };
+        self.asyncs().check(py, self.comm(), "tensor", None, &whole)?;
         let Some((id, live)) =
             self.sh.registry.find(buf.heap_offset(), 0).ok().and_then(|f| self.sh.registry.take(f.start))
         else {

@@ -307,14 +307,19 @@ def validate(rank, world):
     buf.fill_(float(rank))
     symm.barrier()
     local = torch.zeros(64)
+    alone = symm.create_group([0])  # rank 0's own allocations: freeing one involves no peer
     if rank == 0:
-        # the get waits on the stream behind an allreduce the peer joins later
+        mine = symm.empty(16, torch.float32, group=alone)
+        # the gets wait on the stream behind an allreduce the peer joins later
         before = symm.shmem_allreduce(torch.ones(4), async_op=True)
         w = symm.shmem_get(buf, 0, local, 0, 64, 1, async_op=True)
+        w2 = symm.shmem_get(buf, 0, mine, 0, 16, 1, async_op=True)
         expect(symm.InvalidArgument, lambda: symm.shmem_put(buf, 0, local[32:], 0, 8, 1), "src", "in flight", "get")
-        wait(w), wait(before)
-        assert torch.equal(local, torch.ones(64))
+        expect(symm.InvalidArgument, lambda: symm.free(mine), "tensor", "in flight", "get", rank=0)
+        wait(w), wait(before), wait(w2)
+        assert torch.equal(local, torch.ones(64)) and torch.equal(mine, torch.ones(16))
         symm.shmem_put(buf, 0, local, 0, 8, 1)
+        symm.free(mine)
     else:
         time.sleep(0.5)
         symm.shmem_allreduce(torch.ones(4))
