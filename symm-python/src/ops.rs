@@ -18,6 +18,12 @@
 //! tensor, a storage check) rejects the round so that the peers fail at once. Both arms end in
 //! the same core call, which checks everything else (sizes, dtypes, overlaps, counts) once,
 //! with the Python argument names.
+//!
+//! **Asynchronous calls.** Every entry's last parameter is `async_op`. The fast arms never run
+//! one that is given and not `False`, nor any call while an asynchronous operation of the
+//! communicator may still be in flight ([`crate::work::AsyncOps::any`]); the full arm runs the
+//! blocking core call or, with `async_op=True`, its stream form ([`Full::run`]), after the same
+//! argument handling and rejections.
 
 use pyo3::ffi;
 use pyo3::prelude::*;
