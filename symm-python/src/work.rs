@@ -290,7 +290,9 @@ impl PyWork {
     /// Blocks (the GIL released) until the operation has completed, or ``timeout`` passes.
     ///
     /// Args:
-    ///     timeout: seconds or a ``datetime.timedelta``; None: ``SYMMETRIC_MEMORY_TIMEOUT``.
+    ///     timeout: seconds or a ``datetime.timedelta``; None: ``SYMMETRIC_MEMORY_TIMEOUT``
+    ///         (counted from this call: an operation that starts later and fails by its own
+    ///         timeout may still be in flight when it ends; give a longer one to see its error).
     ///
     /// Returns:
     ///     bool: True; its tensors are the caller's again.
