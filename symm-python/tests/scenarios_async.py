@@ -292,13 +292,14 @@ def validate(rank, world):
         ),
     ]
     for mine, theirs, arg in refused:
+        dist.barrier()
         if rank == 0:
-            w = symm.shmem_allreduce(t, async_op=True)  # in flight until the peer joins, later
+            w = symm.shmem_allreduce(t, async_op=True)  # in flight until the peer joins, 1 s later
             e = expect(symm.InvalidArgument, mine, arg, "in flight", "asynchronous allreduce", rank=0)
             assert "overlaps tensor (64 x float32" in str(e), e
             wait(w)
         else:
-            time.sleep(0.5)
+            time.sleep(1.0)
             symm.shmem_allreduce(t)
             bounded(lambda theirs=theirs: expect(symm.PeerRejected, theirs))
     assert torch.equal(t, torch.full((64,), 8.0))
@@ -310,6 +311,7 @@ def validate(rank, world):
     symm.barrier()
     local = torch.zeros(64)
     alone = symm.create_group([0])  # rank 0's own allocations: freeing one involves no peer
+    dist.barrier()
     if rank == 0:
         mine = symm.empty(16, torch.float32, group=alone)
         # the gets wait on the stream behind an allreduce the peer joins later
@@ -323,14 +325,14 @@ def validate(rank, world):
         symm.shmem_put(buf, 0, local, 0, 8, 1)
         symm.free(mine)
     else:
-        time.sleep(0.5)
+        time.sleep(1.0)
         symm.shmem_allreduce(torch.ones(4))
     symm.barrier()
     # a completed operation releases its tensors even unwaited (seen at the next call)
     t = torch.ones(64)
     symm.shmem_allreduce(t, async_op=True)
     dist.barrier()
-    time.sleep(0.5)
+    time.sleep(1.0)
     symm.shmem_allreduce(t)
     assert torch.equal(t, torch.full((64,), 4.0))
     symm.barrier()
