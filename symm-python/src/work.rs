@@ -95,20 +95,14 @@ impl AsyncOps {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The stream to enqueue on: created on first use, and replaced by a new one once it has
-    /// failed and finished everything enqueued on it (a failed stream fails every later
-    /// operation; one drained has nothing left to order the new one after).
+    /// The stream to enqueue on, created on first use (each operation on it reports its own
+    /// result, and the stream goes on after a failure).
     fn stream(&self, comm: &SimComm) -> symm_core::Result<Stream> {
         let mut s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(stream) = *s {
-            let last = comm.record_event(&stream)?;
-            if comm.query_event(&last).is_ok() {
-                return Ok(stream);
-            }
+        match *s {
+            Some(stream) => Ok(stream),
+            None => Ok(*s.insert(comm.create_stream()?)),
         }
-        let stream = comm.create_stream()?;
-        *s = Some(stream);
-        Ok(stream)
     }
 
     /// Stops tracking work `id` (its completion was seen); returns its tensors, which the
