@@ -1317,6 +1317,7 @@ impl HostMapped for SimComm {
 macro_rules! collectives_in_either_model {
     ($($name:ident / $on:ident ($($arg:ident: $ty:ty),*);)*) => {
         $(
+            #[inline]
             fn $name(&self, $($arg: $ty),*) -> Result<()> {
                 match self.stream_order()? {
                     Some(s) => {

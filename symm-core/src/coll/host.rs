@@ -5,6 +5,7 @@
 use super::*;
 
 /// The host engine's [`Collectives::allreduce`].
+#[inline(always)]
 pub fn allreduce<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
@@ -19,6 +20,7 @@ pub fn allreduce<C: Communicator + HostMapped + ?Sized>(
 }
 
 /// The host engine's [`Collectives::allreduce_into`].
+#[inline(always)]
 pub fn allreduce_into<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
@@ -59,6 +61,7 @@ pub fn allreduce_into<C: Communicator + HostMapped + ?Sized>(
 }
 
 /// The host engine's [`Collectives::reduce_scatter`].
+#[inline(always)]
 pub fn reduce_scatter<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
@@ -87,6 +90,7 @@ pub fn reduce_scatter<C: Communicator + HostMapped + ?Sized>(
 }
 
 /// The host engine's [`Collectives::allgather`].
+#[inline(always)]
 pub fn allgather<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
@@ -109,6 +113,7 @@ pub fn allgather<C: Communicator + HostMapped + ?Sized>(
 }
 
 /// The host engine's [`Collectives::alltoall`].
+#[inline(always)]
 pub fn alltoall<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
@@ -146,6 +151,7 @@ pub fn alltoall<C: Communicator + HostMapped + ?Sized>(
 }
 
 /// The host engine's [`Collectives::alltoall_single`].
+#[inline(always)]
 pub fn alltoall_single<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
@@ -188,6 +194,7 @@ pub fn alltoall_single<C: Communicator + HostMapped + ?Sized>(
 }
 
 /// The host engine's [`Collectives::broadcast`].
+#[inline(always)]
 pub fn broadcast<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
@@ -212,6 +219,7 @@ pub fn broadcast<C: Communicator + HostMapped + ?Sized>(
 }
 
 /// The host engine's [`Collectives::send`].
+#[inline(always)]
 pub fn send<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
@@ -229,6 +237,7 @@ pub fn send<C: Communicator + HostMapped + ?Sized>(
 }
 
 /// The host engine's [`Collectives::recv`].
+#[inline(always)]
 pub fn recv<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
@@ -247,6 +256,7 @@ pub fn recv<C: Communicator + HostMapped + ?Sized>(
 }
 
 /// The host engine's [`Collectives::sendrecv`].
+#[inline(always)]
 pub fn sendrecv<C: Communicator + HostMapped + ?Sized>(
     c: &C,
     group: &Group,
