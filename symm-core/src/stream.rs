@@ -492,13 +492,12 @@ pub trait StreamCollectives: Collectives + StreamBackend {
         op: ReduceOp,
         opts: &CollOptions,
     ) -> Result<Work<'_, Self>> {
-        check_stream(self, stream)?;
         let (b, g, o) = (Buf::of_mut(&mut buf), group.clone(), stream_options(opts));
         let task: HostTask<Self> = Box::new(move |c| {
             // SAFETY: the caller keeps the buffer valid and untouched until completion.
             c.allreduce(&g, unsafe { b.as_mut() }, op, &o)
         });
-        Ok(Work::new(self, self.enqueue(stream, Op::AllReduce.name(), Some(group), task)?))
+        submit(self, stream, group, Op::AllReduce, task)
     }
 
     /// [`Collectives::allreduce_into`] on `stream`.
@@ -515,13 +514,12 @@ pub trait StreamCollectives: Collectives + StreamBackend {
         op: ReduceOp,
         opts: &CollOptions,
     ) -> Result<Work<'_, Self>> {
-        check_stream(self, stream)?;
         let (i, out, g, o) = (Buf::of_ref(&input), Buf::of_mut(&mut output), group.clone(), stream_options(opts));
         let task: HostTask<Self> = Box::new(move |c| {
             // SAFETY: as in `allreduce_on`.
             c.allreduce_into(&g, unsafe { i.as_ref() }, unsafe { out.as_mut() }, op, &o)
         });
-        Ok(Work::new(self, self.enqueue(stream, Op::AllReduce.name(), Some(group), task)?))
+        submit(self, stream, group, Op::AllReduce, task)
     }
 
     /// [`Collectives::reduce_scatter`] on `stream`.
@@ -537,13 +535,12 @@ pub trait StreamCollectives: Collectives + StreamBackend {
         op: ReduceOp,
         opts: &CollOptions,
     ) -> Result<Work<'_, Self>> {
-        check_stream(self, stream)?;
         let (out, i, g, o) = (Buf::of_mut(&mut output), Buf::of_ref(&input), group.clone(), stream_options(opts));
         let task: HostTask<Self> = Box::new(move |c| {
             // SAFETY: as in `allreduce_on`.
             c.reduce_scatter(&g, unsafe { out.as_mut() }, unsafe { i.as_ref() }, op, &o)
         });
-        Ok(Work::new(self, self.enqueue(stream, Op::ReduceScatter.name(), Some(group), task)?))
+        submit(self, stream, group, Op::ReduceScatter, task)
     }
 
     /// [`Collectives::allgather`] on `stream`.
@@ -558,13 +555,12 @@ pub trait StreamCollectives: Collectives + StreamBackend {
         input: LocalRef<'_>,
         opts: &CollOptions,
     ) -> Result<Work<'_, Self>> {
-        check_stream(self, stream)?;
         let (out, i, g, o) = (Buf::of_mut(&mut output), Buf::of_ref(&input), group.clone(), stream_options(opts));
         let task: HostTask<Self> = Box::new(move |c| {
             // SAFETY: as in `allreduce_on`.
             c.allgather(&g, unsafe { out.as_mut() }, unsafe { i.as_ref() }, &o)
         });
-        Ok(Work::new(self, self.enqueue(stream, Op::AllGather.name(), Some(group), task)?))
+        submit(self, stream, group, Op::AllGather, task)
     }
 
     /// [`Collectives::alltoall_single`] on `stream`.
@@ -582,14 +578,13 @@ pub trait StreamCollectives: Collectives + StreamBackend {
         recv_counts: &[usize],
         opts: &CollOptions,
     ) -> Result<Work<'_, Self>> {
-        check_stream(self, stream)?;
         let (s, r, g, o) = (Buf::of_ref(&send), Buf::of_mut(&mut recv), group.clone(), stream_options(opts));
         let (sc, rc) = (send_counts.to_vec(), recv_counts.to_vec());
         let task: HostTask<Self> = Box::new(move |c| {
             // SAFETY: as in `allreduce_on`.
             c.alltoall_single(&g, unsafe { s.as_ref() }, &sc, unsafe { r.as_mut() }, &rc, &o)
         });
-        Ok(Work::new(self, self.enqueue(stream, Op::AllToAll.name(), Some(group), task)?))
+        submit(self, stream, group, Op::AllToAll, task)
     }
 
     /// [`Collectives::alltoall`] (the list form) on `stream`.
@@ -605,7 +600,6 @@ pub trait StreamCollectives: Collectives + StreamBackend {
         recv_counts: &[usize],
         opts: &CollOptions,
     ) -> Result<Work<'_, Self>> {
-        check_stream(self, stream)?;
         let sends: Vec<Buf> = send.iter().map(Buf::of_ref).collect();
         let (r, g, o, rc) = (Buf::of_mut(&mut recv), group.clone(), stream_options(opts), recv_counts.to_vec());
         let task: HostTask<Self> = Box::new(move |c| {
@@ -614,7 +608,7 @@ pub trait StreamCollectives: Collectives + StreamBackend {
             // SAFETY: as above.
             c.alltoall(&g, &send, unsafe { r.as_mut() }, &rc, &o)
         });
-        Ok(Work::new(self, self.enqueue(stream, Op::AllToAll.name(), Some(group), task)?))
+        submit(self, stream, group, Op::AllToAll, task)
     }
 
     /// [`Collectives::sendrecv`] on `stream`: both directions at once, as the host form.
@@ -632,13 +626,12 @@ pub trait StreamCollectives: Collectives + StreamBackend {
         src: usize,
         opts: &CollOptions,
     ) -> Result<Work<'_, Self>> {
-        check_stream(self, stream)?;
         let (sb, rb, g, o) = (Buf::of_ref(&send), Buf::of_mut(&mut recv), group.clone(), stream_options(opts));
         let task: HostTask<Self> = Box::new(move |c| {
             // SAFETY: as in `allreduce_on`.
             c.sendrecv(&g, unsafe { sb.as_ref() }, dst, unsafe { rb.as_mut() }, src, &o)
         });
-        Ok(Work::new(self, self.enqueue(stream, Op::SendRecv.name(), Some(group), task)?))
+        submit(self, stream, group, Op::SendRecv, task)
     }
 
     /// [`Collectives::broadcast`] on `stream`.
@@ -653,13 +646,12 @@ pub trait StreamCollectives: Collectives + StreamBackend {
         root: usize,
         opts: &CollOptions,
     ) -> Result<Work<'_, Self>> {
-        check_stream(self, stream)?;
         let (b, g, o) = (Buf::of_mut(&mut buf), group.clone(), stream_options(opts));
         let task: HostTask<Self> = Box::new(move |c| {
             // SAFETY: as in `allreduce_on`.
             c.broadcast(&g, unsafe { b.as_mut() }, root, &o)
         });
-        Ok(Work::new(self, self.enqueue(stream, Op::Broadcast.name(), Some(group), task)?))
+        submit(self, stream, group, Op::Broadcast, task)
     }
 
     /// [`Collectives::send`] on `stream`.
@@ -674,13 +666,12 @@ pub trait StreamCollectives: Collectives + StreamBackend {
         dst: usize,
         opts: &CollOptions,
     ) -> Result<Work<'_, Self>> {
-        check_stream(self, stream)?;
         let (b, g, o) = (Buf::of_ref(&buf), group.clone(), stream_options(opts));
         let task: HostTask<Self> = Box::new(move |c| {
             // SAFETY: as in `allreduce_on`.
             c.send(&g, unsafe { b.as_ref() }, dst, &o)
         });
-        Ok(Work::new(self, self.enqueue(stream, Op::Send.name(), Some(group), task)?))
+        submit(self, stream, group, Op::Send, task)
     }
 
     /// [`Collectives::recv`] on `stream`.
@@ -695,17 +686,28 @@ pub trait StreamCollectives: Collectives + StreamBackend {
         src: usize,
         opts: &CollOptions,
     ) -> Result<Work<'_, Self>> {
-        check_stream(self, stream)?;
         let (b, g, o) = (Buf::of_mut(&mut buf), group.clone(), stream_options(opts));
         let task: HostTask<Self> = Box::new(move |c| {
             // SAFETY: as in `allreduce_on`.
             c.recv(&g, unsafe { b.as_mut() }, src, &o)
         });
-        Ok(Work::new(self, self.enqueue(stream, Op::Recv.name(), Some(group), task)?))
+        submit(self, stream, group, Op::Recv, task)
     }
 }
 
 impl<B: Collectives + StreamBackend> StreamCollectives for B {}
+
+/// Checks `stream`, enqueues collective `op` of `group` as `task` on it, and returns its work.
+fn submit<'c, B: StreamBackend>(
+    c: &'c B,
+    stream: &Stream,
+    group: &Group,
+    op: Op,
+    task: HostTask<B>,
+) -> Result<Work<'c, B>> {
+    check_stream(c, stream)?;
+    Ok(Work::new(c, c.enqueue(stream, op.name(), Some(group), task)?))
+}
 
 /// A stream given to a communicator that does not own it fails, naming both.
 fn check_stream<B: Backend>(b: &B, stream: &Stream) -> Result<()> {
