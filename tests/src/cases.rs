@@ -47,17 +47,22 @@ fn pattern(r: usize, case: usize, i: usize, dtype: DType) -> u8 {
 
 const SENTINEL: u8 = 0xEE;
 
+/// The caller's copy of `buf`, read through the backend's copy out of the heap (the suite never
+/// dereferences heap memory, so it runs on a backend whose heap is device memory).
 fn my_bytes<C: Communicator>(comm: &C, buf: &SymmBuffer) -> Vec<u8> {
-    let p = comm.local_ptr(buf).expect("local_ptr");
-    // SAFETY: the caller's copy of `buf` is `buf.bytes()` long and no peer writes it while the
-    // cases read it (they read between barriers).
-    unsafe { std::slice::from_raw_parts(p, buf.bytes()).to_vec() }
+    let mut out = vec![0u8; buf.bytes()];
+    // SAFETY: `buf` lies in this rank's heap; `out` holds `buf.bytes()` bytes. The cases read
+    // between barriers, while no peer writes it.
+    unsafe { comm.copy_from_heap(buf.heap_offset(), out.as_mut_ptr(), out.len()) }.expect("copy_from_heap");
+    out
 }
 
+/// Sets every byte of the caller's copy of `buf` to `byte`, through the backend's copy into the
+/// heap; done before the barrier that lets peers write.
 fn fill_mine<C: Communicator>(comm: &C, buf: &SymmBuffer, byte: u8) {
-    let p = comm.local_ptr(buf).expect("local_ptr");
-    // SAFETY: as in `my_bytes`; filled before the barrier that lets peers write.
-    unsafe { std::ptr::write_bytes(p, byte, buf.bytes()) };
+    let src = vec![byte; buf.bytes()];
+    // SAFETY: as in `my_bytes`.
+    unsafe { comm.copy_to_heap(buf.heap_offset(), src.as_ptr(), src.len()) }.expect("copy_to_heap");
 }
 
 #[derive(Clone, Debug)]

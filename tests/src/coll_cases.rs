@@ -273,16 +273,37 @@ impl<'c, C: Communicator> Mem<'c, C> {
         }
     }
 
+    /// Its first `len` bytes: heap memory through the backend's copy out of the heap (the
+    /// suite never dereferences the heap).
     fn bytes(&mut self, len: usize) -> Vec<u8> {
-        let p = self.ptr();
-        // SAFETY: the buffer holds `len` bytes; read between collectives.
-        unsafe { std::slice::from_raw_parts(p, len).to_vec() }
+        match (&self.host, &self.alloc) {
+            (Some(v), _) => v[..len].to_vec(),
+            (None, Some(b)) => {
+                let mut out = vec![0u8; len];
+                // SAFETY: the allocation holds at least `len` bytes; read between collectives.
+                unsafe { self.comm.copy_from_heap(b.heap_offset(), out.as_mut_ptr(), len) }.expect("copy_from_heap");
+                out
+            }
+            (None, None) => unreachable!("a Mem has host memory or an allocation"),
+        }
+    }
+
+    /// Writes `data` at byte `at`: heap memory through the backend's copy into the heap.
+    fn fill_at(&mut self, at: usize, data: &[u8]) {
+        match (&mut self.host, &self.alloc) {
+            (Some(v), _) => v[at..at + data.len()].copy_from_slice(data),
+            (None, Some(b)) => {
+                assert!(at + data.len() <= b.bytes(), "{} bytes at {at} of a {}-byte buffer", data.len(), b.bytes());
+                // SAFETY: the range lies in the allocation (checked above).
+                unsafe { self.comm.copy_to_heap(b.heap_offset() + at, data.as_ptr(), data.len()) }
+                    .expect("copy_to_heap")
+            }
+            (None, None) => unreachable!("a Mem has host memory or an allocation"),
+        }
     }
 
     fn fill(&mut self, data: &[u8]) {
-        let p = self.ptr();
-        // SAFETY: the buffer holds at least `data.len()` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+        self.fill_at(0, data);
     }
 
     fn local_ref(&mut self, dtype: DType, len: usize) -> LocalRef<'static> {
@@ -629,9 +650,8 @@ pub fn allgather<C: Collectives>(comm: &C, cases: usize) {
             (0..n).map(|r| encode(dtype, &(0..m).map(|i| value(dtype, r, k, i)).collect::<Vec<_>>())).collect();
         let mut out = Mem::new(comm, &world, heap, dtype, n * m);
         if in_place {
+            out.fill_at(me * m * size, &data[me]);
             let own = out.ptr().wrapping_add(me * m * size);
-            // SAFETY: part `me` of `out` holds m elements.
-            unsafe { std::ptr::copy_nonoverlapping(data[me].as_ptr(), own, m * size) };
             // SAFETY: as above.
             let input = unsafe { LocalRef::from_raw(own, m, dtype) };
             comm.allgather(&world, out.local_mut(dtype, n * m), input, &CollOptions::default()).expect("allgather");
