@@ -207,6 +207,10 @@ pub struct SimComm {
     shared: Arc<SimState>,
     /// The application's handle (false: a stream thread's).
     primary: bool,
+    /// Whether this handle's blocking calls run on the default stream (`SYMM_EXECUTION=stream`;
+    /// never a stream thread's handle, whose calls are the stream's own operations). Kept here,
+    /// not read from the shared settings, because the host engine's every signal checks it.
+    stream_model: bool,
 }
 
 /// What every handle of a [`SimComm`] shares.
@@ -440,7 +444,8 @@ impl SimComm {
             streams,
             default_stream: Mutex::new(None),
         };
-        let mut comm = SimComm { shared: Arc::new(state), primary: true };
+        let stream_model = state.settings.stream_execution;
+        let mut comm = SimComm { shared: Arc::new(state), primary: true, stream_model };
         let all: Vec<Rank> = (0..n as u32).map(Rank).collect();
         let world = comm.group_of(&all)?;
         let st = Arc::get_mut(&mut comm.shared).expect("no other handle exists during start-up");
@@ -501,14 +506,14 @@ impl SimComm {
 
     /// A handle for a stream's thread.
     fn stream_handle(&self) -> SimComm {
-        SimComm { shared: self.shared.clone(), primary: false }
+        SimComm { shared: self.shared.clone(), primary: false, stream_model: false }
     }
 
     /// The stream a blocking call runs on in the stream-ordered model (`SYMM_EXECUTION=stream`):
     /// the rank's default stream; `None` in the host model and on a stream's own thread.
     #[inline]
     fn stream_order(&self) -> Result<Option<Stream>> {
-        if !self.settings.stream_execution || symm_core::stream::on_executor_thread() {
+        if !self.stream_model || symm_core::stream::on_executor_thread() {
             return Ok(None);
         }
         self.default_stream().map(Some)

@@ -297,6 +297,7 @@ fn transport_format(
 /// Runs `f` as one call of `plan.op` with the group's collective state held: numbers the call,
 /// records it (flight recorder, statistics, log), runs the validation round in validation mode,
 /// and refuses a second thread driving the same group at the same time.
+#[inline(always)]
 fn with_ctx<C: Communicator + HostMapped + ?Sized, T>(
     c: &C,
     group: &Group,
