@@ -832,6 +832,25 @@ pub fn alltoall<C: Collectives>(comm: &C, cases: usize) {
         recv.release();
         send.release();
     }
+    if n > 1 {
+        // The last member rejects its own arguments (recv_counts of the wrong length): it fails
+        // with them, the others at once with PeerRejected (in validation mode too, whose second
+        // round only members without a rejecting peer take), and the group stays usable.
+        let counts = vec![1usize; n];
+        let bad = if me == n - 1 { vec![1usize; n + 1] } else { counts.clone() };
+        let src = vec![me as i32; n];
+        let mut dst = vec![0i32; n];
+        let opts = within(20);
+        let r = comm.alltoall_single(&world, LocalRef::from(&src[..]), &counts, LocalMut::from(&mut dst), &bad, &opts);
+        match r {
+            Err(Error::InvalidArgument { .. }) if me == n - 1 => {}
+            Err(Error::PeerRejected { .. }) if me != n - 1 => {}
+            other => panic!("rank {me}: alltoall with a rejecting member: {other:?}"),
+        }
+        comm.alltoall_single(&world, LocalRef::from(&src[..]), &counts, LocalMut::from(&mut dst), &counts, &opts)
+            .expect("alltoall after a rejection");
+        assert_eq!(dst, (0..n as i32).collect::<Vec<_>>(), "rank {me}: alltoall after a rejection");
+    }
 }
 
 /// send/recv around the ring: several messages in flight before the receiver is in recv,

@@ -114,9 +114,13 @@ pub fn round<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, plan: &
     let mut verdict: Option<Error> = None;
     // Alltoall pairs that disagree: (sender, receiver, sent, expected), in group ranks.
     let mut pair: Option<[usize; 4]> = None;
+    // Whether a member rejected its arguments: then no member takes the second round (the
+    // rejecting one has no pairs to share), and the call's own round reports the rejection.
+    let mut peer_rejected = false;
     for j in (0..ctx.n).filter(|&j| j != ctx.me) {
         let peer = ctx.group.ranks()[j];
         let [src, red, sig, len, max] = [SRC, RED, SIG, LEN, MAX].map(|f| ctx.read_fact(j, seq, f));
+        peer_rejected |= sig == VALIDATION_SIG && (max >> 16) & 1 == 1;
         let mismatch =
             |mine: String, theirs: String| Error::Mismatch { rank: me, op: ctx.op.into(), peer, mine, theirs };
         let err = if sig != VALIDATION_SIG {
@@ -163,7 +167,7 @@ pub fn round<B: HostMapped + ?Sized>(ctx: &Ctx<'_, B>, p: &mut Progress, plan: &
         }
     }
     ctx.signal_all(DONE, seq)?;
-    if plan.pairs.is_some() && verdict.is_none() {
+    if plan.pairs.is_some() && verdict.is_none() && !peer_rejected {
         verdict = share_pair_verdict(ctx, p, pair)?;
     }
     verdict.map_or(Ok(()), Err)
