@@ -51,6 +51,26 @@ pub enum SignalWidth {
     W64,
 }
 
+impl SignalWidth {
+    /// Bytes of one word.
+    pub const fn bytes(self) -> usize {
+        match self {
+            SignalWidth::W32 => 4,
+            SignalWidth::W64 => 8,
+        }
+    }
+
+    /// The word holding counter value `v` modulo 2^width, as the signed value the signal calls
+    /// take (a 32-bit word's value fits in `i32`): counters wrap, and equal words mean equal
+    /// counters modulo 2^width.
+    pub const fn word_of(self, v: u64) -> i64 {
+        match self {
+            SignalWidth::W32 => v as u32 as i32 as i64,
+            SignalWidth::W64 => v as i64,
+        }
+    }
+}
+
 /// What a wait is for, so that a timeout can say it.
 ///
 /// Waits take it as a [`DescribeWait`], built only when needed: a wait that ends while it
@@ -218,6 +238,15 @@ pub trait Backend: Send + Sync {
     fn quiet(&self) -> Result<()>;
     /// Blocks until every member of `group` has arrived (see the module's ordering rules).
     fn barrier_group(&self, group: &Group, timeout: Duration) -> Result<()>;
+
+    /// The width of the signal words the collectives written on this contract use for their
+    /// flags (`symm_core::coll::reference`): the widest the backend signals natively. Default:
+    /// [`SignalWidth::W64`] (the CPU backend). Ascend's aclshmem signals are int32: its backend
+    /// answers [`SignalWidth::W32`], and flags then wrap after 2^32 updates (the reference
+    /// collectives are correct across the wrap).
+    fn signal_width(&self) -> SignalWidth {
+        SignalWidth::W64
+    }
 
     /// Diagnostics, optional: the flight-recorder ring of `rank`: the caller's own (which it
     /// writes) or a peer's on its node (read only). `None` when the backend keeps none (the
