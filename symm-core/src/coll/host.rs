@@ -29,32 +29,10 @@ pub fn allreduce_into<C: Communicator + HostMapped + ?Sized>(
     op: ReduceOp,
     opts: &CollOptions,
 ) -> Result<()> {
-    let bad = if output.dtype() != input.dtype() {
-        Some(ArgError::DTypeMismatch {
-            arg: "output",
-            expected: input.dtype().to_string(),
-            actual: output.dtype().to_string(),
-        })
-    } else if output.len() != input.len() {
-        Some(ArgError::invalid(
-            "output",
-            format!("{} elements", output.len()),
-            format!("must hold the input's {} elements", input.len()),
-        ))
-    } else {
-        None
-    };
-    if let Some(e) = bad {
+    let inp = Part { arg: "input", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
+    let out = Part { arg: "output", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
+    if let Some(e) = checks::allreduce_into(inp, out) {
         return reject(c, group, Op::AllReduce, e);
-    }
-    let bytes = input.len() * input.dtype().size();
-    if ranges_partially_overlap(input.as_ptr(), bytes, output.as_mut_ptr(), bytes) {
-        return reject(
-            c,
-            group,
-            Op::AllReduce,
-            ArgError::invalid("output", "a partial overlap", "must be the input itself or disjoint from it"),
-        );
     }
     // SAFETY: both are valid for `len` elements (LocalRef/LocalMut contracts).
     unsafe { run_allreduce(c, group, input.as_ptr(), output.as_mut_ptr(), input.len(), input.dtype(), op, opts) }
@@ -79,7 +57,7 @@ pub fn reduce_scatter<C: Communicator + HostMapped + ?Sized>(
     };
     let whole = Part { arg: "input_tensor", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
     let part = Part { arg: "output_tensor", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
-    if let Some(e) = check_parts(whole, part, n, me) {
+    if let Some(e) = checks::parts(whole, part, n, me) {
         return reject(c, group, Op::ReduceScatter, e);
     }
     let call = Call::new(K::ReduceScatter, input.dtype(), Some(op), lp, 0, output.len());
@@ -102,7 +80,7 @@ pub fn allgather<C: Communicator + HostMapped + ?Sized>(
     let me = group.member().at(c.rank())?.index();
     let whole = Part { arg: "output_tensor", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
     let part = Part { arg: "input_tensor", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
-    if let Some(e) = check_parts(whole, part, n, me) {
+    if let Some(e) = checks::parts(whole, part, n, me) {
         return reject(c, group, Op::AllGather, e);
     }
     let call = Call::new(K::AllGather, input.dtype(), None, None, 0, input.len());
@@ -123,22 +101,7 @@ pub fn alltoall<C: Communicator + HostMapped + ?Sized>(
     opts: &CollOptions,
 ) -> Result<()> {
     let n = group.size();
-    let dtype = recv.dtype();
-    let bad = if send.len() != n {
-        Some(ArgError::invalid(
-            "send_tensor_list",
-            format!("{} tensors", send.len()),
-            format!("needs one per group rank ({n})"),
-        ))
-    } else if let Some((i, s)) = send.iter().enumerate().find(|(_, s)| s.dtype() != dtype) {
-        Some(ArgError::DTypeMismatch {
-            arg: "send_tensor_list",
-            expected: format!("receive_tensor's {dtype}"),
-            actual: format!("{} (entry {i})", s.dtype()),
-        })
-    } else {
-        None
-    };
+    let bad = checks::alltoall_sends(send, recv.dtype(), n);
     if let Some(e) = bad {
         return reject(c, group, Op::AllToAll, e);
     }
@@ -162,22 +125,7 @@ pub fn alltoall_single<C: Communicator + HostMapped + ?Sized>(
     opts: &CollOptions,
 ) -> Result<()> {
     let n = group.size();
-    let total: Option<usize> = send_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
-    let bad = if send_counts.len() != n || total.is_none_or(|t| t > send.len()) {
-        Some(ArgError::invalid(
-            "send_counts",
-            format!("{send_counts:?}"),
-            format!("needs {n} counts summing to at most the send buffer's {} elements", send.len()),
-        ))
-    } else if send.dtype() != recv.dtype() {
-        Some(ArgError::DTypeMismatch {
-            arg: "send_tensor_list",
-            expected: recv.dtype().to_string(),
-            actual: format!("{} (entry 0)", send.dtype()),
-        })
-    } else {
-        None
-    };
+    let bad = checks::alltoall_single_sends(&send, send_counts, recv.dtype(), n);
     if let Some(e) = bad {
         return reject(c, group, Op::AllToAll, e);
     }
@@ -203,13 +151,8 @@ pub fn broadcast<C: Communicator + HostMapped + ?Sized>(
     opts: &CollOptions,
 ) -> Result<()> {
     let n = group.size();
-    if root >= n {
-        return reject(
-            c,
-            group,
-            Op::Broadcast,
-            ArgError::invalid("root", root, format!("must be a rank of the group (0..{n})")),
-        );
+    if let Some(e) = checks::root(root, n) {
+        return reject(c, group, Op::Broadcast, e);
     }
     let call = Call::new(K::Broadcast, buf.dtype(), None, None, root, buf.len());
     with_ctx(c, group, opts, Plan::new(Op::Broadcast, buf.len(), buf.dtype()).of(&call), |ctx, p| {
@@ -273,14 +216,8 @@ pub fn sendrecv<C: Communicator + HostMapped + ?Sized>(
     let st = CollState::of(c, group, opts.before_blocking)?;
     let (send_bytes, recv_bytes) = (send.len() * send.dtype().size(), recv.len() * recv.dtype().size());
     let (s, r) = (send.as_ptr(), recv.as_mut_ptr().cast_const());
-    // The peer may read `send` in place while `recv` is being written.
-    if ranges_overlap(s, send_bytes, r, recv_bytes) {
-        return Err(ArgError::invalid(
-            "recv_tensor",
-            format!("{recv_bytes} bytes at {r:p}"),
-            format!("must not overlap send_tensor ({send_bytes} bytes at {s:p})"),
-        ))
-        .at(rank);
+    if let Some(e) = checks::sendrecv(s, send_bytes, r, recv_bytes) {
+        return Err(e).at(rank);
     }
     // Recorded with the count and dtype of what it sends; the statistics count the bytes
     // of both directions.

@@ -20,6 +20,7 @@
 //! numbers).
 
 mod algo;
+mod checks;
 pub mod copy;
 pub(crate) mod eager;
 pub mod host;
@@ -96,55 +97,8 @@ impl CollOptions {
     }
 }
 
-/// One buffer argument of a collective, as the checks see it.
-struct Part {
-    arg: &'static str,
-    ptr: *const u8,
-    len: usize,
-    dtype: DType,
-}
-
-/// Checks a collective whose `whole` buffer holds `n` parts the size of `part` (reduce_scatter's
-/// input and output, allgather's output and input): same dtype, the size relation, and `part`
-/// either the caller's own part of `whole` (in place) or disjoint from it.
-fn check_parts(whole: Part, part: Part, n: usize, me: usize) -> Option<ArgError> {
-    if part.dtype != whole.dtype {
-        return Some(ArgError::DTypeMismatch {
-            arg: part.arg,
-            expected: format!("{}'s {}", whole.arg, whole.dtype),
-            actual: part.dtype.to_string(),
-        });
-    }
-    if whole.len != n * part.len {
-        return Some(ArgError::invalid(
-            whole.arg,
-            format!("{} elements", whole.len),
-            format!("must hold group size {n} x {}'s {} elements = {}", part.arg, part.len, n * part.len),
-        ));
-    }
-    let size = whole.dtype.size();
-    let own = whole.ptr.wrapping_add(me * part.len * size);
-    if !std::ptr::eq(own, part.ptr) && ranges_partially_overlap(whole.ptr, whole.len * size, part.ptr, part.len * size)
-    {
-        return Some(ArgError::invalid(
-            part.arg,
-            format!("overlapping {}", whole.arg),
-            format!("must be the caller's part of {} or disjoint from it", whole.arg),
-        ));
-    }
-    None
-}
-
-/// Whether two byte ranges share a byte (an empty range shares none).
-pub fn ranges_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usize) -> bool {
-    let (a, b) = (a as usize, b as usize);
-    a_len > 0 && b_len > 0 && a < b + b_len && b < a + a_len
-}
-
-/// Whether two byte ranges share a byte without being the same range.
-fn ranges_partially_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usize) -> bool {
-    ranges_overlap(a, a_len, b, b_len) && !(std::ptr::eq(a, b) && a_len == b_len)
-}
+pub use checks::ranges_overlap;
+use checks::Part;
 
 /// Collective communication over a group. Every member calls the same collectives in the same
 /// order; each call returns when the caller's part is complete and its buffers may be reused.
@@ -262,36 +216,14 @@ pub fn prepare<C: Communicator + HostMapped + ?Sized>(c: &C, group: &Group) -> R
 }
 
 /// Checks op/dtype/format of a reduction; returns the transport format in effect
-/// ([`transport_format`]).
+/// ([`checks::transport_format`]).
 fn check_reduction(
     st: &CollState,
     dtype: DType,
     op: ReduceOp,
     opts: &CollOptions,
 ) -> std::result::Result<Option<DType>, ArgError> {
-    if op == ReduceOp::Avg && !dtype.is_float() {
-        return Err(ArgError::invalid("op", "avg", format!("needs a floating-point dtype, not {dtype}")));
-    }
-    transport_format(opts.transport, &st.tun.default_low_precision, dtype)
-}
-
-/// The low-precision format of a reduction of `dtype` (`None`: full precision): the call's own
-/// format, which must suit the data; none where the call asks for full precision; else the
-/// group's `default` from the environment where it suits the data, and full precision where it
-/// does not. The default is meant for the floating-point tensors a training step reduces
-/// (gradients): an integer allreduce in the same job (a token count, a flag) runs in full
-/// precision instead of failing. A default the environment spells wrong is an error for every
-/// reduction that would use it.
-fn transport_format(
-    transport: Transport,
-    default: &std::result::Result<Option<DType>, ArgError>,
-    dtype: DType,
-) -> std::result::Result<Option<DType>, ArgError> {
-    match transport {
-        Transport::Low(lp) => lowp::check_format(lp, dtype).map(|()| Some(lp)),
-        Transport::Full => Ok(None),
-        Transport::Default => Ok(default.clone()?.filter(|&lp| lowp::check_format(lp, dtype).is_ok())),
-    }
+    checks::reduction(&st.tun.default_low_precision, dtype, op, opts.transport)
 }
 
 /// Runs `f` as one call of `plan.op` with the group's collective state held: numbers the call,
@@ -494,31 +426,8 @@ fn run_alltoall<C: Communicator + HostMapped + ?Sized>(
     opts: &CollOptions,
 ) -> Result<()> {
     let (n, dtype) = (group.size(), recv.dtype());
-    let recv_at: *const u8 = recv.as_mut_ptr();
-    let total: Option<usize> = recv_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
-    let bad = if recv_counts.len() != n {
-        Some(ArgError::invalid(
-            "receive_list",
-            format!("{} counts", recv_counts.len()),
-            format!("needs one per group rank ({n})"),
-        ))
-    } else if total.is_none_or(|t| t > recv.len()) {
-        Some(ArgError::invalid(
-            "receive_list",
-            format!("{recv_counts:?}"),
-            format!("sums to more than the receive buffer's {} elements", recv.len()),
-        ))
-    } else {
-        // Peers read the send pieces while this member writes the receive buffer.
-        let recv_bytes = recv.len() * dtype.size();
-        sends.iter().position(|&(ptr, len)| ranges_overlap(ptr, len * dtype.size(), recv_at, recv_bytes)).map(|i| {
-            ArgError::invalid(
-                "receive_tensor",
-                format!("{} elements at {recv_at:p}", recv.len()),
-                format!("overlaps the piece for group rank {i}; it must not overlap what is sent"),
-            )
-        })
-    };
+    let recv_part = Part { arg: "receive_tensor", ptr: recv.as_mut_ptr(), len: recv.len(), dtype };
+    let bad = checks::alltoall_recv(sends, recv_part, recv_counts, n);
     if let Some(e) = bad {
         return reject(c, group, Op::AllToAll, e);
     }
@@ -538,6 +447,7 @@ fn run_alltoall<C: Communicator + HostMapped + ?Sized>(
 
 #[cfg(test)]
 mod tests {
+    use super::checks::transport_format;
     use super::*;
 
     #[test]
