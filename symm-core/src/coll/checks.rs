@@ -1,5 +1,6 @@
-//! The collectives' own argument checks, pure (no communication, no state), so that every
-//! implementation of the collectives rejects the same arguments with the same errors.
+//! The collectives' own argument checks, pure (no communication, no state): the host engine
+//! ([`super::host`]) and the reference collectives ([`super::reference`]) reject the same
+//! arguments with the same errors through them.
 
 use super::{lowp, Transport};
 use crate::buffer::LocalRef;

@@ -1,6 +1,7 @@
-//! Collectives: the contract every backend implements ([`Collectives`]), and the host engine
+//! Collectives: the contract every backend implements ([`Collectives`]), the host engine
 //! ([`host`]), the implementation of backends whose ranks map their peers' heaps
-//! ([`HostMapped`]).
+//! ([`HostMapped`]), and the reference collectives ([`reference`](mod@reference)), written on the
+//! stream-ordered primitives alone: a fallback for any backend and the oracle of the others.
 //!
 //! The collectives are allreduce, reduce_scatter, allgather, alltoall (list and single-buffer
 //! forms), broadcast, send, recv and sendrecv, all group-aware. In the host engine, arguments
@@ -28,6 +29,7 @@ pub mod kernels;
 pub(crate) mod ll;
 pub mod lowp;
 mod p2p;
+pub mod reference;
 pub(crate) mod state;
 mod try_lock;
 mod validate;
@@ -107,7 +109,8 @@ use checks::Part;
 ///
 /// Each backend implements it: a backend whose ranks map their peers' heaps
 /// ([`HostMapped`](crate::backend::HostMapped)) forwards to the host engine ([`host`]), others
-/// bring their own (a device's kernels, a vendor library). Whatever a backend provides keeps
+/// bring their own (a device's kernels, a vendor library) or forward to the reference
+/// collectives ([`reference::Reference`]). Whatever a backend provides keeps
 /// this contract: the host engine's argument checks and errors, results bit-identical on every
 /// member, and bounded waits.
 pub trait Collectives: Communicator {

@@ -1,0 +1,1207 @@
+//! The reference collectives: every collective of [`Collectives`](super::Collectives) written
+//! once on the backend-neutral, stream-ordered primitives, for any backend that has nothing
+//! better, and as the oracle the fast engines (the host engine, [`super::host`]) are tested
+//! against.
+//!
+//! # What it uses
+//! Only the contract: [`StreamBackend`]'s on-stream `put_signal_bytes_on`, `signal_at_on`,
+//! `wait_signal_at_on`, `barrier_group_on`, events and `synchronize_event`, and
+//! [`Backend::copy_from_heap`](crate::Backend::copy_from_heap) to read what arrived in the caller's own heap. No
+//! [`HostMapped`](crate::backend::HostMapped), no peer pointers, no load or store into heap
+//! memory. Puts read the caller's buffers as "local memory" (host memory on the CPU backend).
+//! The local steps (copying arrived data out of the heap, the reduction, with this crate's
+//! kernels: [`super::kernels::reduce`], [`super::lowp::reduce_encoded`]) run on the host; a
+//! device backend would replace them by its kernels on the stream.
+//!
+//! # State
+//! A [`Reference`] serves one group. Creating it is collective: it allocates its symmetric
+//! workspace with the heap allocator ([`Backend::heap_alloc`](crate::Backend::heap_alloc)), creates a stream of the rank,
+//! sets its own flags and joins a barrier. [`Reference::free`] releases the workspace
+//! collectively; dropping it without `free` gives the range up locally
+//! ([`Backend::heap_abandon`](crate::Backend::heap_abandon)), so that a member that drops it never blocks. One thread at a
+//! time drives it (a second gets [`Error::ConcurrentUse`]).
+//!
+//! Workspace of each member (the same offsets on every member), flags one 8-byte word apart
+//! whatever their width:
+//! ```text
+//! data[j]       flag: member j's piece for this round is in slot[j]
+//! ack[j]        flag: member j has consumed what this member put into j's slot[me]
+//! p2p_data[j]   flag: member j's chunk is in mail[j]
+//! p2p_ack[j]    flag: member j has consumed this member's chunk in j's mail[me]
+//! slot[0..n]    one slot per member (what member j sent this member in a round)
+//! mail[0..n]    one point-to-point mailbox per sender
+//! ```
+//!
+//! # Algorithm
+//! A collective is a sequence of *rounds*, every member in every round, each round one epoch.
+//! In round `e` member i, for every member p (itself included): waits until `ack[p]` at i
+//! holds epoch `e - 1` (p has consumed i's previous piece, so `slot[i]` at p is free), then
+//! puts its piece for p (possibly empty) into `slot[i]` at p with `data[i] := e`
+//! (`put_signal`, the data visible before the flag). Then for every member j it waits until
+//! `data[j] == e`, copies `slot[j]` out of its heap, and sets `ack[i] := e` at j. The first
+//! round of every call exchanges a *descriptor* (the call, dtype, op, counts, root, format,
+//! alltoall's split sizes, or "rejected"): every member sees every member's, so a
+//! disagreement or a member's own rejection of its arguments fails the call on every member
+//! after that round (`Mismatch`, `PeerRejected`), with the epochs still in step. The data
+//! rounds follow, as many as the agreed sizes need through the bounded slots: allreduce and
+//! reduce_scatter send the chunk (allreduce) or part (reduce_scatter) to every member and
+//! reduce what arrived in group-rank order; allgather sends the chunk to every member;
+//! broadcast's root sends, the others receive; alltoall sends each member its piece.
+//! Point-to-point messages go through `mail`, one chunk at a time, each acknowledged:
+//! a 16-byte header (size, dtype) starts every chunk, so a receiver whose buffer does not
+//! match consumes the message and fails naming both; `sendrecv` alternates one chunk out and
+//! one chunk in, so pairs and rings of sendrecv complete at any size. (A message of one chunk
+//! never waits for its receiver; a longer one needs the receiver to take it: a `sendrecv`
+//! meeting a peer's plain `send` then `recv` of more than two chunks each way waits for both.)
+//!
+//! Results are those of the host engine: each element reduced in group-rank order with the
+//! same kernels (the same accumulator types), low-precision inputs encoded in 256-element
+//! blocks aligned with the buffer's start (chunks are whole blocks), so bit-identical.
+//!
+//! # Signal width and the wrap
+//! The flags have the backend's width ([`Backend::signal_width`](crate::Backend::signal_width): 32 bits on Ascend) and hold
+//! the epoch modulo 2^width ([`SignalWidth::word_of`]); every wait is for *equality*, which is
+//! correct across the wrap because flow control keeps every flag within one epoch of what its
+//! reader waits for:
+//! - `data[j]` at i, awaited `== e` in round e: j sets it to e only in round e, and to e + 1
+//!   only after i's `ack` of round e, which i sends after this wait; so it holds e - 1 or e.
+//! - `ack[p]` at i, awaited `== e - 1` in round e: p sets it to e - 1 after consuming i's
+//!   round e - 1 piece, and to e only after i's round e put, which follows this wait; so it
+//!   holds e - 2 or e - 1.
+//!
+//! Two consecutive epochs differ modulo 2^width for any width of at least two bits, so an
+//! equality never matches a stale value, whatever the starting epoch and however often the
+//! counter wraps. The mailboxes keep per-channel epochs (one per sender and receiver) with the
+//! same argument: a sender sends chunk e after the receiver's `p2p_ack == e - 1`, the receiver
+//! acknowledges e after taking it. Creation sets every flag of the member to `first - 1`
+//! before a barrier ([`ReferenceOptions::first_epoch`] chooses `first`; tests start just
+//! below 2^31 and 2^32).
+//!
+//! # Bounds and errors
+//! Every wait is bounded by the call's timeout and, when it expires, names the call, its
+//! number, the round, the peer and the flag it waited for. A call that failed in the middle of
+//! a round (timeout, lost peer) leaves the members' epochs apart: this member's object then
+//! refuses every later collective (`InvalidArgument` naming the failed call). Arguments are
+//! checked with the host engine's checks (`coll::checks`), so the same arguments fail with the
+//! same errors.
+
+use std::sync::{Mutex, TryLockError};
+use std::time::Duration;
+
+use super::checks::{self, Part};
+use super::{kernels, lowp, CollOptions};
+use crate::backend::SignalWidth;
+use crate::buffer::{LocalMut, LocalRef};
+use crate::dfx::Op;
+use crate::dtype::DType;
+use crate::error::{ArgError, AtRank, Error, Result};
+use crate::group::Group;
+use crate::op::{CmpOp, ReduceOp, SignalOp};
+use crate::stream::{Event, Stream, StreamBackend};
+
+/// Bytes between two flags (a flag of either width at an 8-byte aligned offset).
+const FLAG_STRIDE: usize = 8;
+/// Bytes of a point-to-point chunk's header: message bytes, dtype code.
+const MAIL_HEADER: usize = 16;
+/// The smallest slot: whole 256-element blocks of the widest dtype.
+pub const MIN_SLOT_BYTES: usize = 4096;
+/// Words of a descriptor before alltoall's split sizes.
+const DESC_FIXED: usize = 8;
+/// A descriptor word for "none" (no reduce op, no format).
+const NONE: u64 = u64::MAX;
+
+/// How a [`Reference`] is set up: the same on every member (a different slot size fails the
+/// allocation on every member; a different first epoch makes the first call time out).
+#[derive(Clone, Copy, Debug)]
+pub struct ReferenceOptions {
+    /// Bound of every wait (`None`: the communicator's default).
+    pub timeout: Option<Duration>,
+    /// Bytes of each slot and mailbox (at least [`MIN_SLOT_BYTES`], a multiple of 8): the
+    /// workspace is `2 x members` of them; messages larger than a slot go in several rounds.
+    pub slot_bytes: usize,
+    /// The epoch of the first round (flags start at `first_epoch - 1`): any value works,
+    /// since epochs wrap safely (see the module's docs).
+    pub first_epoch: u64,
+}
+
+impl Default for ReferenceOptions {
+    fn default() -> Self {
+        ReferenceOptions { timeout: None, slot_bytes: 64 << 10, first_epoch: 1 }
+    }
+}
+
+impl<B: StreamBackend> std::fmt::Debug for Reference<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reference")
+            .field("group", &self.group.ranks())
+            .field("width", &self.width)
+            .field("slot_bytes", &self.slot)
+            .field("heap_offset", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What changes from call to call, behind the lock one thread at a time holds.
+struct Progress {
+    /// The epoch of the next collective round.
+    epoch: u64,
+    /// Collective calls made (the same on every member).
+    calls: u64,
+    /// The epoch of the next chunk to each member (by group rank).
+    send_epoch: Vec<u64>,
+    /// The epoch of the next chunk from each member.
+    recv_epoch: Vec<u64>,
+    /// Why the group takes no more collectives here (a call failed mid-round).
+    out_of_step: Option<String>,
+    /// Events of enqueued puts and signals whose results are still to be collected.
+    pending: Vec<Event>,
+}
+
+/// The reference collectives of one group (see the module's docs).
+pub struct Reference<'c, B: StreamBackend> {
+    b: &'c B,
+    group: Group,
+    me: usize,
+    width: SignalWidth,
+    timeout: Duration,
+    slot: usize,
+    base: usize,
+    bytes: usize,
+    stream: Stream,
+    default_lp: std::result::Result<Option<DType>, ArgError>,
+    progress: Mutex<Progress>,
+    freed: bool,
+}
+
+/// The four kinds of flag; each has one word per member (see the module's layout).
+#[derive(Clone, Copy)]
+enum Flag {
+    Data = 0,
+    Ack = 1,
+    MailData = 2,
+    MailAck = 3,
+}
+
+impl Flag {
+    fn name(self) -> &'static str {
+        match self {
+            Flag::Data => "data",
+            Flag::Ack => "ack",
+            Flag::MailData => "p2p_data",
+            Flag::MailAck => "p2p_ack",
+        }
+    }
+}
+
+/// One collective call as the descriptor round carries it.
+struct Desc {
+    op: Op,
+    dtype: DType,
+    reduce: Option<ReduceOp>,
+    count: usize,
+    root: usize,
+    lp: Option<DType>,
+    /// alltoall: elements this member sends each member, and expects from each.
+    sends: Vec<usize>,
+    recvs: Vec<usize>,
+}
+
+impl Desc {
+    fn new(op: Op, dtype: DType, reduce: Option<ReduceOp>, count: usize) -> Desc {
+        Desc { op, dtype, reduce, count, root: 0, lp: None, sends: Vec::new(), recvs: Vec::new() }
+    }
+
+    fn words(&self, n: usize, rejected: bool) -> Vec<u64> {
+        let code = |d: Option<DType>| d.map_or(NONE, |d| u64::from(d.code()));
+        let mut w = vec![
+            u64::from(self.op.code()),
+            u64::from(rejected),
+            u64::from(self.dtype.code()),
+            self.reduce.map_or(NONE, |r| u64::from(r.code())),
+            self.count as u64,
+            self.root as u64,
+            code(self.lp),
+            0,
+        ];
+        w.resize(DESC_FIXED + 2 * n, 0);
+        for (i, &c) in self.sends.iter().enumerate() {
+            w[DESC_FIXED + i] = c as u64;
+        }
+        for (i, &c) in self.recvs.iter().enumerate() {
+            w[DESC_FIXED + n + i] = c as u64;
+        }
+        w
+    }
+
+    /// What a descriptor's fixed words say, for messages.
+    fn describe(w: &[u64]) -> String {
+        let op = Op::from_code(w[0] as u8).map_or("?", |o| o.name());
+        let dtype = DType::from_code(w[2] as i64).map_or_else(|_| "?".into(), |d| d.to_string());
+        let mut s = if w[0] == u64::from(Op::AllToAll.code()) {
+            format!("{op} of {dtype}")
+        } else {
+            format!("{op} of {} {dtype}", w[4])
+        };
+        if w[3] != NONE {
+            s += &format!(" ({})", ReduceOp::from_code(w[3] as i64).map_or("?", |r| r.name()));
+        }
+        if w[0] == u64::from(Op::Broadcast.code()) {
+            s += &format!(" from root {}", w[5]);
+        }
+        if w[6] != NONE {
+            let lp = DType::from_code(w[6] as i64).map_or_else(|_| "?".into(), |d| d.to_string());
+            s += &format!(" in {lp}");
+        }
+        s
+    }
+}
+
+/// A piece a member sends one member in a round: (pointer, bytes).
+type Piece = (*const u8, usize);
+
+impl<'c, B: StreamBackend> Reference<'c, B> {
+    /// Collective over `group`: the reference collectives of `group`, every wait bounded by
+    /// `timeout`, with the default slot size and first epoch.
+    pub fn new(b: &'c B, group: &Group, timeout: Duration) -> Result<Self> {
+        Self::with_options(b, group, ReferenceOptions { timeout: Some(timeout), ..ReferenceOptions::default() })
+    }
+
+    /// [`Reference::new`] whose first round has epoch `first_epoch` (tests start just below a
+    /// wrap).
+    pub fn with_first_epoch(b: &'c B, group: &Group, timeout: Duration, first_epoch: u64) -> Result<Self> {
+        let opts = ReferenceOptions { timeout: Some(timeout), first_epoch, ..ReferenceOptions::default() };
+        Self::with_options(b, group, opts)
+    }
+
+    /// Collective over `group`: allocates the workspace, sets this member's flags and joins a
+    /// barrier (see the module's docs).
+    pub fn with_options(b: &'c B, group: &Group, opts: ReferenceOptions) -> Result<Self> {
+        let rank = b.rank();
+        let me = group.member().at(rank)?.index();
+        let n = group.size();
+        let desc_bytes = (DESC_FIXED + 2 * n) * 8;
+        if opts.slot_bytes < MIN_SLOT_BYTES.max(desc_bytes) || !opts.slot_bytes.is_multiple_of(8) {
+            return Err(ArgError::invalid(
+                "slot_bytes",
+                opts.slot_bytes,
+                format!(
+                    "must be a multiple of 8 of at least {} (whole blocks, and a descriptor of {n} members)",
+                    MIN_SLOT_BYTES.max(desc_bytes)
+                ),
+            ))
+            .at(rank);
+        }
+        let timeout = opts.timeout.unwrap_or(b.default_timeout());
+        let bytes = flags_bytes(n) + 2 * n * opts.slot_bytes;
+        let base = b.heap_alloc(group, bytes, timeout)?;
+        let set_up = || -> Result<Stream> {
+            let stream = b.create_stream()?;
+            let width = b.signal_width();
+            let start = width.word_of(opts.first_epoch.wrapping_sub(1));
+            let mut events = Vec::with_capacity(4 * n + 1);
+            for flag in [Flag::Data, Flag::Ack, Flag::MailData, Flag::MailAck] {
+                for j in 0..n {
+                    let at = base + flag_offset(n, flag, j);
+                    events.push(b.signal_at_on(&stream, rank, at, width, SignalOp::Set, start)?);
+                }
+            }
+            // Every member's flags are set before any member's first put.
+            events.push(b.barrier_group_on(&stream, group, timeout)?);
+            for e in &events {
+                b.synchronize_event(e, timeout + SYNC_GRACE)?;
+            }
+            Ok(stream)
+        };
+        let stream = match set_up() {
+            Ok(s) => s,
+            Err(e) => {
+                b.heap_abandon(group, base, bytes);
+                return Err(e);
+            }
+        };
+        let default_lp = match b.settings() {
+            Some(c) => Ok(c.low_precision),
+            None => lowp::format_from_env(),
+        };
+        Ok(Reference {
+            b,
+            group: group.clone(),
+            me,
+            width: b.signal_width(),
+            timeout,
+            slot: opts.slot_bytes,
+            base,
+            bytes,
+            stream,
+            default_lp,
+            progress: Mutex::new(Progress {
+                epoch: opts.first_epoch,
+                calls: 0,
+                send_epoch: vec![opts.first_epoch; n],
+                recv_epoch: vec![opts.first_epoch; n],
+                out_of_step: None,
+                pending: Vec::new(),
+            }),
+            freed: false,
+        })
+    }
+
+    /// The group it serves.
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+
+    /// The width of its flags (the backend's).
+    pub fn signal_width(&self) -> SignalWidth {
+        self.width
+    }
+
+    /// The epoch of the next collective round.
+    pub fn next_epoch(&self) -> u64 {
+        self.progress.lock().unwrap_or_else(|p| p.into_inner()).epoch
+    }
+
+    /// Collective: releases the workspace on every member.
+    pub fn free(mut self) -> Result<()> {
+        self.freed = true;
+        self.b.heap_free(&self.group, self.base, self.bytes, self.timeout)
+    }
+
+    // ---- the collectives ------------------------------------------------------------------
+
+    /// [`Collectives::allreduce`](super::Collectives::allreduce).
+    pub fn allreduce(&self, mut buf: LocalMut<'_>, op: ReduceOp, opts: &CollOptions) -> Result<()> {
+        let (len, dtype) = (buf.len(), buf.dtype());
+        let p = buf.as_mut_ptr();
+        // SAFETY: `buf` is valid for reads and writes of `len` elements (LocalMut contract).
+        unsafe { self.run_allreduce(p, p, len, dtype, op, opts) }
+    }
+
+    /// [`Collectives::allreduce_into`](super::Collectives::allreduce_into).
+    pub fn allreduce_into(
+        &self,
+        input: LocalRef<'_>,
+        mut output: LocalMut<'_>,
+        op: ReduceOp,
+        opts: &CollOptions,
+    ) -> Result<()> {
+        let inp = Part { arg: "input", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
+        let out = Part { arg: "output", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
+        if let Some(e) = checks::allreduce_into(inp, out) {
+            return self.reject(Op::AllReduce, e);
+        }
+        // SAFETY: both are valid for `len` elements (LocalRef/LocalMut contracts), identical or
+        // disjoint (checked).
+        unsafe { self.run_allreduce(input.as_ptr(), output.as_mut_ptr(), input.len(), input.dtype(), op, opts) }
+    }
+
+    /// # Safety
+    /// `inp` valid for `len` reads and `out` for `len` writes of `dtype`; identical or disjoint.
+    unsafe fn run_allreduce(
+        &self,
+        inp: *const u8,
+        out: *mut u8,
+        len: usize,
+        dtype: DType,
+        op: ReduceOp,
+        opts: &CollOptions,
+    ) -> Result<()> {
+        let lp = match checks::reduction(&self.default_lp, dtype, op, opts.transport) {
+            Ok(lp) => lp,
+            Err(e) => return self.reject(Op::AllReduce, e),
+        };
+        let desc = Desc { lp, ..Desc::new(Op::AllReduce, dtype, Some(op), len) };
+        let size = dtype.size();
+        self.call(desc, opts, |r, p| {
+            let chunk = chunk_elems(self.slot, dtype, lp);
+            let mut lo = 0;
+            while lo < len {
+                let n = (len - lo).min(chunk);
+                // SAFETY: `lo + n <= len` elements of both buffers (the caller's contract).
+                unsafe { r.reduce_round(p, inp.add(lo * size), n, dtype, op, lp, out.add(lo * size), None)? };
+                lo += n;
+            }
+            Ok(())
+        })
+    }
+
+    /// [`Collectives::reduce_scatter`](super::Collectives::reduce_scatter).
+    pub fn reduce_scatter(
+        &self,
+        mut output: LocalMut<'_>,
+        input: LocalRef<'_>,
+        op: ReduceOp,
+        opts: &CollOptions,
+    ) -> Result<()> {
+        let lp = match checks::reduction(&self.default_lp, input.dtype(), op, opts.transport) {
+            Ok(lp) => lp,
+            Err(e) => return self.reject(Op::ReduceScatter, e),
+        };
+        let whole = Part { arg: "input_tensor", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
+        let part = Part { arg: "output_tensor", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
+        if let Some(e) = checks::parts(whole, part, self.n(), self.me) {
+            return self.reject(Op::ReduceScatter, e);
+        }
+        let (m, dtype) = (output.len(), input.dtype());
+        let desc = Desc { lp, ..Desc::new(Op::ReduceScatter, dtype, Some(op), m) };
+        let (inp, out, size) = (input.as_ptr(), output.as_mut_ptr(), dtype.size());
+        self.call(desc, opts, |r, p| {
+            let chunk = chunk_elems(self.slot, dtype, lp);
+            let mut lo = 0;
+            while lo < m {
+                let len = (m - lo).min(chunk);
+                // SAFETY: part j's chunk is `(j * m + lo, len)` of `input`, `(lo, len)` of
+                // `output` (sizes checked); the stride between parts is `m` elements.
+                unsafe { r.reduce_round(p, inp.add(lo * size), len, dtype, op, lp, out.add(lo * size), Some(m))? };
+                lo += len;
+            }
+            Ok(())
+        })
+    }
+
+    /// [`Collectives::allgather`](super::Collectives::allgather).
+    pub fn allgather(&self, mut output: LocalMut<'_>, input: LocalRef<'_>, opts: &CollOptions) -> Result<()> {
+        let whole = Part { arg: "output_tensor", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
+        let part = Part { arg: "input_tensor", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
+        if let Some(e) = checks::parts(whole, part, self.n(), self.me) {
+            return self.reject(Op::AllGather, e);
+        }
+        let (m, dtype) = (input.len(), input.dtype());
+        let (inp, out, size, n) = (input.as_ptr(), output.as_mut_ptr(), dtype.size(), self.n());
+        self.call(Desc::new(Op::AllGather, dtype, None, m), opts, |r, p| {
+            let chunk = self.slot / size;
+            let mut lo = 0;
+            while lo < m {
+                let len = (m - lo).min(chunk);
+                let bytes = len * size;
+                // SAFETY: `(lo, len)` lies in `input`.
+                let piece = unsafe { inp.add(lo * size) };
+                let sends = vec![(piece, bytes); n];
+                r.round(p, &sends, &vec![bytes; n], |j, at| {
+                    // SAFETY: part j of `output` holds `m` elements at `j * m`.
+                    unsafe { r.b.copy_from_heap(at, out.add((j * m + lo) * size), bytes) }
+                })?;
+                lo += len;
+            }
+            Ok(())
+        })
+    }
+
+    /// [`Collectives::broadcast`](super::Collectives::broadcast).
+    pub fn broadcast(&self, mut buf: LocalMut<'_>, root: usize, opts: &CollOptions) -> Result<()> {
+        let n = self.n();
+        if let Some(e) = checks::root(root, n) {
+            return self.reject(Op::Broadcast, e);
+        }
+        let (m, dtype) = (buf.len(), buf.dtype());
+        let (at, size) = (buf.as_mut_ptr(), dtype.size());
+        let desc = Desc { root, ..Desc::new(Op::Broadcast, dtype, None, m) };
+        self.call(desc, opts, |r, p| {
+            let chunk = self.slot / size;
+            let mut lo = 0;
+            while lo < m {
+                let bytes = (m - lo).min(chunk) * size;
+                // SAFETY: `(lo, len)` lies in `buf`.
+                let piece = unsafe { at.add(lo * size) };
+                let none: Piece = (std::ptr::null(), 0);
+                let sends = vec![if self.me == root { (piece.cast_const(), bytes) } else { none }; n];
+                let recvs: Vec<usize> = (0..n).map(|j| if j == root { bytes } else { 0 }).collect();
+                r.round(p, &sends, &recvs, |j, from| {
+                    if j == root && self.me != root {
+                        // SAFETY: as above; the root's own buffer already holds its data.
+                        unsafe { r.b.copy_from_heap(from, piece, bytes) }
+                    } else {
+                        Ok(())
+                    }
+                })?;
+                lo += bytes / size;
+            }
+            Ok(())
+        })
+    }
+
+    /// [`Collectives::alltoall`](super::Collectives::alltoall).
+    pub fn alltoall(
+        &self,
+        send: &[LocalRef<'_>],
+        recv: LocalMut<'_>,
+        recv_counts: &[usize],
+        opts: &CollOptions,
+    ) -> Result<()> {
+        if let Some(e) = checks::alltoall_sends(send, recv.dtype(), self.n()) {
+            return self.reject(Op::AllToAll, e);
+        }
+        let sends: Vec<(*const u8, usize)> = send.iter().map(|s| (s.as_ptr(), s.len())).collect();
+        self.run_alltoall(&sends, recv, recv_counts, opts)
+    }
+
+    /// [`Collectives::alltoall_single`](super::Collectives::alltoall_single).
+    pub fn alltoall_single(
+        &self,
+        send: LocalRef<'_>,
+        send_counts: &[usize],
+        recv: LocalMut<'_>,
+        recv_counts: &[usize],
+        opts: &CollOptions,
+    ) -> Result<()> {
+        if let Some(e) = checks::alltoall_single_sends(&send, send_counts, recv.dtype(), self.n()) {
+            return self.reject(Op::AllToAll, e);
+        }
+        let size = send.dtype().size();
+        let mut at = 0;
+        let sends: Vec<(*const u8, usize)> = send_counts
+            .iter()
+            .map(|&c| {
+                // The prefix sums stay within `send` (checked above).
+                let piece = (send.as_ptr().wrapping_add(at * size), c);
+                at += c;
+                piece
+            })
+            .collect();
+        self.run_alltoall(&sends, recv, recv_counts, opts)
+    }
+
+    fn run_alltoall(
+        &self,
+        sends: &[(*const u8, usize)],
+        mut recv: LocalMut<'_>,
+        recv_counts: &[usize],
+        opts: &CollOptions,
+    ) -> Result<()> {
+        let (n, dtype) = (self.n(), recv.dtype());
+        let recv_part = Part { arg: "receive_tensor", ptr: recv.as_mut_ptr(), len: recv.len(), dtype };
+        if let Some(e) = checks::alltoall_recv(sends, recv_part, recv_counts, n) {
+            return self.reject(Op::AllToAll, e);
+        }
+        // The counts differ between members: the pairs are compared instead.
+        let desc = Desc {
+            sends: sends.iter().map(|s| s.1).collect(),
+            recvs: recv_counts.to_vec(),
+            ..Desc::new(Op::AllToAll, dtype, None, 0)
+        };
+        let (out, size) = (recv.as_mut_ptr(), dtype.size());
+        let displ: Vec<usize> = recv_counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
+        let per = self.slot / size;
+        self.call_with(desc, opts, |r, p, descs| {
+            // The largest piece of any pair sets the rounds (the same on every member).
+            let largest = descs.iter().flat_map(|d| &d[DESC_FIXED..DESC_FIXED + n]).max().copied().unwrap_or(0);
+            let rounds = (largest as usize).div_ceil(per);
+            let share = |c: usize, k: usize| c.saturating_sub(k * per).min(per);
+            for k in 0..rounds {
+                let pieces: Vec<Piece> =
+                    sends.iter().map(|&(at, c)| (at.wrapping_add(k * per * size), share(c, k) * size)).collect();
+                let lens: Vec<usize> = recv_counts.iter().map(|&c| share(c, k) * size).collect();
+                r.round(p, &pieces, &lens, |j, from| {
+                    // SAFETY: member j's piece lands at `displ[j]` and holds `recv_counts[j]`
+                    // elements (checked to fit `recv`).
+                    unsafe { r.b.copy_from_heap(from, out.add((displ[j] + k * per) * size), lens[j]) }
+                })?;
+            }
+            Ok(())
+        })
+    }
+
+    /// [`Collectives::send`](super::Collectives::send).
+    pub fn send(&self, buf: LocalRef<'_>, dst: usize, opts: &CollOptions) -> Result<()> {
+        let rank = self.b.rank();
+        self.group.resolve("dst_rank", i64::try_from(dst).unwrap_or(i64::MAX)).at(rank)?;
+        let bytes = buf.len() * buf.dtype().size();
+        self.p2p(Op::Send, opts, |r, p| {
+            let mut out = Outgoing::new(r, buf.as_ptr(), bytes, buf.dtype(), dst);
+            while !out.done() {
+                out.step(r, p)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// [`Collectives::recv`](super::Collectives::recv).
+    pub fn recv(&self, mut buf: LocalMut<'_>, src: usize, opts: &CollOptions) -> Result<()> {
+        let rank = self.b.rank();
+        self.group.resolve("src_rank", i64::try_from(src).unwrap_or(i64::MAX)).at(rank)?;
+        let (bytes, dtype) = (buf.len() * buf.dtype().size(), buf.dtype());
+        let at = buf.as_mut_ptr();
+        self.p2p(Op::Recv, opts, |r, p| {
+            let mut inc = Incoming::new(at, bytes, dtype, src);
+            while !inc.done() {
+                inc.step(r, p)?;
+            }
+            inc.finish(r)
+        })
+    }
+
+    /// [`Collectives::sendrecv`](super::Collectives::sendrecv): one chunk out, one chunk in, in
+    /// turn.
+    pub fn sendrecv(
+        &self,
+        send: LocalRef<'_>,
+        dst: usize,
+        mut recv: LocalMut<'_>,
+        src: usize,
+        opts: &CollOptions,
+    ) -> Result<()> {
+        let rank = self.b.rank();
+        self.group.resolve("dst_rank", i64::try_from(dst).unwrap_or(i64::MAX)).at(rank)?;
+        self.group.resolve("src_rank", i64::try_from(src).unwrap_or(i64::MAX)).at(rank)?;
+        let (send_bytes, recv_bytes) = (send.len() * send.dtype().size(), recv.len() * recv.dtype().size());
+        let (s, rp) = (send.as_ptr(), recv.as_mut_ptr());
+        if let Some(e) = checks::sendrecv(s, send_bytes, rp.cast_const(), recv_bytes) {
+            return Err(e).at(rank);
+        }
+        self.p2p(Op::SendRecv, opts, |r, p| {
+            let mut out = Outgoing::new(r, s, send_bytes, send.dtype(), dst);
+            let mut inc = Incoming::new(rp, recv_bytes, recv.dtype(), src);
+            while !out.done() || !inc.done() {
+                if !out.done() {
+                    out.step(r, p)?;
+                }
+                if !inc.done() {
+                    inc.step(r, p)?;
+                }
+            }
+            inc.finish(r)
+        })
+    }
+
+    /// [`Collectives::reject`](super::Collectives::reject): takes part in this member's next
+    /// collective call only to reject it; the members fail with `PeerRejected`. Returns the
+    /// error (`InvalidArgument` with `e`).
+    pub fn reject(&self, op: Op, e: ArgError) -> Result<()> {
+        let rank = self.b.rank();
+        let desc = Desc::new(op, DType::U8, None, 0);
+        match self.call_inner(desc, Some(e.clone()), &CollOptions::default(), |_, _, _| Ok(())) {
+            // The descriptor round went through: the error is the caller's own.
+            Ok(())
+            | Err(Error::InvalidArgument { .. })
+            | Err(Error::PeerRejected { .. })
+            | Err(Error::Mismatch { .. }) => Err(e).at(rank),
+            Err(other) => Err(other),
+        }
+    }
+
+    // ---- rounds ---------------------------------------------------------------------------
+
+    fn n(&self) -> usize {
+        self.group.size()
+    }
+
+    /// Runs one collective call: the descriptor round, then `body`'s data rounds.
+    fn call(
+        &self,
+        desc: Desc,
+        opts: &CollOptions,
+        body: impl FnOnce(&Round<'_, 'c, B>, &mut Progress) -> Result<()>,
+    ) -> Result<()> {
+        self.call_with(desc, opts, |r, p, _| body(r, p))
+    }
+
+    /// [`Reference::call`] whose body sees every member's descriptor words.
+    fn call_with(
+        &self,
+        desc: Desc,
+        opts: &CollOptions,
+        body: impl FnOnce(&Round<'_, 'c, B>, &mut Progress, &[Vec<u64>]) -> Result<()>,
+    ) -> Result<()> {
+        self.call_inner(desc, None, opts, body)
+    }
+
+    fn call_inner(
+        &self,
+        desc: Desc,
+        rejected: Option<ArgError>,
+        opts: &CollOptions,
+        body: impl FnOnce(&Round<'_, 'c, B>, &mut Progress, &[Vec<u64>]) -> Result<()>,
+    ) -> Result<()> {
+        let rank = self.b.rank();
+        self.b.check_process()?;
+        let mut p = self.lock(desc.op)?;
+        if let Some(why) = &p.out_of_step {
+            return Err(ArgError::invalid("group", format!("{:?}", self.group), why.clone())).at(rank);
+        }
+        p.calls += 1;
+        let r =
+            Round { rf: self, b: self.b, op: desc.op, call: p.calls, timeout: opts.timeout.unwrap_or(self.timeout) };
+        let result = (|| {
+            let n = self.n();
+            let mine = desc.words(n, rejected.is_some());
+            let bytes = mine.len() * 8;
+            let mut descs = vec![vec![0u64; mine.len()]; n];
+            let at = descs.iter_mut().map(|d| d.as_mut_ptr().cast::<u8>()).collect::<Vec<_>>();
+            let sends = vec![(mine.as_ptr().cast::<u8>(), bytes); n];
+            r.round(&mut p, &sends, &vec![bytes; n], |j, from| {
+                // SAFETY: `descs[j]` holds `bytes` bytes.
+                unsafe { self.b.copy_from_heap(from, at[j], bytes) }
+            })?;
+            if let Some(e) = self.disagreement(&r, &descs, rejected) {
+                return Err(e);
+            }
+            body(&r, &mut p, &descs)
+        })();
+        let result = result.and_then(|()| r.collect(&mut p));
+        if let Err(e @ (Error::Timeout(_) | Error::PeerLost { .. } | Error::PeerExited { .. } | Error::System { .. })) =
+            &result
+        {
+            // This member left the call mid-round: its epochs no longer pair with the others'.
+            p.out_of_step = Some(format!(
+                "its reference collectives are out of step since {} #{} failed on this rank ({}): a late member \
+                 would pair later rounds with the wrong calls",
+                desc.op.name(),
+                r.call,
+                e.code()
+            ));
+            // The results of what is still enqueued are of no use any more.
+            p.pending.clear();
+        }
+        result
+    }
+
+    /// The error every member reports for the descriptors `descs` (one per member), if they
+    /// disagree or one was rejected: this member's own rejection first, then the first member
+    /// that rejected its call, then the first that called something else.
+    fn disagreement(&self, r: &Round<'_, 'c, B>, descs: &[Vec<u64>], rejected: Option<ArgError>) -> Option<Error> {
+        let rank = self.b.rank();
+        let ranks = self.group.ranks();
+        if let Some(e) = rejected {
+            return Some(Error::InvalidArgument { rank, source: e });
+        }
+        if let Some(j) = descs.iter().position(|d| d[1] != 0) {
+            return Some(Error::PeerRejected { rank, op: r.op.name().into(), peer: ranks[j] });
+        }
+        let mine = &descs[self.me];
+        let n = self.n();
+        if let Some(j) = descs.iter().position(|d| d[..DESC_FIXED] != mine[..DESC_FIXED]) {
+            return Some(Error::Mismatch {
+                rank,
+                op: r.op.name().into(),
+                peer: ranks[j],
+                mine: Desc::describe(mine),
+                theirs: Desc::describe(&descs[j]),
+            });
+        }
+        if r.op != Op::AllToAll {
+            return None;
+        }
+        // Every pair, so that every member finds the same disagreement.
+        for (a, da) in descs.iter().enumerate() {
+            for (b, db) in descs.iter().enumerate() {
+                let (sent, expected) = (da[DESC_FIXED + b], db[DESC_FIXED + n + a]);
+                if sent != expected {
+                    let peer = if a == self.me { ranks[b] } else { ranks[a] };
+                    return Some(Error::Mismatch {
+                        rank,
+                        op: r.op.name().into(),
+                        peer,
+                        mine: format!("group rank {b}: recv_counts[{a}] = {expected}"),
+                        theirs: format!("group rank {a}: {sent} elements sent to group rank {b}"),
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    /// Runs one point-to-point call.
+    fn p2p(
+        &self,
+        op: Op,
+        opts: &CollOptions,
+        body: impl FnOnce(&Round<'_, 'c, B>, &mut Progress) -> Result<()>,
+    ) -> Result<()> {
+        self.b.check_process()?;
+        let mut p = self.lock(op)?;
+        let r = Round { rf: self, b: self.b, op, call: 0, timeout: opts.timeout.unwrap_or(self.timeout) };
+        let result = body(&r, &mut p).and_then(|()| r.collect(&mut p));
+        if result.is_err() {
+            p.pending.clear();
+        }
+        result
+    }
+
+    fn lock(&self, op: Op) -> Result<std::sync::MutexGuard<'_, Progress>> {
+        let rank = self.b.rank();
+        match self.progress.try_lock() {
+            Ok(p) => Ok(p),
+            Err(TryLockError::WouldBlock) => Err(Error::ConcurrentUse {
+                rank,
+                op: op.name().into(),
+                group: self.group.ranks().to_vec(),
+                busy: "it is in a reference collective".into(),
+            }),
+            Err(TryLockError::Poisoned(_)) => Err(ArgError::invalid(
+                "group",
+                format!("{:?}", self.group),
+                "a previous reference collective panicked in this group",
+            ))
+            .at(rank),
+        }
+    }
+}
+
+impl<B: StreamBackend> Drop for Reference<'_, B> {
+    /// Gives the workspace up locally unless it was freed (see [`Backend::heap_abandon`](crate::Backend::heap_abandon)).
+    fn drop(&mut self) {
+        if !self.freed {
+            self.b.heap_abandon(&self.group, self.base, self.bytes);
+        }
+    }
+}
+
+/// How long a host synchronize waits beyond the bound of the stream wait it follows, so that
+/// the wait's own error (which names what it waited for) is the one reported.
+const SYNC_GRACE: Duration = Duration::from_secs(1);
+
+/// Bytes of the flags of `n` members (rounded to a cache line).
+fn flags_bytes(n: usize) -> usize {
+    (4 * n * FLAG_STRIDE).next_multiple_of(64)
+}
+
+/// Offset in the workspace of `flag` for member `j`.
+fn flag_offset(n: usize, flag: Flag, j: usize) -> usize {
+    (flag as usize * n + j) * FLAG_STRIDE
+}
+
+/// Elements of a reduction chunk whose piece (in the data dtype, or encoded in `lp`) fits a
+/// slot of `slot` bytes: whole 256-element blocks, so that low-precision chunks encode as the
+/// whole buffer would.
+fn chunk_elems(slot: usize, dtype: DType, lp: Option<DType>) -> usize {
+    let block = lowp::SCALE_BLOCK;
+    let blocks = match lp {
+        Some(l) => slot / (block * l.size() + 4),
+        None => slot / (block * dtype.size()),
+    };
+    blocks.max(1) * block
+}
+
+/// One call in progress: what its rounds and waits need.
+struct Round<'r, 'c, B: StreamBackend> {
+    rf: &'r Reference<'c, B>,
+    b: &'c B,
+    op: Op,
+    /// The collective call number (0: a point-to-point call).
+    call: u64,
+    timeout: Duration,
+}
+
+impl<B: StreamBackend> Round<'_, '_, B> {
+    fn flag(&self, flag: Flag, j: usize) -> usize {
+        self.rf.base + flag_offset(self.rf.n(), flag, j)
+    }
+
+    fn slot(&self, j: usize) -> usize {
+        self.rf.base + flags_bytes(self.rf.n()) + j * self.rf.slot
+    }
+
+    fn mail(&self, j: usize) -> usize {
+        self.slot(self.rf.n() + j)
+    }
+
+    /// Enqueues a wait until the caller's `flag` of member `j` holds `epoch`, and waits for it
+    /// on the host; its timeout names the call, the flag, the peer and the epoch.
+    fn wait(&self, flag: Flag, j: usize, epoch: u64, what: &str) -> Result<()> {
+        let rf = self.rf;
+        let (at, word) = (self.flag(flag, j), rf.width.word_of(epoch));
+        let event = self.b.wait_signal_at_on(&rf.stream, &rf.group, at, rf.width, CmpOp::Eq, word, self.timeout)?;
+        self.b
+            .synchronize_event(&event, self.timeout + SYNC_GRACE)
+            .map_err(|e| self.name_wait(e, flag, j, epoch, word, what))
+    }
+
+    fn name_wait(&self, e: Error, flag: Flag, j: usize, epoch: u64, word: i64, what: &str) -> Error {
+        let Error::Timeout(mut t) = e else { return e };
+        let (rf, peer) = (self.rf, self.rf.group.ranks()[j]);
+        t.op = if self.call > 0 {
+            format!("{} #{} (reference collectives, round of epoch {epoch})", self.op.name(), self.call)
+        } else {
+            format!("{} (reference collectives, chunk of epoch {epoch})", self.op.name())
+        };
+        t.location = format!(
+            "this rank's {}[{j}] flag ({:?}) at heap byte {:#x}, set by group rank {j} (global rank {peer})",
+            flag.name(),
+            rf.width,
+            self.flag(flag, j)
+        );
+        t.condition = format!("== {word} (epoch {epoch} modulo 2^{}): {what}", rf.width.bytes() * 8);
+        t.pending = vec![peer];
+        t.sequence = (self.call > 0).then_some(self.call);
+        Error::Timeout(t)
+    }
+
+    /// Collects the results of the puts and signals enqueued so far.
+    fn collect(&self, p: &mut Progress) -> Result<()> {
+        for e in p.pending.drain(..) {
+            self.b.synchronize_event(&e, self.timeout + SYNC_GRACE)?;
+        }
+        Ok(())
+    }
+
+    /// One collective round (see the module's docs): sends `sends[p]` to every member p,
+    /// receives `lens[j]` bytes from every member j, handed to `consume(j, heap offset)` while
+    /// they are in this member's slot.
+    ///
+    /// Every put is followed on the stream by a wait the host synchronizes before the round
+    /// returns, successfully or not: when a call returns, no operation left in the stream reads
+    /// the caller's memory.
+    fn round(
+        &self,
+        p: &mut Progress,
+        sends: &[Piece],
+        lens: &[usize],
+        mut consume: impl FnMut(usize, usize) -> Result<()>,
+    ) -> Result<()> {
+        let rf = self.rf;
+        let (me, ranks, width) = (rf.me, rf.group.ranks(), rf.width);
+        debug_assert!(sends.len() == rf.n() && lens.len() == rf.n(), "one piece per member each way");
+        let e = p.epoch;
+        let word = width.word_of(e);
+        for (q, &(src, bytes)) in sends.iter().enumerate() {
+            self.wait(
+                Flag::Ack,
+                q,
+                e.wrapping_sub(1),
+                "its previous piece consumed, so that its slot for this rank is free",
+            )?;
+            let (slot, flag) = (self.slot(me), self.flag(Flag::Data, me));
+            let ev = if bytes > 0 {
+                // SAFETY: `src` holds `bytes` bytes of the caller's (the callers' contracts),
+                // valid until the event completes: the call collects it before it returns.
+                unsafe {
+                    self.b.put_signal_bytes_on(
+                        &rf.stream,
+                        ranks[q],
+                        slot,
+                        src,
+                        bytes,
+                        flag,
+                        width,
+                        SignalOp::Set,
+                        word,
+                    )?
+                }
+            } else {
+                self.b.signal_at_on(&rf.stream, ranks[q], flag, width, SignalOp::Set, word)?
+            };
+            p.pending.push(ev);
+        }
+        for (j, &len) in lens.iter().enumerate() {
+            self.wait(Flag::Data, j, e, "its piece of this round in this rank's slot")?;
+            if len > 0 {
+                consume(j, self.slot(j))?;
+            }
+        }
+        for &peer in ranks {
+            let ev = self.b.signal_at_on(&rf.stream, peer, self.flag(Flag::Ack, me), width, SignalOp::Set, word)?;
+            p.pending.push(ev);
+        }
+        p.epoch = e.wrapping_add(1);
+        self.collect(p)
+    }
+
+    /// One reduction round: every member p gets the `len` elements at `inp + p * stride`
+    /// (`stride` in elements; `None`: every member gets those at `inp`), encoded in `lp` when
+    /// set, and `out` becomes what every member sent this one, reduced in group-rank order.
+    ///
+    /// # Safety
+    /// For every member p, `inp + p * stride` holds `len` elements of `dtype`; `out` is valid
+    /// for `len` writes, and is one of those pieces or disjoint from them all.
+    #[allow(clippy::too_many_arguments)] // the pieces of both reductions
+    unsafe fn reduce_round(
+        &self,
+        p: &mut Progress,
+        inp: *const u8,
+        len: usize,
+        dtype: DType,
+        op: ReduceOp,
+        lp: Option<DType>,
+        out: *mut u8,
+        stride: Option<usize>,
+    ) -> Result<()> {
+        let n = self.rf.n();
+        let size = dtype.size();
+        let piece = |q: usize| inp.wrapping_add(q * stride.unwrap_or(0) * size);
+        // Whole 8-byte words, so that every typed view of the scratch is aligned.
+        let words = |bytes: usize| bytes.div_ceil(8);
+        let bytes = match lp {
+            Some(l) => lowp::encoded_bytes(l, len),
+            None => len * size,
+        };
+        let mut arrived = vec![0u64; n * words(bytes)];
+        let base = arrived.as_mut_ptr().cast::<u8>();
+        let at = |j: usize| base.wrapping_add(j * words(bytes) * 8);
+        // Encoded pieces, one per member (all the same in an allreduce).
+        let mut encoded: Vec<Vec<u64>> = Vec::new();
+        let sends: Vec<Piece> = match lp {
+            None => (0..n).map(|q| (piece(q), bytes)).collect(),
+            Some(l) => {
+                let distinct = if stride.is_none() { 1 } else { n };
+                for q in 0..distinct {
+                    let mut e = vec![0u64; words(bytes)];
+                    let exps = e.as_mut_ptr().cast::<i32>();
+                    let payload = e.as_mut_ptr().cast::<u8>().wrapping_add(4 * len.div_ceil(lowp::SCALE_BLOCK));
+                    // SAFETY: the piece holds `len` elements (this function's contract); the
+                    // run's exponents and payload fit `encoded_bytes`.
+                    unsafe { lowp::encode(dtype, l, piece(q), len, exps, payload) };
+                    encoded.push(e);
+                }
+                (0..n).map(|q| (encoded[q.min(distinct - 1)].as_ptr().cast::<u8>(), bytes)).collect()
+            }
+        };
+        self.round(p, &sends, &vec![bytes; n], |j, from| {
+            // SAFETY: `arrived` holds `n` pieces of `bytes`.
+            unsafe { self.b.copy_from_heap(from, at(j), bytes) }
+        })?;
+        match lp {
+            None => {
+                let srcs: Vec<*const u8> = (0..n).map(|j| at(j).cast_const()).collect();
+                // SAFETY: every source holds `len` elements, aligned; `out` holds `len`
+                // (contract) and overlaps no source (they are this call's scratch).
+                unsafe { kernels::reduce(dtype, op, &srcs, out, len) };
+            }
+            Some(l) => {
+                let srcs: Vec<lowp::SubRun> = (0..n).map(|j| lowp::sub_run(at(j), l, len, 0, len)).collect();
+                // SAFETY: as above, for runs of `len` encoded elements.
+                unsafe { lowp::reduce_encoded(dtype, l, op, &srcs, len, out) };
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The send side of a point-to-point message, a chunk at a time.
+struct Outgoing {
+    src: *const u8,
+    bytes: usize,
+    dtype: DType,
+    dst: usize,
+    payload: usize,
+    chunks: usize,
+    sent: usize,
+}
+
+impl Outgoing {
+    fn new<B: StreamBackend>(r: &Round<'_, '_, B>, src: *const u8, bytes: usize, dtype: DType, dst: usize) -> Self {
+        let payload = r.rf.slot - MAIL_HEADER;
+        Outgoing { src, bytes, dtype, dst, payload, chunks: bytes.div_ceil(payload).max(1), sent: 0 }
+    }
+
+    fn done(&self) -> bool {
+        self.sent == self.chunks
+    }
+
+    /// Sends the next chunk once the receiver has consumed the previous one.
+    fn step<B: StreamBackend>(&mut self, r: &Round<'_, '_, B>, p: &mut Progress) -> Result<()> {
+        let rf = r.rf;
+        let e = p.send_epoch[self.dst];
+        r.wait(
+            Flag::MailAck,
+            self.dst,
+            e.wrapping_sub(1),
+            "the previous chunk consumed, so that its mailbox for this rank is free",
+        )?;
+        let lo = self.sent * self.payload;
+        let len = (self.bytes - lo).min(self.payload);
+        // Header and payload go in one put, so that the flag publishes both.
+        let mut chunk = vec![0u8; MAIL_HEADER + len];
+        chunk[..8].copy_from_slice(&(self.bytes as u64).to_le_bytes());
+        chunk[8..16].copy_from_slice(&u64::from(self.dtype.code()).to_le_bytes());
+        if len > 0 {
+            // SAFETY: `lo + len <= bytes` of the caller's buffer.
+            unsafe { std::ptr::copy_nonoverlapping(self.src.add(lo), chunk[MAIL_HEADER..].as_mut_ptr(), len) };
+        }
+        let (me, peer) = (rf.me, rf.group.ranks()[self.dst]);
+        let (at, flag, word) = (r.mail(me), r.flag(Flag::MailData, me), rf.width.word_of(e));
+        // SAFETY: `chunk` lives until the put's event has completed (synchronized below).
+        let ev = unsafe {
+            r.b.put_signal_bytes_on(
+                &rf.stream,
+                peer,
+                at,
+                chunk.as_ptr(),
+                chunk.len(),
+                flag,
+                rf.width,
+                SignalOp::Set,
+                word,
+            )?
+        };
+        r.b.synchronize_event(&ev, r.timeout + SYNC_GRACE)?;
+        p.send_epoch[self.dst] = e.wrapping_add(1);
+        self.sent += 1;
+        Ok(())
+    }
+}
+
+/// The receive side of a point-to-point message, a chunk at a time.
+struct Incoming {
+    dst: *mut u8,
+    bytes: usize,
+    dtype: DType,
+    src: usize,
+    /// Chunks of the message as its sender sent it (known from the first).
+    chunks: usize,
+    taken: usize,
+    /// The message's size and dtype, when they differ from the buffer's.
+    mismatch: Option<(usize, u64)>,
+}
+
+impl Incoming {
+    fn new(dst: *mut u8, bytes: usize, dtype: DType, src: usize) -> Self {
+        Incoming { dst, bytes, dtype, src, chunks: 1, taken: 0, mismatch: None }
+    }
+
+    fn done(&self) -> bool {
+        self.taken == self.chunks
+    }
+
+    /// Takes the next chunk and acknowledges it.
+    fn step<B: StreamBackend>(&mut self, r: &Round<'_, '_, B>, p: &mut Progress) -> Result<()> {
+        let rf = r.rf;
+        let e = p.recv_epoch[self.src];
+        r.wait(Flag::MailData, self.src, e, "its next chunk in this rank's mailbox")?;
+        let at = r.mail(self.src);
+        let mut header = [0u8; MAIL_HEADER];
+        // SAFETY: the header lies in the mailbox.
+        unsafe { r.b.copy_from_heap(at, header.as_mut_ptr(), MAIL_HEADER)? };
+        let msg_bytes = u64::from_le_bytes(header[..8].try_into().unwrap_or_default()) as usize;
+        let msg_dtype = u64::from_le_bytes(header[8..].try_into().unwrap_or_default());
+        let payload = rf.slot - MAIL_HEADER;
+        if self.taken == 0 {
+            self.chunks = msg_bytes.div_ceil(payload).max(1);
+            if msg_bytes != self.bytes || msg_dtype != u64::from(self.dtype.code()) {
+                self.mismatch = Some((msg_bytes, msg_dtype));
+            }
+        }
+        if self.mismatch.is_none() {
+            let lo = self.taken * payload;
+            let len = (self.bytes - lo).min(payload);
+            // SAFETY: `lo + len <= bytes` of the caller's buffer (the sizes agree).
+            unsafe { r.b.copy_from_heap(at + MAIL_HEADER, self.dst.add(lo), len)? };
+        }
+        let peer = rf.group.ranks()[self.src];
+        let ack = r.b.signal_at_on(
+            &rf.stream,
+            peer,
+            r.flag(Flag::MailAck, rf.me),
+            rf.width,
+            SignalOp::Set,
+            rf.width.word_of(e),
+        )?;
+        p.pending.push(ack);
+        p.recv_epoch[self.src] = e.wrapping_add(1);
+        self.taken += 1;
+        Ok(())
+    }
+
+    /// The receive's outcome: a message of another size or dtype (consumed whole) fails naming
+    /// both.
+    fn finish<B: StreamBackend>(self, r: &Round<'_, '_, B>) -> Result<()> {
+        let Some((msg_bytes, msg_dtype)) = self.mismatch else { return Ok(()) };
+        let theirs = DType::from_code(msg_dtype as i64).map_or_else(|_| "?".to_string(), |d| d.to_string());
+        Err(Error::Mismatch {
+            rank: r.b.rank(),
+            op: r.op.name().into(),
+            peer: r.rf.group.ranks()[self.src],
+            mine: format!("recv of {} elements of {}", self.bytes / self.dtype.size(), self.dtype),
+            theirs: format!("a message of {msg_bytes} bytes of {theirs}"),
+        })
+    }
+}
