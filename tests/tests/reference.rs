@@ -224,6 +224,43 @@ fn the_reference_equals_the_host_engine() {
     }
 }
 
+/// A sendrecv meets a peer's plain send and recv, in either order, with messages of several
+/// slots each way: both directions progress at once, on both engines.
+#[test]
+fn sendrecv_meets_plain_send_and_recv() {
+    ranks(2, |comm| {
+        let world = comm.world();
+        let me = comm.rank().index();
+        let rf = Reference::with_options(&comm, &world, options(1)).unwrap();
+        let full = CollOptions::full_precision();
+        for (k, m) in [(0, 5000), (1, 3001), (2, 1)] {
+            let out = Data::case(DType::F64, me, k, m);
+            let (mut h, mut r) = (Data::zeros(DType::F64, m), Data::zeros(DType::F64, m));
+            match (me, k % 2) {
+                (0, _) => {
+                    comm.sendrecv(&world, out.r(), 1, h.m(), 1, &full).unwrap();
+                    rf.sendrecv(out.r(), 1, r.m(), 1, &full).unwrap();
+                }
+                (_, 0) => {
+                    comm.send(&world, out.r(), 0, &full).unwrap();
+                    comm.recv(&world, h.m(), 0, &full).unwrap();
+                    rf.send(out.r(), 0, &full).unwrap();
+                    rf.recv(r.m(), 0, &full).unwrap();
+                }
+                _ => {
+                    comm.recv(&world, h.m(), 0, &full).unwrap();
+                    comm.send(&world, out.r(), 0, &full).unwrap();
+                    rf.recv(r.m(), 0, &full).unwrap();
+                    rf.send(out.r(), 0, &full).unwrap();
+                }
+            }
+            same(&format!("message {k} on rank {me}"), &h, &r);
+            assert!(r.bytes() == Data::case(DType::F64, 1 - me, k, m).bytes(), "message {k} on rank {me}");
+        }
+        rf.free().unwrap();
+    });
+}
+
 /// The CPU backend with 32-bit signals, as Ascend's aclshmem has: every call forwards to
 /// `SimComm`, and `signal_width` answers W32.
 #[repr(transparent)]

@@ -5,21 +5,23 @@
 //!
 //! # What it uses
 //! Only the contract: [`StreamBackend`]'s on-stream `put_signal_bytes_on`, `signal_at_on`,
-//! `wait_signal_at_on`, `barrier_group_on`, events and `synchronize_event`, and
-//! [`Backend::copy_from_heap`](crate::Backend::copy_from_heap) to read what arrived in the caller's own heap. No
-//! [`HostMapped`](crate::backend::HostMapped), no peer pointers, no load or store into heap
-//! memory. Puts read the caller's buffers as "local memory" (host memory on the CPU backend).
+//! `wait_signal_at_on`, `barrier_group_on`, events, `synchronize_event` and `query_event`, and
+//! [`Backend::copy_from_heap`](crate::Backend::copy_from_heap) to read what arrived in the
+//! caller's own heap. No [`HostMapped`](crate::backend::HostMapped), no peer pointers, no load
+//! or store into heap memory. Puts read the caller's buffers as "local memory" (host memory on the CPU backend).
 //! The local steps (copying arrived data out of the heap, the reduction, with this crate's
 //! kernels: [`super::kernels::reduce`], [`super::lowp::reduce_encoded`]) run on the host; a
 //! device backend would replace them by its kernels on the stream.
 //!
 //! # State
 //! A [`Reference`] serves one group. Creating it is collective: it allocates its symmetric
-//! workspace with the heap allocator ([`Backend::heap_alloc`](crate::Backend::heap_alloc)), creates a stream of the rank,
-//! sets its own flags and joins a barrier. [`Reference::free`] releases the workspace
-//! collectively; dropping it without `free` gives the range up locally
-//! ([`Backend::heap_abandon`](crate::Backend::heap_abandon)), so that a member that drops it never blocks. One thread at a
-//! time drives it (a second gets [`Error::ConcurrentUse`]).
+//! workspace with the heap allocator ([`Backend::heap_alloc`](crate::Backend::heap_alloc)),
+//! creates two streams of the rank, sets its own flags and joins a barrier.
+//! [`Reference::free`] releases the workspace collectively; dropping it without `free` gives
+//! the range up locally ([`Backend::heap_abandon`](crate::Backend::heap_abandon)), so that a
+//! member that drops it never blocks. One thread at a time drives it (a second gets
+//! [`Error::ConcurrentUse`]). A backend serving [`Collectives`](super::Collectives) with it
+//! keeps one per group.
 //!
 //! Workspace of each member (the same offsets on every member), flags one 8-byte word apart
 //! whatever their width:
@@ -49,18 +51,20 @@
 //! broadcast's root sends, the others receive; alltoall sends each member its piece.
 //! Point-to-point messages go through `mail`, one chunk at a time, each acknowledged:
 //! a 16-byte header (size, dtype) starts every chunk, so a receiver whose buffer does not
-//! match consumes the message and fails naming both; `sendrecv` alternates one chunk out and
-//! one chunk in, so pairs and rings of sendrecv complete at any size. (A message of one chunk
-//! never waits for its receiver; a longer one needs the receiver to take it: a `sendrecv`
-//! meeting a peer's plain `send` then `recv` of more than two chunks each way waits for both.)
+//! match consumes the message and fails naming both. `sendrecv` waits for each direction on a
+//! stream of its own and polls both ([`StreamBackend::query_event`]), moving whichever can
+//! move, so any pairing completes at any size: rings, pairwise exchanges, oneself, a peer's
+//! plain `send` and `recv` in either order. A message of one chunk never waits for its
+//! receiver; a longer `send` returns once the receiver has taken all but its last chunk.
 //!
 //! Results are those of the host engine: each element reduced in group-rank order with the
 //! same kernels (the same accumulator types), low-precision inputs encoded in 256-element
 //! blocks aligned with the buffer's start (chunks are whole blocks), so bit-identical.
 //!
 //! # Signal width and the wrap
-//! The flags have the backend's width ([`Backend::signal_width`](crate::Backend::signal_width): 32 bits on Ascend) and hold
-//! the epoch modulo 2^width ([`SignalWidth::word_of`]); every wait is for *equality*, which is
+//! The flags have the backend's width
+//! ([`Backend::signal_width`](crate::Backend::signal_width): 32 bits on Ascend) and hold the
+//! epoch modulo 2^width ([`SignalWidth::word_of`]); every wait is for *equality*, which is
 //! correct across the wrap because flow control keeps every flag within one epoch of what its
 //! reader waits for:
 //! - `data[j]` at i, awaited `== e` in round e: j sets it to e only in round e, and to e + 1
@@ -167,7 +171,10 @@ pub struct Reference<'c, B: StreamBackend> {
     slot: usize,
     base: usize,
     bytes: usize,
+    /// For collectives, point-to-point calls and the send direction of sendrecv.
     stream: Stream,
+    /// For the receive direction of sendrecv.
+    recv_stream: Stream,
     default_lp: std::result::Result<Option<DType>, ArgError>,
     progress: Mutex<Progress>,
     freed: bool,
@@ -294,7 +301,7 @@ impl<'c, B: StreamBackend> Reference<'c, B> {
         let timeout = opts.timeout.unwrap_or(b.default_timeout());
         let bytes = flags_bytes(n) + 2 * n * opts.slot_bytes;
         let base = b.heap_alloc(group, bytes, timeout)?;
-        let set_up = || -> Result<Stream> {
+        let set_up = || -> Result<(Stream, Stream)> {
             let stream = b.create_stream()?;
             let width = b.signal_width();
             let start = width.word_of(opts.first_epoch.wrapping_sub(1));
@@ -310,9 +317,9 @@ impl<'c, B: StreamBackend> Reference<'c, B> {
             for e in &events {
                 b.synchronize_event(e, timeout + SYNC_GRACE)?;
             }
-            Ok(stream)
+            Ok((stream, b.create_stream()?))
         };
-        let stream = match set_up() {
+        let (stream, recv_stream) = match set_up() {
             Ok(s) => s,
             Err(e) => {
                 b.heap_abandon(group, base, bytes);
@@ -333,6 +340,7 @@ impl<'c, B: StreamBackend> Reference<'c, B> {
             base,
             bytes,
             stream,
+            recv_stream,
             default_lp,
             progress: Mutex::new(Progress {
                 epoch: opts.first_epoch,
@@ -651,12 +659,47 @@ impl<'c, B: StreamBackend> Reference<'c, B> {
         self.p2p(Op::SendRecv, opts, |r, p| {
             let mut out = Outgoing::new(r, s, send_bytes, send.dtype(), dst);
             let mut inc = Incoming::new(rp, recv_bytes, recv.dtype(), src);
+            // Each direction waits on a stream of its own, polled from here, so that neither
+            // holds the other up: any pairing completes (see the module's docs).
+            let (outs, ins) = (&self.stream, &self.recv_stream);
+            let (mut out_wait, mut in_wait): (Option<FlagWait>, Option<FlagWait>) = (None, None);
+            let (mut idle, mut since) = (0u32, std::time::Instant::now());
             while !out.done() || !inc.done() {
-                if !out.done() {
-                    out.step(r, p)?;
+                if !out.done() && out_wait.is_none() {
+                    out_wait = Some(out.free_wait(r, p, outs)?);
                 }
-                if !inc.done() {
-                    inc.step(r, p)?;
+                if !inc.done() && in_wait.is_none() {
+                    in_wait = Some(inc.arrival_wait(r, p, ins)?);
+                }
+                let mut moved = false;
+                if let Some(w) = &out_wait {
+                    if r.poll_wait(w)? {
+                        out_wait = None;
+                        out.put_chunk(r, p, outs)?;
+                        moved = true;
+                    }
+                }
+                if let Some(w) = &in_wait {
+                    if r.poll_wait(w)? {
+                        in_wait = None;
+                        inc.take(r, p, ins)?;
+                        moved = true;
+                    }
+                }
+                if moved {
+                    (idle, since) = (0, std::time::Instant::now());
+                } else if since.elapsed() > r.timeout + SYNC_GRACE {
+                    // The stream waits are bounded by the timeout: one has ended by now.
+                    if let Some(w) = out_wait.as_ref().or(in_wait.as_ref()) {
+                        r.finish_wait(w)?;
+                    }
+                } else {
+                    idle += 1;
+                    if idle < 64 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(POLL_NAP);
+                    }
                 }
             }
             inc.finish(r)
@@ -838,12 +881,26 @@ impl<'c, B: StreamBackend> Reference<'c, B> {
 }
 
 impl<B: StreamBackend> Drop for Reference<'_, B> {
-    /// Gives the workspace up locally unless it was freed (see [`Backend::heap_abandon`](crate::Backend::heap_abandon)).
+    /// Gives the workspace up locally unless it was freed
+    /// (see [`Backend::heap_abandon`](crate::Backend::heap_abandon)).
     fn drop(&mut self) {
         if !self.freed {
             self.b.heap_abandon(&self.group, self.base, self.bytes);
         }
     }
+}
+
+/// How long sendrecv sleeps between two looks at its directions once neither has moved for a
+/// while.
+const POLL_NAP: Duration = Duration::from_micros(50);
+
+/// A flag wait enqueued on a stream: what its error names.
+struct FlagWait {
+    event: Event,
+    flag: Flag,
+    j: usize,
+    epoch: u64,
+    what: &'static str,
 }
 
 /// How long a host synchronize waits beyond the bound of the stream wait it follows, so that
@@ -897,16 +954,33 @@ impl<B: StreamBackend> Round<'_, '_, B> {
 
     /// Enqueues a wait until the caller's `flag` of member `j` holds `epoch`, and waits for it
     /// on the host; its timeout names the call, the flag, the peer and the epoch.
-    fn wait(&self, flag: Flag, j: usize, epoch: u64, what: &str) -> Result<()> {
-        let rf = self.rf;
-        let (at, word) = (self.flag(flag, j), rf.width.word_of(epoch));
-        let event = self.b.wait_signal_at_on(&rf.stream, &rf.group, at, rf.width, CmpOp::Eq, word, self.timeout)?;
-        self.b
-            .synchronize_event(&event, self.timeout + SYNC_GRACE)
-            .map_err(|e| self.name_wait(e, flag, j, epoch, word, what))
+    fn wait(&self, flag: Flag, j: usize, epoch: u64, what: &'static str) -> Result<()> {
+        let w = self.start_wait(&self.rf.stream, flag, j, epoch, what)?;
+        self.finish_wait(&w)
     }
 
-    fn name_wait(&self, e: Error, flag: Flag, j: usize, epoch: u64, word: i64, what: &str) -> Error {
+    /// Enqueues on `stream` a wait until the caller's `flag` of member `j` holds `epoch`.
+    fn start_wait(&self, stream: &Stream, flag: Flag, j: usize, epoch: u64, what: &'static str) -> Result<FlagWait> {
+        let rf = self.rf;
+        let (at, word) = (self.flag(flag, j), rf.width.word_of(epoch));
+        let event = self.b.wait_signal_at_on(stream, &rf.group, at, rf.width, CmpOp::Eq, word, self.timeout)?;
+        Ok(FlagWait { event, flag, j, epoch, what })
+    }
+
+    /// Waits on the host until `w` has completed (its stream wait is bounded by the call's
+    /// timeout); its error names what it waited for.
+    fn finish_wait(&self, w: &FlagWait) -> Result<()> {
+        self.b.synchronize_event(&w.event, self.timeout + SYNC_GRACE).map_err(|e| self.name_wait(e, w))
+    }
+
+    /// Whether `w` has completed, without blocking; its error names what it waited for.
+    fn poll_wait(&self, w: &FlagWait) -> Result<bool> {
+        self.b.query_event(&w.event).map_err(|e| self.name_wait(e, w))
+    }
+
+    fn name_wait(&self, e: Error, w: &FlagWait) -> Error {
+        let (flag, j, epoch, what) = (w.flag, w.j, w.epoch, w.what);
+        let word = self.rf.width.word_of(epoch);
         let Error::Timeout(mut t) = e else { return e };
         let (rf, peer) = (self.rf, self.rf.group.ranks()[j]);
         t.op = if self.call > 0 {
@@ -1089,14 +1163,22 @@ impl Outgoing {
 
     /// Sends the next chunk once the receiver has consumed the previous one.
     fn step<B: StreamBackend>(&mut self, r: &Round<'_, '_, B>, p: &mut Progress) -> Result<()> {
+        let w = self.free_wait(r, p, &r.rf.stream)?;
+        r.finish_wait(&w)?;
+        self.put_chunk(r, p, &r.rf.stream)
+    }
+
+    /// Enqueues on `stream` the wait until the receiver has consumed the previous chunk.
+    fn free_wait<B: StreamBackend>(&self, r: &Round<'_, '_, B>, p: &Progress, stream: &Stream) -> Result<FlagWait> {
+        let previous = p.send_epoch[self.dst].wrapping_sub(1);
+        let what = "the previous chunk consumed, so that its mailbox for this rank is free";
+        r.start_wait(stream, Flag::MailAck, self.dst, previous, what)
+    }
+
+    /// Puts the next chunk on `stream` (once its mailbox is free) and waits until it is out.
+    fn put_chunk<B: StreamBackend>(&mut self, r: &Round<'_, '_, B>, p: &mut Progress, stream: &Stream) -> Result<()> {
         let rf = r.rf;
         let e = p.send_epoch[self.dst];
-        r.wait(
-            Flag::MailAck,
-            self.dst,
-            e.wrapping_sub(1),
-            "the previous chunk consumed, so that its mailbox for this rank is free",
-        )?;
         let lo = self.sent * self.payload;
         let len = (self.bytes - lo).min(self.payload);
         // Header and payload go in one put, so that the flag publishes both.
@@ -1111,17 +1193,7 @@ impl Outgoing {
         let (at, flag, word) = (r.mail(me), r.flag(Flag::MailData, me), rf.width.word_of(e));
         // SAFETY: `chunk` lives until the put's event has completed (synchronized below).
         let ev = unsafe {
-            r.b.put_signal_bytes_on(
-                &rf.stream,
-                peer,
-                at,
-                chunk.as_ptr(),
-                chunk.len(),
-                flag,
-                rf.width,
-                SignalOp::Set,
-                word,
-            )?
+            r.b.put_signal_bytes_on(stream, peer, at, chunk.as_ptr(), chunk.len(), flag, rf.width, SignalOp::Set, word)?
         };
         r.b.synchronize_event(&ev, r.timeout + SYNC_GRACE)?;
         p.send_epoch[self.dst] = e.wrapping_add(1);
@@ -1154,9 +1226,20 @@ impl Incoming {
 
     /// Takes the next chunk and acknowledges it.
     fn step<B: StreamBackend>(&mut self, r: &Round<'_, '_, B>, p: &mut Progress) -> Result<()> {
+        let w = self.arrival_wait(r, p, &r.rf.stream)?;
+        r.finish_wait(&w)?;
+        self.take(r, p, &r.rf.stream)
+    }
+
+    /// Enqueues on `stream` the wait until the next chunk is in the mailbox.
+    fn arrival_wait<B: StreamBackend>(&self, r: &Round<'_, '_, B>, p: &Progress, stream: &Stream) -> Result<FlagWait> {
+        r.start_wait(stream, Flag::MailData, self.src, p.recv_epoch[self.src], "its next chunk in this rank's mailbox")
+    }
+
+    /// Takes the chunk that has arrived and acknowledges it on `stream`.
+    fn take<B: StreamBackend>(&mut self, r: &Round<'_, '_, B>, p: &mut Progress, stream: &Stream) -> Result<()> {
         let rf = r.rf;
         let e = p.recv_epoch[self.src];
-        r.wait(Flag::MailData, self.src, e, "its next chunk in this rank's mailbox")?;
         let at = r.mail(self.src);
         let mut header = [0u8; MAIL_HEADER];
         // SAFETY: the header lies in the mailbox.
@@ -1177,14 +1260,8 @@ impl Incoming {
             unsafe { r.b.copy_from_heap(at + MAIL_HEADER, self.dst.add(lo), len)? };
         }
         let peer = rf.group.ranks()[self.src];
-        let ack = r.b.signal_at_on(
-            &rf.stream,
-            peer,
-            r.flag(Flag::MailAck, rf.me),
-            rf.width,
-            SignalOp::Set,
-            rf.width.word_of(e),
-        )?;
+        let ack =
+            r.b.signal_at_on(stream, peer, r.flag(Flag::MailAck, rf.me), rf.width, SignalOp::Set, rf.width.word_of(e))?;
         p.pending.push(ack);
         p.recv_epoch[self.src] = e.wrapping_add(1);
         self.taken += 1;
