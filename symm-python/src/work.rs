@@ -368,6 +368,43 @@ impl PyWork {
         Ok(())
     }
 
+    /// Blocks until the operation has completed, as ``wait()`` with the default timeout
+    /// (``torch.distributed.Work.synchronize``: on a CPU node there is no device stream to
+    /// order after the operation, so the caller's thread waits). Raises what ``wait`` raises.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        self.wait(py, None).map(drop)
+    }
+
+    /// The list of the operation's output tensors (what its future is completed with), once
+    /// it has completed successfully. Raises its error if it failed, and ``InvalidArgument``
+    /// while it is in flight (its tensors are the operation's until then: ``wait()`` first).
+    fn result(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if !self.is_completed(py)? {
+            return Err(invalid(
+                py,
+                self.comm.get().comm().rank(),
+                "work",
+                format!("#{} {}", self.id, self.op),
+                "is still in flight: its tensors belong to it until wait() or is_completed() returns True",
+            ));
+        }
+        Ok(self.result.clone_ref(py))
+    }
+
+    /// Whether the operation has completed without an error (does not block or raise).
+    fn is_success(&self, py: Python<'_>) -> bool {
+        matches!(self.is_completed(py), Ok(true))
+    }
+
+    /// The operation's error as an exception object, once it has failed; None while it is in
+    /// flight and after it has completed without one (does not block or raise).
+    fn exception(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        match self.is_completed(py) {
+            Err(e) => Some(e.into_value(py).into_any()),
+            Ok(_) => None,
+        }
+    }
+
     /// The operation's name (``"allreduce"``, ``"put"`` ...).
     #[getter]
     fn op(&self) -> &'static str {

@@ -164,6 +164,9 @@ def in_flight(rank, world):
     w = symm.shmem_allgather(out, torch.full((3,), float(rank)), async_op=True)
     wait(w)
     assert w.get_future().value()[0] is out and w.get_future().done()
+    # torch.distributed.Work's other methods, on a completed work
+    w.synchronize()
+    assert w.result()[0] is out and w.is_success() is True and w.exception() is None
 
     # is_completed becomes true without a wait
     t = torch.ones(100_000)
@@ -196,6 +199,9 @@ def timeouts(rank, world):
         assert "allreduce" in str(e), e
         expect(symm.Timeout, lambda: w.wait(timeout=datetime.timedelta(milliseconds=100)), "stream")
         assert w.is_completed() is False
+        # in flight: no result yet (its tensors are the operation's), no error, not a success
+        expect(symm.InvalidArgument, w.result, "in flight", rank=0)
+        assert w.exception() is None and w.is_success() is False
         dist.barrier()  # now the peer joins
         wait(w)
     else:
@@ -220,6 +226,10 @@ def timeouts(rank, world):
         # the same error every time, from is_completed and the future too
         assert str(expect(symm.Timeout, w.wait)) == str(e)
         assert str(expect(symm.Timeout, w.is_completed)) == str(e)
+        assert str(expect(symm.Timeout, w.synchronize)) == str(e)
+        assert str(expect(symm.Timeout, w.result)) == str(e)
+        f = w.exception()
+        assert isinstance(f, symm.Timeout) and str(f) == str(e) and w.is_success() is False, f
         try:
             fut.wait()
         except Exception as f:  # torch re-raises what was set, possibly wrapped
