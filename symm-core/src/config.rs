@@ -68,6 +68,14 @@ macro_rules! vars {
 vars! {
     HEAP_SIZE = var("SYMMETRIC_MEMORY_HEAP_SIZE", SIZE, "1G", true, C);
     TIMEOUT = var("SYMMETRIC_MEMORY_TIMEOUT", "seconds from 0.001 to 1e9 (fractions allowed)", "120", false, C);
+    // Not compared by value: ranks that name different backends never meet in one start-up.
+    BACKEND = var(
+        "SYMM_BACKEND",
+        "the name of a backend compiled in (lower-case letters, digits, '-' and '_'; sim, ...)",
+        "the first compiled in (sim)",
+        false,
+        C,
+    );
     RANK = var("SYMM_RANK", "an integer from 0 to SYMM_WORLD_SIZE - 1", "none (required)", false, L);
     WORLD_SIZE = var("SYMM_WORLD_SIZE", "an integer from 1 to 1048576", "none (required)", false, L);
     RENDEZVOUS = var("SYMM_RENDEZVOUS", "host:port of the start-up store", "none (required)", false, L);
@@ -330,6 +338,18 @@ pub fn rendezvous(get: &dyn Fn(&str) -> Option<String>) -> Result<(String, bool)
     Ok((addr, hosted.unwrap_or(false)))
 }
 
+/// `SYMM_BACKEND`: the backend's name as spelled (`None`: unset), checked for its spelling only.
+pub fn backend(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<String>, ConfigError> {
+    read(get, &BACKEND, |t| {
+        let t = t.trim();
+        if t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_') {
+            Ok(t.to_string())
+        } else {
+            Err("not a backend name".into())
+        }
+    })
+}
+
 /// `SYMM_RANK` and `SYMM_WORLD_SIZE` (what the launcher sets), checked together.
 pub fn rank_and_world_size(get: &dyn Fn(&str) -> Option<String>) -> Result<(usize, usize), ConfigError> {
     let n = read(get, &WORLD_SIZE, |t| integer_in(t, 1, 1 << 20))?
@@ -346,6 +366,9 @@ pub struct Config {
     pub heap_size: usize,
     /// `SYMMETRIC_MEMORY_TIMEOUT`.
     pub timeout: Duration,
+    /// `SYMM_BACKEND` (`None`: the first backend compiled in); which names exist is the
+    /// registry's to say (`symm-registry`), this only checks the spelling.
+    pub backend: Option<String>,
     /// `SYMM_SPIN_US` (`None`: by placement).
     pub spin: Option<Duration>,
     /// `SYMM_YIELD_US` (`None`: by placement).
@@ -404,6 +427,7 @@ impl Default for Config {
         Config {
             heap_size: DEFAULT_HEAP_SIZE,
             timeout: DEFAULT_TIMEOUT,
+            backend: None,
             spin: None,
             yield_for: None,
             nap: None,
@@ -450,6 +474,7 @@ impl Config {
         Ok(Config {
             heap_size: size(&HEAP_SIZE, 1, usize::MAX, d.heap_size)?,
             timeout: read(get, &TIMEOUT, parse_timeout)?.unwrap_or(d.timeout),
+            backend: backend(get)?,
             spin: micros(&SPIN_US)?,
             yield_for: micros(&YIELD_US)?,
             nap: read(get, &TEST_NAP_MS, |t| integer_in(t, 1, 3_600_000).map(Duration::from_millis))?,
@@ -645,8 +670,10 @@ mod tests {
             ("SYMM_DUMP_ON_SIGNAL", "1"),
             ("SYMM_COLL_ACCESS", "get"),
             ("SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE", "bfloat16"),
+            ("SYMM_BACKEND", " sim "),
         ])
         .unwrap();
+        assert_eq!(c.backend.as_deref(), Some("sim"));
         assert_eq!(c.heap_size, 2 << 30);
         assert_eq!(c.timeout, Duration::from_millis(1));
         assert_eq!((c.coll_workspace, c.p2p_chunk, c.allreduce_oneshot_max), (64 << 10, 192, 0));
@@ -657,6 +684,7 @@ mod tests {
         assert_eq!(c.low_precision, Some(DType::BF16));
         assert_eq!(with(&[("SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE", "none")]).unwrap().low_precision, None);
         refused("SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE", "int8");
+        refused("SYMM_BACKEND", "Sim");
     }
 
     #[test]

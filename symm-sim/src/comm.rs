@@ -25,7 +25,7 @@ use symm_core::{
     AtRank, Backend, Bootstrap, BootstrapError, CmpOp, DescribeWait, Error, Group, GroupError, GroupId, GroupRegistry,
     HeapError, Rank, Result, SignalOp, SignalWidth, TimeoutError, WaitSite,
 };
-use symm_core::{CollOptions, Collectives, LocalMut, LocalRef, ReduceOp};
+use symm_core::{CollOptions, Collectives, GroupHeapStats, HeapStats, LocalMut, LocalRef, ReduceOp};
 
 use crate::alloc;
 use crate::control::{
@@ -156,45 +156,6 @@ impl HeapRequest {
             HeapRequest::Free { offset, bytes } => format!("free of {bytes} bytes at heap offset {offset:#x}"),
         }
     }
-}
-
-/// One rank's use of its heap (see [`SimComm::heap_stats`]). Sizes are in bytes, rounded up to
-/// the allocation granule (what the allocations take of the heap).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HeapStats {
-    /// The heap's size.
-    pub heap_size: usize,
-    /// Held by allocations: `in_use + dropped`.
-    pub reserved: usize,
-    /// Held by allocations this rank still holds.
-    pub in_use: usize,
-    /// Held by allocations this rank has dropped (abandoned) that wait for the other members
-    /// of their group to drop them too; they come back at the group's next allocation after.
-    pub dropped: usize,
-    /// Not reserved.
-    pub free: usize,
-    /// The longest free range of this rank's heap (an allocation in a group also needs the
-    /// same range free on the other members).
-    pub largest_free: usize,
-    /// Live allocations (dropped ones included).
-    pub allocations: usize,
-    /// The same figures per group that holds any allocation.
-    pub groups: Vec<GroupHeapStats>,
-}
-
-/// One group's share of a rank's heap.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GroupHeapStats {
-    /// The group's global ranks, in group order.
-    pub ranks: Vec<Rank>,
-    /// Held by the group's allocations.
-    pub reserved: usize,
-    /// Held by those this rank still holds.
-    pub in_use: usize,
-    /// Held by those this rank dropped, waiting for the other members.
-    pub dropped: usize,
-    /// Number of the group's live allocations.
-    pub allocations: usize,
 }
 
 /// A rank of the CPU shared-memory backend.
@@ -507,6 +468,14 @@ impl SimComm {
     /// A handle for a stream's thread.
     fn stream_handle(&self) -> SimComm {
         SimComm { shared: self.shared.clone(), primary: false, stream_model: false }
+    }
+
+    /// Another handle of this rank for work run on its behalf, such as a stream operation that
+    /// a layer above gives its own view of the communicator (`symm-registry`'s `Comm`). It
+    /// shares the rank's state; unlike the application's handle, dropping it does not end the
+    /// streams.
+    pub fn task_handle(&self) -> SimComm {
+        self.stream_handle()
     }
 
     /// The stream a blocking call runs on in the stream-ordered model (`SYMM_EXECUTION=stream`):

@@ -24,6 +24,7 @@ mod stream;
 pub mod sys;
 mod wait;
 
-pub use comm::{GroupHeapStats, HeapStats, SimComm, SimConfig};
+pub use comm::{SimComm, SimConfig};
 pub use launch::{run_in_process, spawn_ranks};
+pub use symm_core::{GroupHeapStats, HeapStats};
 pub use wait::lost_wakeups;
