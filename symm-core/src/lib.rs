@@ -13,8 +13,9 @@
 //!            │
 //! symm-sim (CPU shared memory) │ Ascend │ CUDA
 //! ```
-//! Static dispatch: generic code takes `C: Communicator`. A runtime-selected facade (an
-//! `enum_dispatch` enum of backends) belongs next to the bindings that need it.
+//! Static dispatch: generic code takes `C: Communicator`. The facade that picks a backend at
+//! start-up (`symm-registry`'s `Comm`, an enum of the backends compiled in) sits above this
+//! crate.
 //!
 //! ## Who validates what
 //! - This crate, on the calling rank, before anything moves: membership of the caller in the

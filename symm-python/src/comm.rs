@@ -18,7 +18,7 @@ use symm_core::{
     ArgError, AtRank, Backend, Bootstrap, CmpOp, Communicator, DType, Error, Group, GroupError, HeapError, LocalMut,
     LocalRef, Rank, SignalOp, StreamCommunicator, SymmBuffer, SymmetricHeap,
 };
-use symm_sim::{SimComm, SimConfig};
+use symm_registry::{BackendControl, Comm, CommConfig};
 
 use crate::errors::{self, invalid, IntoPyResult};
 use crate::fast::{self, FastSpec};
@@ -30,7 +30,7 @@ use crate::work::{AsyncOps, Held, PyWork};
 /// heap stays mapped while any tensor still points into it.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    comm: SimComm,
+    comm: Comm,
     registry: Registry,
     /// The asynchronous operations (`async_op=True`) and their stream.
     asyncs: AsyncOps,
@@ -221,7 +221,7 @@ pub(crate) fn timeout_arg(py: Python<'_>, rank: Rank, obj: Option<&Bound<'_, PyA
 }
 
 impl PyCommunicator {
-    pub(crate) fn comm(&self) -> &SimComm {
+    pub(crate) fn comm(&self) -> &Comm {
         &self.sh.comm
     }
 
@@ -431,7 +431,7 @@ impl PyCommunicator {
     /// a list of `(native ranks, {reserved, in_use, dropped, allocations})`.
     fn memory_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let comm = self.comm();
-        let s = py.detach(|| comm.heap_stats());
+        let s = py.detach(|| comm.heap_stats()).py(py)?;
         let d = PyDict::new(py);
         for (k, v) in [
             ("heap_size", s.heap_size),
@@ -1046,7 +1046,7 @@ pub fn init(
             secret.map(JobSecret::new).transpose().map_err(|e| invalid(py, me, "secret", "<bytes>", &e.to_string()))?
         }
     };
-    let config = match SimConfig::from_env().at(me) {
+    let config = match CommConfig::from_env().at(me) {
         Ok(c) => c,
         Err(e) => {
             // Tell the peers, whose waits would otherwise last their whole timeout.
@@ -1055,8 +1055,8 @@ pub fn init(
             return Err(e).py(py);
         }
     };
-    let boot = Bootstrap::new(me, n, store, prefix, config.timeout).with_secret(secret);
-    let comm = py.detach(|| SimComm::init(&boot, config)).py(py)?;
+    let boot = Bootstrap::new(me, n, store, prefix, config.settings.timeout).with_secret(secret);
+    let comm = py.detach(|| Comm::init(&boot, config)).py(py)?;
     Ok(PyCommunicator { sh: Arc::new(Shared { comm, registry: Registry::default(), asyncs: AsyncOps::default() }) })
 }
 

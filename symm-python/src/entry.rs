@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCFunction, PyString, PyTuple};
 use symm_core::{Event, Group, ReduceOp, Stream, Transport};
-use symm_sim::SimComm;
+use symm_registry::Comm;
 
 use crate::coll::{group_rank_arg, low_precision_arg, op_arg};
 use crate::comm::{repr, Desc, Local, PyCommunicator, PyGroup};
@@ -254,7 +254,7 @@ impl<'py> Full<'py> {
         &self,
         outputs: &[&str],
         blocking: impl FnOnce() -> PyResult<()>,
-        enqueue: impl FnOnce(&SimComm, &Stream, &Group) -> symm_core::Result<Event>,
+        enqueue: impl FnOnce(&Comm, &Stream, &Group) -> symm_core::Result<Event>,
     ) -> PyResult<Option<Py<PyWork>>> {
         let (py, g) = (self.comm.py(), self.group());
         if !self.async_op {

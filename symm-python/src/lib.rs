@@ -9,7 +9,7 @@
 //!         │  descriptors (address, elements, dtype, layout), native groups, heap blocks
 //! symm._symm (this crate)  validation with the Python argument names, GIL released while blocking;
 //!         │                the public collectives themselves: their common case in one call (ops.rs)
-//! symm-core / symm-sim     Communicator over the CPU shared-memory backend
+//! symm-core / symm-registry Communicator over the backend chosen (`Comm`; the CPU one by default)
 //! ```
 //!
 //! - [`comm`]: `Communicator`, `Group`, `HeapBlock` (buffer protocol: zero-copy tensors).

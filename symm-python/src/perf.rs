@@ -1,9 +1,9 @@
 //! `_symm.memory_bound`: the memory-bandwidth bound that `python -m symm.perf` reports, the
-//! model and measurement of [`symm_sim::membw`] that `symm-bench` reports too.
+//! model and measurement of [`symm_registry::host::membw`] that `symm-bench` reports too.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use symm_sim::membw::{self, Coll, Limits};
+use symm_registry::host::membw::{self, Coll, Limits};
 
 /// `memory_bound(ranks, queries, limits=None) -> (bounds, limits, table)`: for each query
 /// `(op, in_place, bytes)` the least seconds of its memory traffic among `ranks` ranks, at the

@@ -29,7 +29,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use symm_core::{Backend, Error, Event, Group, Rank, Stream, StreamBackend};
-use symm_sim::SimComm;
+use symm_registry::Comm;
 
 use crate::comm::{timeout_arg, Local, PyCommunicator};
 use crate::errors::{invalid, to_py, IntoPyResult};
@@ -97,7 +97,7 @@ impl AsyncOps {
 
     /// The stream to enqueue on, created on first use (each operation on it reports its own
     /// result, and the stream goes on after a failure).
-    fn stream(&self, comm: &SimComm) -> symm_core::Result<Stream> {
+    fn stream(&self, comm: &Comm) -> symm_core::Result<Stream> {
         let mut s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
         match *s {
             Some(stream) => Ok(stream),
@@ -117,7 +117,7 @@ impl AsyncOps {
     }
 
     /// Stops tracking every operation that has completed (or failed), releasing its tensors.
-    pub(crate) fn sweep(&self, comm: &SimComm) {
+    pub(crate) fn sweep(&self, comm: &Comm) {
         let done: Vec<Tracked> = {
             let mut list = self.lock();
             let (done, left): (Vec<Tracked>, Vec<Tracked>) =
@@ -135,12 +135,12 @@ impl AsyncOps {
     pub(crate) fn check(
         &self,
         py: Python<'_>,
-        comm: &SimComm,
+        comm: &Comm,
         arg: &'static str,
         entry: Option<usize>,
         local: &Local,
     ) -> PyResult<()> {
-        if !self.any() || !comm.config().settings.validate {
+        if !self.any() || !comm.settings().is_some_and(|s| s.validate) {
             return Ok(());
         }
         self.sweep(comm);
@@ -168,7 +168,7 @@ impl AsyncOps {
         op: &'static str,
         held: Vec<Held>,
         outputs: &[&str],
-        enqueue: impl FnOnce(&SimComm, &Stream) -> symm_core::Result<Event>,
+        enqueue: impl FnOnce(&Comm, &Stream) -> symm_core::Result<Event>,
     ) -> PyResult<Py<PyWork>> {
         let py = comm_obj.py();
         let comm = comm_obj.get().comm();
@@ -424,7 +424,7 @@ impl PyWork {
 /// The group's stream work done before a blocking call on it, with the GIL released (the
 /// core's host call waits for it too, holding whatever the caller holds): bounded by the
 /// default timeout, as the core's own wait.
-pub(crate) fn settle(py: Python<'_>, comm: &SimComm, g: &Group, op: &str) -> PyResult<()> {
+pub(crate) fn settle(py: Python<'_>, comm: &Comm, g: &Group, op: &str) -> PyResult<()> {
     let (rank, timeout): (Rank, Duration) = (comm.rank(), comm.default_timeout());
     py.detach(|| g.settle_streams(rank, op, timeout)).py(py)
 }

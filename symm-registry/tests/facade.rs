@@ -65,7 +65,7 @@ fn a_stream_task_runs_with_a_comm_of_its_own() {
         work.wait(None).unwrap();
         assert!(data.iter().all(|&x| x == 3.0), "{data:?}");
         // The task's `Comm` is the same rank: a blocking collective after it pairs with the peer's.
-        let mut more = vec![1.0f32; 8];
+        let mut more = [1.0f32; 8];
         comm.allreduce(&world, LocalMut::from(&mut more[..]), ReduceOp::Sum, &CollOptions::default()).unwrap();
         assert!(more.iter().all(|&x| x == 2.0));
         let task_rank = std::sync::Arc::new(std::sync::Mutex::new(None));

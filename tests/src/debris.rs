@@ -36,7 +36,7 @@ pub struct Job {
     pub took: Duration,
 }
 
-/// Runs `ranks` processes of `exe args` with `env` through [`symm_sim::spawn_ranks`] (which
+/// Runs `ranks` processes of `exe args` with `env` through [`symm_registry::spawn_ranks`] (which
 /// kills ranks still running `grace` after the first one ended), each tagged in its environment
 /// with a value unique to the job; then checks that the job left no new entry in `/dev/shm` and
 /// no process (a rank that lingers is gone once `spawn_ranks` returned). `what` names the job
@@ -48,7 +48,7 @@ pub fn run_job(what: &str, ranks: usize, exe: &Path, args: &[String], env: &[(&s
     env.push(("SYMM_TEST_JOB".to_string(), tag.clone()));
     let shm_before = shm_entries();
     let start = Instant::now();
-    let statuses = symm_sim::spawn_ranks(ranks, exe, args, &env, grace).expect("starting ranks");
+    let statuses = symm_registry::spawn_ranks(ranks, exe, args, &env, grace).expect("starting ranks");
     let took = start.elapsed();
     let new: Vec<String> = shm_entries().difference(&shm_before).cloned().collect();
     assert!(

@@ -17,16 +17,16 @@ pub mod report;
 pub use cases::{run_case, CASES};
 pub use coll_cases::{run_coll_case, COLL_CASES};
 
-/// Runs `f` on `n` ranks as threads of this process ([`symm_sim::run_in_process`]) and returns
+/// Runs `f` on `n` ranks as threads of this process ([`symm_registry::run_in_process`]) and returns
 /// what each rank returned; a rank that fails to start fails the caller, named in the message
 /// after `what`.
 pub fn on_threads<R: Send>(
     what: &str,
     n: usize,
-    config: symm_sim::SimConfig,
-    f: impl Fn(symm_sim::SimComm) -> R + Sync,
+    config: symm_registry::CommConfig,
+    f: impl Fn(symm_registry::Comm) -> R + Sync,
 ) -> Vec<R> {
-    let results = symm_sim::run_in_process(n, config, f).into_iter().enumerate();
+    let results = symm_registry::run_in_process(n, config, f).into_iter().enumerate();
     results.map(|(r, res)| res.unwrap_or_else(|e| panic!("{what}: rank {r} failed to start: {e}"))).collect()
 }
 
@@ -34,7 +34,7 @@ pub fn on_threads<R: Send>(
 pub fn coll_cases_on_threads(ranks: &[usize]) {
     for &n in ranks {
         for case in COLL_CASES {
-            let config = symm_sim::SimConfig::with_heap_size(64 << 20);
+            let config = symm_registry::CommConfig::with_heap_size(64 << 20);
             on_threads(&format!("{case} on {n} ranks"), n, config, |comm| run_case(case, &comm));
         }
     }

@@ -3,7 +3,7 @@
 //! format every result equals the RFC's pipeline bit for bit.
 
 use symm_core::DType;
-use symm_sim::{run_in_process, SimConfig};
+use symm_registry::{run_in_process, CommConfig};
 use symm_tests::accuracy::{measure, DATASETS};
 
 #[test]
@@ -11,7 +11,7 @@ fn allreduce_sums_stay_within_the_specified_bounds() {
     let formats = [None, Some(DType::F16), Some(DType::BF16), Some(DType::F8E4M3), Some(DType::F8E5M2)];
     for n in [2, 3] {
         // One world per rank count; every configuration runs in it.
-        let results = run_in_process(n, SimConfig::with_heap_size(128 << 20), |comm| {
+        let results = run_in_process(n, CommConfig::with_heap_size(128 << 20), |comm| {
             let mut failures = Vec::new();
             for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
                 for lp in formats {

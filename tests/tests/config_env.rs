@@ -36,7 +36,7 @@ fn run(name: &str, n: usize, per_rank: &str, timeout_s: &str) -> (Vec<String>, D
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
     let start = Instant::now();
-    symm_sim::spawn_ranks(n, exe(), &[], &env, Duration::from_secs(20)).expect("starting ranks");
+    symm_registry::spawn_ranks(n, exe(), &[], &env, Duration::from_secs(20)).expect("starting ranks");
     let took = start.elapsed();
     let results = (0..n)
         .map(|r| std::fs::read_to_string(dir.join(format!("rank-{r}"))).unwrap_or_else(|e| format!("no result: {e}")))
@@ -113,7 +113,7 @@ fn a_bad_rank_names_symm_rank_and_no_made_up_rank() {
 /// Starts a 1-rank job with `env` (at a store this test serves) and returns its result.
 fn single(name: &str, env: &[(&str, &OsStr)]) -> String {
     let dir = out_dir(name);
-    let store = symm_sim::store::TcpStoreServer::bind("127.0.0.1:0").expect("serving the start-up store");
+    let store = symm_registry::store::TcpStoreServer::bind("127.0.0.1:0").expect("serving the start-up store");
     let status = std::process::Command::new(exe())
         .env("SYMM_RANK", "0")
         .env("SYMM_WORLD_SIZE", "1")

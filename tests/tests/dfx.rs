@@ -7,14 +7,14 @@ use symm_core::dfx::{self, Level, RecordState};
 use symm_core::{
     Backend, CollOptions, Collectives, Communicator, DType, Error, LocalMut, LocalRef, Rank, ReduceOp, SymmetricHeap,
 };
-use symm_sim::{run_in_process, SimConfig};
+use symm_registry::{run_in_process, CommConfig};
 use symm_tests::on_threads;
 use symm_tests::report::{captured, install_capture};
 
-fn config() -> SimConfig {
+fn config() -> CommConfig {
     install_capture();
-    let mut c = SimConfig::with_heap_size(32 << 20);
-    c.timeout = Duration::from_secs(30);
+    let mut c = CommConfig::with_heap_size(32 << 20);
+    c.settings.timeout = Duration::from_secs(30);
     c
 }
 
@@ -27,7 +27,7 @@ fn allreduce<C: Collectives>(comm: &C, n: usize) -> symm_core::Result<()> {
 fn every_rank_reads_the_whole_nodes_flight_recorder_and_its_own_statistics() {
     // Timed (`SYMM_TIMING=1`): records carry start and end, statistics the time.
     let mut c = config();
-    c.timing = true;
+    c.settings.timing = true;
     on_threads("timed records", 3, c, |comm| {
         let me = comm.rank();
         let world = comm.world();
@@ -132,9 +132,9 @@ fn untimed_calls_read_no_clock_unless_they_block_and_then_show_since_when() {
     results.into_iter().next().unwrap().expect("start-up");
 }
 
-fn untimed_config() -> SimConfig {
+fn untimed_config() -> CommConfig {
     let mut c = config();
-    c.timing = false;
+    c.settings.timing = false;
     c
 }
 
@@ -142,7 +142,7 @@ fn untimed_config() -> SimConfig {
 fn statistics_and_recorder_switch_off_without_changing_results() {
     // Statistics off, recorder on, timing on: no statistics, records still timed.
     let mut c = config();
-    (c.stats, c.timing) = (false, true);
+    (c.settings.stats, c.settings.timing) = (false, true);
     on_threads("statistics off", 2, c, |comm| {
         allreduce(&comm, 10).expect("allreduce");
         assert!(dfx::stats(&comm).is_empty());
@@ -154,7 +154,7 @@ fn statistics_and_recorder_switch_off_without_changing_results() {
     // Both off: nothing kept, the calls' results unchanged, and a wait still ends in a clear
     // timeout (which names what it waited for, without the recorder's picture).
     let mut c = config();
-    (c.stats, c.recorder_entries, c.timeout) = (false, 0, Duration::from_millis(300));
+    (c.settings.stats, c.settings.recorder_entries, c.settings.timeout) = (false, 0, Duration::from_millis(300));
     on_threads("both off", 2, c, |comm| {
         let mut buf = vec![comm.rank().index() as f32 + 1.0; 10];
         comm.allreduce(&comm.world(), LocalMut::from(&mut buf), ReduceOp::Sum, &CollOptions::default())
@@ -183,7 +183,7 @@ fn a_collective_that_timed_out_leaves_its_group_refusing_collectives_on_that_ran
     // group would be paired with a call rank 1 is still in: it is refused at once, naming the
     // call that failed; point-to-point calls and the barrier still work.
     let mut c = config();
-    c.timeout = Duration::from_millis(300);
+    c.settings.timeout = Duration::from_millis(300);
     on_threads("refused after a timeout", 2, c, |comm| {
         let world = comm.world();
         allreduce(&comm, 8).expect("warm-up");

@@ -115,10 +115,10 @@ fn single_rank(rendezvous: &str, hosted: &str) -> Command {
     let mut command = Command::new(exe());
     command
         .args(["signal", "0", "0"])
-        .env(symm_sim::launch::RANK_VAR, "0")
-        .env(symm_sim::launch::WORLD_SIZE_VAR, "1")
-        .env(symm_sim::launch::RENDEZVOUS_VAR, rendezvous)
-        .env(symm_sim::launch::RENDEZVOUS_HOSTED_VAR, hosted)
+        .env(symm_registry::RANK_VAR, "0")
+        .env(symm_registry::WORLD_SIZE_VAR, "1")
+        .env(symm_registry::RENDEZVOUS_VAR, rendezvous)
+        .env(symm_registry::RENDEZVOUS_HOSTED_VAR, hosted)
         .env("SYMMETRIC_MEMORY_HEAP_SIZE", "4M");
     command
 }
@@ -135,7 +135,7 @@ fn a_bad_rendezvous_hosted_value_is_a_start_up_error_naming_it() {
 
 #[test]
 fn sigusr1_prints_the_flight_recorder_when_asked_for() {
-    let store = symm_sim::store::TcpStoreServer::bind("127.0.0.1:0").expect("serving the start-up store");
+    let store = symm_registry::store::TcpStoreServer::bind("127.0.0.1:0").expect("serving the start-up store");
     let mut child = single_rank(&store.local_addr().to_string(), "1")
         .env("SYMM_DUMP_ON_SIGNAL", "1")
         .stdout(Stdio::piped())

@@ -14,7 +14,8 @@ fn a_forked_child_cannot_use_or_close_its_parents_communicator() {
         // A child that took the parent's place would leave a peer waiting: fail in seconds.
         ("SYMMETRIC_MEMORY_TIMEOUT".to_string(), "10".to_string()),
     ];
-    let statuses = symm_sim::spawn_ranks(2, exe, &[], &env, Duration::from_secs(30)).expect("starting symm-fork-rank");
+    let statuses =
+        symm_registry::spawn_ranks(2, exe, &[], &env, Duration::from_secs(30)).expect("starting symm-fork-rank");
     for (r, st) in statuses.iter().enumerate() {
         assert!(st.success(), "rank {r} ended with {st} (see its output above)");
     }

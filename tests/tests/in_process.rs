@@ -2,7 +2,7 @@
 
 use std::sync::Once;
 
-use symm_sim::{run_in_process, SimConfig};
+use symm_registry::{run_in_process, CommConfig};
 
 static ENV: Once = Once::new();
 
@@ -20,8 +20,8 @@ fn run_in(case: &str, n: usize, streamed: bool) {
         std::env::set_var("SYMM_ALLREDUCE_ONESHOT_MAX", "16K");
         std::env::set_var("SYMM_P2P_CHUNK", "8K");
     });
-    let mut config = SimConfig::with_heap_size(64 << 20);
-    config.timeout = std::time::Duration::from_secs(60);
+    let mut config = CommConfig::with_heap_size(64 << 20);
+    config.settings.timeout = std::time::Duration::from_secs(60);
     config.settings.stream_execution = streamed;
     config.settings.stream_delay = std::time::Duration::from_micros(if streamed { 20 } else { 0 });
     symm_tests::on_threads(&format!("{case} on {n} ranks"), n, config, |comm| symm_tests::run_case(case, &comm));
@@ -83,13 +83,13 @@ fn before_blocking_runs_when_a_call_waits() {
         CALLED.set(CALLED.get() + 1);
     }
     let opts = CollOptions::default().with_before_blocking(count);
-    let allreduce = |comm: &symm_sim::SimComm| {
+    let allreduce = |comm: &symm_registry::Comm| {
         let mut x = [1.0f32];
         comm.allreduce(&comm.world(), LocalMut::from(&mut x[..]), ReduceOp::Sum, &opts).expect("allreduce");
         x[0]
     };
-    let mut config = SimConfig::with_heap_size(16 << 20);
-    config.timeout = std::time::Duration::from_secs(60);
+    let mut config = CommConfig::with_heap_size(16 << 20);
+    config.settings.timeout = std::time::Duration::from_secs(60);
     let ranks = run_in_process(2, config.clone(), |comm| {
         allreduce(&comm);
         CALLED.set(0);

@@ -2,13 +2,13 @@
 //! in place and out of place.
 
 use symm_core::{Backend, CollOptions, Collectives, DType, LocalMut, LocalRef, ReduceOp, SymmetricHeap};
-use symm_sim::{run_in_process, SimConfig};
+use symm_registry::{run_in_process, CommConfig};
 
 const COUNT: usize = 80 * 1024 * 1024 + 3; // 320 MiB of f32, odd count
 
 #[test]
 fn allreduce_of_320_mib() {
-    let config = SimConfig::with_heap_size(1 << 30);
+    let config = CommConfig::with_heap_size(1 << 30);
     let results = run_in_process(2, config, |comm| {
         let world = comm.world();
         let me = comm.rank().index() as f32;

@@ -21,7 +21,7 @@ fn run_with(cases: &[&str], n: usize, extra_env: &[(&str, &str)]) {
         ("SYMM_TEST_CASES".to_string(), "8".to_string()),
     ];
     env.extend(extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let statuses = symm_sim::spawn_ranks(n, exe, &args, &env, Duration::from_secs(5)).expect("spawn ranks");
+    let statuses = symm_registry::spawn_ranks(n, exe, &args, &env, Duration::from_secs(5)).expect("spawn ranks");
     for (r, st) in statuses.iter().enumerate() {
         assert!(st.success(), "{n} ranks, cases {cases:?}, {extra_env:?}: rank {r} ended with {st}");
     }
@@ -63,7 +63,7 @@ fn every_wait_asleep_with_light_fenced_and_mixed_signals() {
     // its sleeper: light signals (the sleeper's membarrier), fenced ones, and ranks of both
     // kinds together. Naps of 5 s instead of 100 ms make a lost wake-up tell: each rank fails if
     // one of its waits slept a nap out and then found its condition met (unless another ring
-    // ended that nap first: see `symm_sim::lost_wakeups`).
+    // ended that nap first: see `symm_registry::host::lost_wakeups`).
     let all: Vec<&str> = symm_tests::CASES.iter().chain(symm_tests::COLL_CASES).copied().collect();
     for light in ["1", "0", "1,0,0"] {
         run_with(

@@ -67,7 +67,7 @@ fn a_rank_with_a_bad_environment_makes_its_peers_fail_at_once() {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
     let t = Instant::now();
-    let statuses = symm_sim::spawn_ranks(3, PROBE.as_ref(), &["rank".into()], &env, Duration::from_secs(120))
+    let statuses = symm_registry::spawn_ranks(3, PROBE.as_ref(), &["rank".into()], &env, Duration::from_secs(120))
         .expect("spawn ranks");
     let took = t.elapsed();
     // Rank 1 fails on its own setting (2); ranks 0 and 2 learn it from the store (17).

@@ -1,24 +1,24 @@
 //! The one-node rule: symmetric memory groups must lie on one host.
 //!
 //! Four ranks as threads of this process pretend to be on two hosts through
-//! `SimConfig::host_id`: ranks 0 and 1 on host "a", ranks 2 and 3 on host "b". A group inside one
+//! `CommConfig::host_id`: ranks 0 and 1 on host "a", ranks 2 and 3 on host "b". A group inside one
 //! host works; a group across hosts, and the world, are refused with `GroupError::SpansHosts`
 //! naming the ranks on the other host, on every use (alloc, barrier, put), without a hang.
 //!
 //! `run_in_process` gives every rank the same config, so the rank threads are started here with
-//! a config per rank (as `symm_sim::run_in_process` does otherwise).
+//! a config per rank (as `symm_registry::run_in_process` does otherwise).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use symm_core::{Backend, Bootstrap, Communicator, DType, Error, GroupError, LocalRef, Rank, Store, SymmetricHeap};
-use symm_sim::store::MemoryStore;
-use symm_sim::{SimComm, SimConfig};
+use symm_registry::store::MemoryStore;
+use symm_registry::{BackendControl, Comm, CommConfig};
 
 const HOSTS: [&str; 4] = ["a", "a", "b", "b"];
 
 /// Runs `f` on one thread per entry of `hosts`, rank r claiming host `hosts[r]`.
-fn run_on_hosts(hosts: &[&str], f: impl Fn(SimComm) + Sync) {
+fn run_on_hosts(hosts: &[&str], f: impl Fn(Comm) + Sync) {
     let n = hosts.len();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     std::thread::scope(|s| {
@@ -27,12 +27,12 @@ fn run_on_hosts(hosts: &[&str], f: impl Fn(SimComm) + Sync) {
             .enumerate()
             .map(|(r, host)| {
                 let (store, f) = (store.clone(), &f);
-                let mut config = SimConfig::with_heap_size(1 << 20);
-                config.timeout = Duration::from_secs(30);
-                config.host_id = Some(host.to_string());
+                let mut config = CommConfig::with_heap_size(1 << 20);
+                config.settings.timeout = Duration::from_secs(30);
+                config.settings.host_id = Some(host.to_string());
                 s.spawn(move || {
-                    let boot = Bootstrap::new(Rank(r as u32), n, store, "spans-hosts", config.timeout);
-                    let comm = SimComm::init(&boot, config).unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
+                    let boot = Bootstrap::new(Rank(r as u32), n, store, "spans-hosts", config.settings.timeout);
+                    let comm = Comm::init(&boot, config).unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
                     f(comm)
                 })
             })

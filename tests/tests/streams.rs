@@ -8,19 +8,19 @@ use symm_core::{
     Backend, CmpOp, CollOptions, Collectives, Communicator, DType, Error, Group, LocalMut, LocalRef, ReduceOp,
     SignalOp, StreamBackend, StreamCollectives, StreamCommunicator, SymmetricHeap,
 };
-use symm_sim::{run_in_process, SimComm, SimConfig};
+use symm_registry::{run_in_process, Comm, CommConfig};
 
 /// Every rank's run of `f`, with each stream operation delayed at random by up to `delay_us`.
-fn ranks(n: usize, delay_us: u64, f: impl Fn(&SimComm) + Sync) {
-    let mut config = SimConfig::with_heap_size(64 << 20);
-    config.timeout = Duration::from_secs(30);
+fn ranks(n: usize, delay_us: u64, f: impl Fn(&Comm) + Sync) {
+    let mut config = CommConfig::with_heap_size(64 << 20);
+    config.settings.timeout = Duration::from_secs(30);
     config.settings.stream_delay = Duration::from_micros(delay_us);
     for (r, res) in run_in_process(n, config, |comm| f(&comm)).into_iter().enumerate() {
         res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"));
     }
 }
 
-fn world(c: &SimComm) -> Group {
+fn world(c: &Comm) -> Group {
     c.world()
 }
 

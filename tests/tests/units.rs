@@ -7,27 +7,27 @@
 use std::time::Duration;
 
 use symm_core::{Backend, CmpOp, Communicator, DType, LocalMut, LocalRef, SignalOp, SymmBuffer, SymmetricHeap};
-use symm_sim::{run_in_process, SimComm, SimConfig};
+use symm_registry::{run_in_process, Comm, CommConfig};
 
 const SENTINEL: u8 = 0xEE;
 
 /// The caller's copy of `buf`, as bytes.
-fn my_bytes(comm: &SimComm, buf: &SymmBuffer) -> Vec<u8> {
+fn my_bytes(comm: &Comm, buf: &SymmBuffer) -> Vec<u8> {
     let p = comm.local_ptr(buf).expect("local_ptr");
     // SAFETY: the caller's copy is `buf.bytes()` long; the peer wrote it before the barrier
     // that precedes every call, and nobody writes it while it is read.
     unsafe { std::slice::from_raw_parts(p, buf.bytes()).to_vec() }
 }
 
-fn fill_mine(comm: &SimComm, buf: &SymmBuffer) {
+fn fill_mine(comm: &Comm, buf: &SymmBuffer) {
     let p = comm.local_ptr(buf).expect("local_ptr");
     // SAFETY: as in `my_bytes`; done before the barrier that lets the peer write.
     unsafe { std::ptr::write_bytes(p, SENTINEL, buf.bytes()) };
 }
 
-fn config() -> SimConfig {
-    let mut c = SimConfig::with_heap_size(1 << 20);
-    c.timeout = Duration::from_secs(30);
+fn config() -> CommConfig {
+    let mut c = CommConfig::with_heap_size(1 << 20);
+    c.settings.timeout = Duration::from_secs(30);
     c
 }
 

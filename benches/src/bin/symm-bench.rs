@@ -10,7 +10,7 @@
 //!
 //! Started without `SYMM_RANK`, the program is its own launcher: it measures the machine's
 //! memory rates, prints the header and starts itself once per rank through
-//! [`symm_sim::spawn_ranks`] (with `SYMMETRIC_MEMORY_HEAP_SIZE` set large enough unless the
+//! [`symm_registry::spawn_ranks`] (with `SYMMETRIC_MEMORY_HEAP_SIZE` set large enough unless the
 //! caller set it). Rank 0 prints the table.
 //!
 //! # What is measured
@@ -45,11 +45,11 @@
 //! (1: a call failed; 2: the ranks could not start).
 //!
 //! # Memory-bandwidth bound
-//! The launcher measures the host's memory rates ([`symm_sim::membw::Limits::measure`]: reading,
+//! The launcher measures the host's memory rates ([`symm_registry::host::membw::Limits::measure`]: reading,
 //! writing, copying and summing, streaming and cached stores, one thread and `min(ranks, CPUs)` threads,
 //! by working-set size from 4 KiB to 256 MiB) and prints them. For each size and form, the
-//! `bound` column is [`symm_sim::membw::Limits::bound`] of the op's least traffic
-//! ([`symm_sim::membw::traffic`]: each input byte read once, each output byte written once, the
+//! `bound` column is [`symm_registry::host::membw::Limits::bound`] of the op's least traffic
+//! ([`symm_registry::host::membw::traffic`]: each input byte read once, each output byte written once, the
 //! work shared by the ranks): no call can take less. `%oop`, `%ip` = bound / time. The model is
 //! described in docs/performance.md, "The memory-bandwidth bound"; `python -m symm.perf` reports
 //! the same one.
@@ -71,10 +71,10 @@ use symm_core::{
     LocalRef, ReduceOp, SignalOp, Stream, StreamBackend, StreamCollectives, StreamCommunicator, SymmBuffer,
     SymmetricHeap, F8E4M3, F8E5M2,
 };
-use symm_sim::launch::RANK_VAR;
-use symm_sim::membw::{self, Limits};
-use symm_sim::sys::{allowed_cpus, pin_to};
-use symm_sim::SimComm;
+use symm_registry::host::membw::{self, Limits};
+use symm_registry::host::sys::{allowed_cpus, pin_to};
+use symm_registry::Comm;
+use symm_registry::RANK_VAR;
 
 /// Environment variable through which the launcher hands the measured memory rates to the
 /// ranks ([`Limits::encode`]).
@@ -85,7 +85,7 @@ const POISON: u8 = 0xA5;
 const HEAP_SLACK: usize = 64 << 20;
 
 // The benchmarked operation: the memory-bandwidth model's own list of operations.
-use symm_sim::membw::Coll as Op;
+use symm_registry::host::membw::Coll as Op;
 
 /// What the benchmark needs to know of an operation beyond the model.
 trait OpFacts: Sized {
@@ -354,7 +354,7 @@ fn main() {
     // Rank 0 prints; if no launcher measured the memory rates, it measures them before it
     // joins (the others wait for its rendezvous meanwhile).
     let limits = limits_from_env().or_else(|| (rank == 0).then(|| Limits::measure(o.ranks, o.pin)));
-    let comm = match SimComm::from_env() {
+    let comm = match Comm::from_env() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("symm-bench: start-up failed: {e}");
@@ -475,7 +475,7 @@ fn launch(args: &[String], o: &Options) -> i32 {
         out.note("# WARNING: debug build; build with --release for meaningful figures");
     }
     let _ = std::io::stdout().flush();
-    let code = symm_sim::launch::run_job("symm-bench", o.ranks, &exe, args, &env, rank_exit_meaning);
+    let code = symm_registry::run_job("symm-bench", o.ranks, &exe, args, &env, rank_exit_meaning);
     out.note(&format!("# wall time: {:.2} s", start.elapsed().as_secs_f64()));
     code
 }
@@ -537,7 +537,7 @@ struct Region {
 }
 
 impl Region {
-    fn heap(comm: &SimComm, world: &Group, cap: usize, dtype: DType) -> symm_core::Result<Region> {
+    fn heap(comm: &Comm, world: &Group, cap: usize, dtype: DType) -> symm_core::Result<Region> {
         let buf = comm.alloc(world, cap, dtype)?;
         let ptr = comm.local_ptr(&buf)?;
         Ok(Region { ptr, cap, dtype, sym: Some(buf), _host: Vec::new() })
@@ -701,7 +701,7 @@ fn reduced<T: Val>(op: ReduceOp, n: usize, v: impl Fn(usize) -> f64) -> T {
 /// One rank's benchmark state.
 #[derive(Debug)]
 struct Bench<'c> {
-    comm: &'c SimComm,
+    comm: &'c Comm,
     world: Group,
     o: Options,
     n: usize,
@@ -731,7 +731,7 @@ struct Bench<'c> {
 }
 
 impl<'c> Bench<'c> {
-    fn new(comm: &'c SimComm, o: &Options) -> symm_core::Result<Bench<'c>> {
+    fn new(comm: &'c Comm, o: &Options) -> symm_core::Result<Bench<'c>> {
         let world = comm.world();
         let n = world.size();
         let me = world.member().at(comm.rank())?.index();
@@ -1190,7 +1190,7 @@ fn csv_line(o: &Options, n: usize, row: &Row, limits: Option<&Limits>) -> String
 }
 
 /// One rank's run: every size, printed by rank 0; the rows.
-fn rank_main(comm: &SimComm, o: &Options, limits: Option<&Limits>, out: &Out) -> symm_core::Result<Vec<Row>> {
+fn rank_main(comm: &Comm, o: &Options, limits: Option<&Limits>, out: &Out) -> symm_core::Result<Vec<Row>> {
     let bench = Bench::new(comm, o)?;
     let (n, me) = (bench.n, bench.me);
     let print = me == 0;
@@ -1326,8 +1326,8 @@ mod tests {
         let o = parse_args(&args(&v)).unwrap();
         let l = limits();
         let out = Out { csv: false, quiet: true };
-        let config = symm_sim::SimConfig::with_heap_size(48 << 20);
-        let mut results = symm_sim::run_in_process(ranks, config, |comm| rank_main(&comm, &o, Some(&l), &out));
+        let config = symm_registry::CommConfig::with_heap_size(48 << 20);
+        let mut results = symm_registry::run_in_process(ranks, config, |comm| rank_main(&comm, &o, Some(&l), &out));
         let rows = results.remove(0).and_then(|r| r).unwrap_or_else(|e| panic!("{op} {extra:?}: {e}"));
         for r in results {
             r.and_then(|r| r).unwrap_or_else(|e| panic!("{op} {extra:?}: {e}"));

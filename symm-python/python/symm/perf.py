@@ -38,7 +38,7 @@ and the ratio ``symm/deepspeed``; it needs ``pip install deepspeed ninja`` and b
 on first use. Each ratio ``symm/<peer>`` is the peer's time over symm's. The core's own time
 for the same calls is ``symm-bench``'s (docs/performance.md).
 
-Memory-bandwidth bound (the one model ``symm-bench`` reports too, ``symm_sim::membw`` through
+Memory-bandwidth bound (the one model ``symm-bench`` reports too, ``symm_registry::host::membw`` through
 ``_symm.memory_bound``): before the operations rank 0 measures the host's memory rates
 STREAM-style (reading, writing and copying by working-set size, one thread and ``min(ranks,
 CPUs)`` pinned threads) while the others wait, and prints them. ``bound(us)`` is the least time of
@@ -477,7 +477,7 @@ DT: Any = None  # the torch dtype of the run (set in each rank)
 def bound_seconds(op: str, size: float, n: int, limits: str) -> float:
     """The memory-bandwidth bound of ``op`` (in place if in ``IN_PLACE``) on ``size`` bytes among
     ``n`` ranks at the memory rates ``limits`` (as ``measure_limits`` returns them): the model of
-    ``symm_sim::membw``, which symm-bench reports too."""
+    ``symm_registry::host::membw``, which symm-bench reports too."""
     from symm import _symm
 
     return _symm.memory_bound(n, [(op, op in IN_PLACE, float(size))], limits)[0][0]

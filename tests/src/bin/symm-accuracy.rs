@@ -5,7 +5,7 @@
 //! whether symm's result equals it bit for bit. `symm-accuracy [ranks] [count]`.
 
 use symm_core::DType;
-use symm_sim::{run_in_process, SimConfig};
+use symm_registry::{run_in_process, CommConfig};
 use symm_tests::accuracy::{measure, DATASETS};
 
 fn main() {
@@ -32,7 +32,7 @@ fn main() {
     for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         for lp in formats {
             for set in DATASETS {
-                let results = run_in_process(ranks, SimConfig::with_heap_size(256 << 20), |comm| {
+                let results = run_in_process(ranks, CommConfig::with_heap_size(256 << 20), |comm| {
                     measure(&comm, set, dtype, lp, count)
                 });
                 let m = results.into_iter().next().expect("rank 0").expect("start-up");

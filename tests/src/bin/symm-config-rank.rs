@@ -1,13 +1,13 @@
 //! One rank of a start-up with per-rank settings, for `tests/config_env.rs`: started by
-//! `symm_sim::spawn_ranks` (or directly, to test `SYMM_RANK` itself).
+//! `symm_registry::spawn_ranks` (or directly, to test `SYMM_RANK` itself).
 //!
 //! `SYMM_TEST_RANK_ENV=r:NAME=VALUE;r:NAME=VALUE...` sets `NAME` to `VALUE` on rank `r` only,
-//! before the start-up. The rank then starts (`SimComm::from_env`), runs one allreduce, and
+//! before the start-up. The rank then starts (`Comm::from_env`), runs one allreduce, and
 //! writes what happened to `$SYMM_TEST_OUT/rank-<r>` (`<r>` as `SYMM_RANK` spells it):
 //! `ok`, or the error's code and message on two lines.
 
 use symm_core::{Backend, CollOptions, Collectives, LocalMut, ReduceOp};
-use symm_sim::SimComm;
+use symm_registry::Comm;
 
 fn main() {
     let rank = std::env::var("SYMM_RANK").unwrap_or_default();
@@ -23,7 +23,7 @@ fn main() {
     }
     let out =
         std::path::Path::new(&std::env::var("SYMM_TEST_OUT").expect("SYMM_TEST_OUT")).join(format!("rank-{rank}"));
-    let result = SimComm::from_env().and_then(|comm| {
+    let result = Comm::from_env().and_then(|comm| {
         let mut x = vec![1.0f32; 4];
         comm.allreduce(&comm.world(), LocalMut::from(&mut x), ReduceOp::Sum, &CollOptions::default())?;
         Ok(x[0])

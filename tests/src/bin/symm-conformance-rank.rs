@@ -1,5 +1,5 @@
 //! One rank of a multi-process conformance run: `symm-conformance-rank <case>...`, started
-//! by `symm_sim::spawn_ranks` (which sets `SYMM_RANK`, `SYMM_WORLD_SIZE`, `SYMM_RENDEZVOUS`,
+//! by `symm_registry::spawn_ranks` (which sets `SYMM_RANK`, `SYMM_WORLD_SIZE`, `SYMM_RENDEZVOUS`,
 //! `SYMM_RENDEZVOUS_HOSTED`).
 //!
 //! `SYMM_TEST_LL_MAX_BY_RANK=a,b,...` gives rank r the small-message limit `SYMM_LL_MAX` of
@@ -7,11 +7,11 @@
 //! `SYMM_TEST_LIGHT_SIGNALS_BY_RANK` does the same for `SYMM_LIGHT_SIGNALS` (ranks that signal
 //! lightly next to ranks that fence every signal).
 //! With `SYMM_TEST_NAP_MS` set (sleeping waiters nap that long between looks), the rank fails if
-//! any of its waits lost a wake-up (`symm_sim::lost_wakeups`): with naps of seconds, a wait
+//! any of its waits lost a wake-up (`symm_registry::host::lost_wakeups`): with naps of seconds, a wait
 //! that slept its nap out and then found its condition met was not woken by the writer.
 
 use symm_core::Backend;
-use symm_sim::SimComm;
+use symm_registry::Comm;
 
 fn main() {
     let cases: Vec<String> = std::env::args().skip(1).collect();
@@ -25,7 +25,7 @@ fn main() {
             std::env::set_var(var, values[rank % values.len()]);
         }
     }
-    let comm = match SimComm::from_env() {
+    let comm = match Comm::from_env() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("start-up failed: {e}");
@@ -36,7 +36,7 @@ fn main() {
         symm_tests::run_case(case, &comm);
     }
     if std::env::var_os("SYMM_TEST_NAP_MS").is_some() {
-        let lost = symm_sim::lost_wakeups();
+        let lost = symm_registry::host::lost_wakeups();
         assert_eq!(
             lost,
             0,

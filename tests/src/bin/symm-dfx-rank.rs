@@ -1,5 +1,5 @@
 //! One rank of the diagnostics tests (`tests/dfx_faults.rs`), started by
-//! `symm_sim::spawn_ranks`: `symm-dfx-rank <mode> <victim> <limit-ms>`.
+//! `symm_registry::spawn_ranks`: `symm-dfx-rank <mode> <victim> <limit-ms>`.
 //!
 //! Every rank checks what it saw itself and exits 0 when it matches the expectation of its
 //! mode, 1 otherwise (printing why on stdout, one line each).
@@ -32,11 +32,11 @@ use std::time::{Duration, Instant};
 
 use symm_core::dfx::{self, Level};
 use symm_core::{Backend, CollOptions, Collectives, Communicator, Error, LocalMut, LocalRef, Rank, ReduceOp};
-use symm_sim::SimComm;
+use symm_registry::Comm;
 use symm_tests::report::{captured, install_capture, say, Checks};
 
 /// An allreduce of 16 ones over the world; the sum it gave (the world size when right).
-fn allreduce(comm: &SimComm, timeout: Option<Duration>) -> symm_core::Result<f32> {
+fn allreduce(comm: &Comm, timeout: Option<Duration>) -> symm_core::Result<f32> {
     let mut buf = vec![1.0f32; 16];
     let opts = CollOptions { timeout, ..CollOptions::default() };
     comm.allreduce(&comm.world(), LocalMut::from(&mut buf), ReduceOp::Sum, &opts)?;
@@ -53,7 +53,7 @@ fn main() {
         },
         _ => usage(&args),
     };
-    let comm = SimComm::from_env().unwrap_or_else(|e| {
+    let comm = Comm::from_env().unwrap_or_else(|e| {
         say(format!("start-up failed: {e}"));
         std::process::exit(2)
     });
@@ -76,7 +76,7 @@ fn main() {
 }
 
 /// Mode `restart` (see the module documentation).
-fn restart(comm: SimComm, mut c: Checks, victim: Rank) -> ! {
+fn restart(comm: Comm, mut c: Checks, victim: Rank) -> ! {
     let n = comm.world_size() as f32;
     let first = allreduce(&comm, None);
     c.check(matches!(first, Ok(v) if v == n), || format!("first communicator: {first:?}, expected {n}"));
@@ -84,7 +84,7 @@ fn restart(comm: SimComm, mut c: Checks, victim: Rank) -> ! {
     if c.me == victim {
         std::thread::sleep(Duration::from_millis(300));
     }
-    match SimComm::from_env() {
+    match Comm::from_env() {
         Ok(again) => {
             let second = allreduce(&again, None);
             c.check(matches!(second, Ok(v) if v == n), || format!("second communicator: {second:?}, expected {n}"));
@@ -103,14 +103,14 @@ fn usage(args: &[String]) -> ! {
 
 /// The survivors of `victim` meet in their own group (set up while everyone was there), so
 /// that none of them exits while another still diagnoses.
-fn survivors_meet(comm: &SimComm, c: &mut Checks, group: &symm_core::Group) {
+fn survivors_meet(comm: &Comm, c: &mut Checks, group: &symm_core::Group) {
     if group.my_rank().is_some() {
         let r = comm.barrier(group);
         c.check(r.is_ok(), || format!("the survivors' barrier failed: {r:?}"));
     }
 }
 
-fn survivors_group(comm: &SimComm, victim: Rank) -> symm_core::Group {
+fn survivors_group(comm: &Comm, victim: Rank) -> symm_core::Group {
     let world = comm.world();
     let others: Vec<usize> = (0..comm.world_size()).filter(|&r| r != victim.index()).collect();
     let g = comm.new_group(&world, &others).expect("survivors' group");
@@ -121,7 +121,7 @@ fn survivors_group(comm: &SimComm, victim: Rank) -> symm_core::Group {
     g
 }
 
-fn leave(comm: SimComm, mut c: Checks, mode: &str, victim: Rank, limit: Duration) -> ! {
+fn leave(comm: Comm, mut c: Checks, mode: &str, victim: Rank, limit: Duration) -> ! {
     let me = comm.rank();
     let group = survivors_group(&comm, victim);
     for _ in 0..20 {
@@ -181,7 +181,7 @@ fn leave(comm: SimComm, mut c: Checks, mode: &str, victim: Rank, limit: Duration
     c.exit()
 }
 
-fn timeout(comm: SimComm, mut c: Checks, victim: Rank) -> ! {
+fn timeout(comm: Comm, mut c: Checks, victim: Rank) -> ! {
     let me = comm.rank();
     let group = survivors_group(&comm, victim);
     for _ in 0..2 {
@@ -241,7 +241,7 @@ fn timeout(comm: SimComm, mut c: Checks, victim: Rank) -> ! {
     c.exit()
 }
 
-fn skew(comm: SimComm, mut c: Checks, late: Rank) -> ! {
+fn skew(comm: Comm, mut c: Checks, late: Rank) -> ! {
     let me = comm.rank();
     allreduce(&comm, None).expect("warm-up allreduce");
     let result = if me == late {
@@ -278,7 +278,7 @@ fn skew(comm: SimComm, mut c: Checks, late: Rank) -> ! {
     c.exit()
 }
 
-fn alltoall(comm: SimComm, mut c: Checks, sender: Rank) -> ! {
+fn alltoall(comm: Comm, mut c: Checks, sender: Rank) -> ! {
     let me = comm.rank();
     let n = comm.world_size();
     let receiver = Rank((sender.0 + 1) % n as u32);

@@ -1,4 +1,4 @@
-//! One rank of the fork test (`tests/fork.rs`), started by `symm_sim::spawn_ranks`.
+//! One rank of the fork test (`tests/fork.rs`), started by `symm_registry::spawn_ranks`.
 //!
 //! Rank 0 forks twice after start-up. Each child tries an allreduce, a barrier, an allocation
 //! and a group creation with the communicator it inherited: each must fail at once with
@@ -12,7 +12,7 @@
 //! Exit codes: 0 when everything held; see [`FAILED`] and the child codes otherwise.
 
 use symm_core::{Backend, CollOptions, Collectives, Communicator, DType, Error, LocalMut, ReduceOp, SymmetricHeap};
-use symm_sim::SimComm;
+use symm_registry::Comm;
 use symm_tests::report::say;
 
 /// A parent-side check failed (wrong sum, an error).
@@ -22,7 +22,7 @@ const CHILD_CALL_SUCCEEDED: i32 = 41;
 /// The child's call failed with another error than `Unsupported` naming fork.
 const CHILD_WRONG_ERROR: i32 = 42;
 
-fn child(comm: SimComm, drop_it: bool) -> ! {
+fn child(comm: Comm, drop_it: bool) -> ! {
     let world = comm.world();
     let sig = comm.alloc(&world, 0, DType::I64);
     let mut x = [1.0f64];
@@ -59,7 +59,7 @@ fn child(comm: SimComm, drop_it: bool) -> ! {
 }
 
 fn main() {
-    let comm = SimComm::from_env().unwrap_or_else(|e| {
+    let comm = Comm::from_env().unwrap_or_else(|e| {
         eprintln!("start-up failed: {e}");
         std::process::exit(FAILED);
     });

@@ -1,5 +1,5 @@
 //! One rank of the protocol-disagreement tests (`tests/protocol_faults.rs`), started by
-//! `symm_sim::spawn_ranks`: `symm-protocol-rank <mode> <limit-ms>`.
+//! `symm_registry::spawn_ranks`: `symm-protocol-rank <mode> <limit-ms>`.
 //!
 //! Every rank checks what it saw itself and exits 0 when it matches the expectation of its
 //! mode, 1 otherwise (printing why on stdout, one line each). Every error must come within
@@ -38,7 +38,7 @@
 use std::time::{Duration, Instant};
 
 use symm_core::{Backend, CollOptions, Collectives, Communicator, Error, LocalMut, Rank, ReduceOp};
-use symm_sim::SimComm;
+use symm_registry::Comm;
 use symm_tests::report::{say, Checks};
 
 /// What the news of a peer that found the members out of step says.
@@ -99,19 +99,19 @@ impl Timed {
         }
     }
 
-    fn exit(mut self, comm: &SimComm) -> ! {
+    fn exit(mut self, comm: &Comm) -> ! {
         let r = comm.barrier(&comm.world());
         self.check(r.is_ok(), || format!("final barrier: {r:?}"));
         self.checks.exit()
     }
 }
 
-fn broadcast(comm: &SimComm, root: usize) -> symm_core::Result<()> {
+fn broadcast(comm: &Comm, root: usize) -> symm_core::Result<()> {
     let mut buf = vec![comm.rank().0 as f32; 4];
     comm.broadcast(&comm.world(), LocalMut::from(&mut buf), root, &CollOptions::default())
 }
 
-fn allreduce(comm: &SimComm) -> symm_core::Result<()> {
+fn allreduce(comm: &Comm) -> symm_core::Result<()> {
     let mut buf = vec![1.0f32; 16];
     comm.allreduce(&comm.world(), LocalMut::from(&mut buf), ReduceOp::Sum, &CollOptions::default())
 }
@@ -125,7 +125,7 @@ fn main() {
         },
         _ => usage(&args),
     };
-    let comm = SimComm::from_env().unwrap_or_else(|e| {
+    let comm = Comm::from_env().unwrap_or_else(|e| {
         say(format!("start-up failed: {e}"));
         std::process::exit(2)
     });
@@ -147,7 +147,7 @@ fn usage(args: &[String]) -> ! {
 }
 
 /// Mode `roots` (see the module documentation).
-fn roots(comm: SimComm, mut c: Timed) -> ! {
+fn roots(comm: Comm, mut c: Timed) -> ! {
     let (me, n) = (comm.rank().index(), comm.world_size());
     let everyone_self = std::env::var("SYMM_PROTOCOL_ROOTS").as_deref() == Ok("self");
     let root_of = |r: usize| if everyone_self || r == n - 1 { r } else { 0 };
@@ -168,7 +168,7 @@ fn roots(comm: SimComm, mut c: Timed) -> ! {
 }
 
 /// Mode `other-call` (see the module documentation).
-fn other_call(comm: SimComm, mut c: Timed) -> ! {
+fn other_call(comm: Comm, mut c: Timed) -> ! {
     let me = comm.rank();
     if me == Rank(0) {
         let others: Vec<Rank> = (1..comm.world_size() as u32).map(Rank).collect();
@@ -189,7 +189,7 @@ fn other_call(comm: SimComm, mut c: Timed) -> ! {
 }
 
 /// Mode `late-order` (see the module documentation).
-fn late_order(comm: SimComm, mut c: Timed) -> ! {
+fn late_order(comm: Comm, mut c: Timed) -> ! {
     let me = comm.rank();
     let mut data = vec![if me == Rank(0) { 5.0f32 } else { 0.0 }; 4];
     let mut bcast = |c: &mut Timed| {
@@ -215,7 +215,7 @@ fn late_order(comm: SimComm, mut c: Timed) -> ! {
 }
 
 /// Mode `gave-up` (see the module documentation).
-fn gave_up(comm: SimComm, mut c: Timed) -> ! {
+fn gave_up(comm: Comm, mut c: Timed) -> ! {
     let me = comm.rank();
     let first = allreduce(&comm);
     c.check(first.is_ok(), || format!("first allreduce: {first:?}"));
@@ -248,7 +248,7 @@ fn gave_up(comm: SimComm, mut c: Timed) -> ! {
 }
 
 /// Mode `skip` (see the module documentation).
-fn skip(comm: SimComm, mut c: Timed) -> ! {
+fn skip(comm: Comm, mut c: Timed) -> ! {
     let me = comm.rank();
     let peer = Rank(1 - me.0);
     let first = if me == Rank(0) { 0 } else { 1 };

@@ -48,7 +48,7 @@ fn rank() {
     let t = Instant::now();
     let started = match std::env::var_os("SYMM_TEST_HOLD_LISTENING") {
         Some(gate) => start_held(gate.into()),
-        None => symm_sim::SimComm::from_env(),
+        None => symm_registry::Comm::from_env(),
     };
     let comm = match started {
         Ok(c) => c,
@@ -66,7 +66,7 @@ fn rank() {
 /// the rank has bound its heap socket but its peer does not come for the heap until the test
 /// lets it.
 struct HeldStore {
-    inner: symm_sim::store::TcpStore,
+    inner: symm_registry::store::TcpStore,
     gate: std::path::PathBuf,
 }
 
@@ -86,17 +86,17 @@ impl Store for HeldStore {
     }
 }
 
-/// What `SimComm::from_env` does at a launcher's store, with the store held at `gate`.
-fn start_held(gate: std::path::PathBuf) -> symm_core::Result<symm_sim::SimComm> {
+/// What `Comm::from_env` does at a launcher's store, with the store held at `gate`.
+fn start_held(gate: std::path::PathBuf) -> symm_core::Result<symm_registry::Comm> {
     let rank: u32 = std::env::var("SYMM_RANK").unwrap().parse().unwrap();
     let n: usize = std::env::var("SYMM_WORLD_SIZE").unwrap().parse().unwrap();
     let addr = std::env::var("SYMM_RENDEZVOUS").unwrap();
-    let config = symm_sim::SimConfig::from_env().unwrap();
-    let store = symm_sim::store::TcpStore::connect(&addr, config.timeout).at(Rank(rank))?;
+    let config = symm_registry::CommConfig::from_env().unwrap();
+    let store = symm_registry::store::TcpStore::connect(&addr, config.settings.timeout).at(Rank(rank))?;
     let store: Arc<dyn Store> = Arc::new(HeldStore { inner: store, gate });
     let secret = symm_core::bootstrap::JobSecret::from_env().at(Rank(rank))?;
-    let boot = Bootstrap::new(Rank(rank), n, store, "symm.0", config.timeout).with_secret(secret);
-    symm_sim::SimComm::init(&boot, config)
+    let boot = Bootstrap::new(Rank(rank), n, store, "symm.0", config.settings.timeout).with_secret(secret);
+    symm_registry::Comm::init(&boot, config)
 }
 
 fn say(what: &str) {
@@ -126,7 +126,7 @@ fn steal_heap() {
     // A client of the old protocol sends nothing; one of the new would have to prove a secret
     // it does not have: send garbage of the size of a request.
     let _ = (&sock).write_all(&[0u8; 40]);
-    match symm_sim::sys::recv_fd(&sock) {
+    match symm_registry::host::sys::recv_fd(&sock) {
         Ok(fd) => {
             let len = std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd())).map(|m| m.len()).unwrap_or(0);
             say(&format!("STOLEN a descriptor of {len} bytes"));
@@ -136,7 +136,7 @@ fn steal_heap() {
 }
 
 fn unsafe_uid() -> u32 {
-    symm_sim::sys::effective_uid()
+    symm_registry::host::sys::effective_uid()
 }
 
 fn forge_store(addr: &str, key: &str) {
@@ -216,7 +216,7 @@ fn scenario(store: bool) -> i32 {
     std::env::set_var("SYMM_JOB_SECRET", &secret);
     // The store's refusals are logged at warn.
     std::env::set_var("SYMM_LOG_LEVEL", "warn");
-    let server = symm_sim::store::TcpStoreServer::bind("127.0.0.1:0").expect("serving the store");
+    let server = symm_registry::store::TcpStoreServer::bind("127.0.0.1:0").expect("serving the store");
     let rendezvous = server.local_addr().to_string();
     let me = std::env::current_exe().unwrap();
     let dir = std::env::temp_dir().join(format!("symm-security-{}", std::process::id()));

@@ -1,4 +1,4 @@
-//! One rank of the killed-rank test (`tests/killed_rank.rs`), started by `symm_sim::spawn_ranks`:
+//! One rank of the killed-rank test (`tests/killed_rank.rs`), started by `symm_registry::spawn_ranks`:
 //! `symm-fault-rank <victim> <limit-ms> <barrier|wait_until>`.
 //!
 //! Every rank starts, allocates in the world and passes a world barrier; then rank `victim`
@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use symm_core::{Backend, CmpOp, Communicator, DType, Error, Rank, SymmetricHeap};
-use symm_sim::SimComm;
+use symm_registry::Comm;
 use symm_tests::report::say;
 
 mod codes;
@@ -31,7 +31,7 @@ fn main() {
         eprintln!("usage: symm-fault-rank <victim-rank> <limit-ms> <barrier|wait_until>; got {args:?}");
         std::process::exit(SETUP_FAILED);
     };
-    let comm = SimComm::from_env().unwrap_or_else(|e| {
+    let comm = Comm::from_env().unwrap_or_else(|e| {
         eprintln!("start-up failed: {e}");
         std::process::exit(SETUP_FAILED);
     });
