@@ -1,3 +1,4 @@
+#![cfg(feature = "sim")]
 //! The facade on the CPU backend: what the backend overrides reaches a caller of `Comm`, a
 //! stream task gets a `Comm`, and `SYMM_BACKEND` picks (or refuses) the backend.
 

@@ -2,7 +2,7 @@
 //! same on every rank and differs is reported at start-up by every rank, naming the variable
 //! and each rank's value; a refused value on one rank names the variable, the value and what is
 //! accepted on that rank; a bad `SYMM_RANK` names `SYMM_RANK`, not a made-up rank; the
-//! launcher's variables and values that are not UTF-8 follow the same policy.
+//! launcher's variables, `SYMM_BACKEND` and values that are not UTF-8 follow the same policy.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -148,6 +148,20 @@ fn the_rendezvous_variables_refuse_bad_values_by_name() {
         if !value.trim().is_empty() {
             assert!(text.contains(&format!("{value:?}")), "{var}={value}: {text}");
         }
+    }
+}
+
+#[test]
+fn symm_backend_picks_the_backend_and_an_unknown_one_is_refused_by_name() {
+    assert_eq!(single("backend-ok", &[("SYMM_BACKEND", OsStr::new("sim"))]), "ok");
+    for (value, why) in [("ascend", "no backend has that name"), ("Sim", "not a backend name")] {
+        let text = single("backend", &[("SYMM_BACKEND", OsStr::new(value))]);
+        assert!(text.starts_with("SYMM_E_BOOTSTRAP\n"), "{value}: {text}");
+        assert!(
+            text.contains(&format!("rank 0: bootstrap failed: environment variable SYMM_BACKEND = \"{value}\"")),
+            "{text}"
+        );
+        assert!(text.contains(why) && text.contains("accepted"), "{value}: {text}");
     }
 }
 
