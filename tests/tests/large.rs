@@ -21,16 +21,12 @@ fn allreduce_of_320_mib() {
         assert!(host.iter().enumerate().all(|(i, &v)| v == want(i)), "staged allreduce result");
         // Zero-copy in place: the buffer lives in the heap.
         let buf = comm.alloc(&world, COUNT, DType::F32).expect("alloc");
+        comm.write_local(&buf, 0, &(0..COUNT).map(value).collect::<Vec<f32>>()).expect("write_local");
         let p = comm.local_ptr(&buf).expect("ptr").cast::<f32>();
-        for i in 0..COUNT {
-            // SAFETY: `buf` holds COUNT f32 elements.
-            unsafe { p.add(i).write(value(i)) };
-        }
-        // SAFETY: as above; exclusive for the call.
+        // SAFETY: `buf` holds COUNT f32 elements; exclusive for the call.
         let heap_ref = unsafe { LocalMut::from_raw(p.cast(), COUNT, DType::F32) };
         comm.allreduce(&world, heap_ref, ReduceOp::Sum, &CollOptions::default()).expect("zero-copy allreduce");
-        // SAFETY: as above.
-        let got = unsafe { std::slice::from_raw_parts(p, COUNT) };
+        let got: Vec<f32> = comm.read_local(&buf).expect("read_local");
         assert!(got.iter().enumerate().all(|(i, &v)| v == want(i)), "zero-copy allreduce result");
         // Out of place from the heap into plain memory.
         let mut out = vec![0f32; COUNT];

@@ -12,15 +12,15 @@ use symm_core::{
     Backend, CmpOp, CollOptions, Collectives, Communicator, DType, Error, Event, Group, LocalMut, LocalRef, Rank,
     ReduceOp, Result, SignalOp, SignalWidth, Stream, StreamBackend,
 };
-use symm_sim::{run_in_process, SimComm, SimConfig};
+use symm_registry::{run_in_process, Comm, CommConfig};
 use symm_tests::coll_cases::{encode, value};
 
 /// A slot small enough that most cases take several rounds.
 const SLOT: usize = 4096;
 
-fn config() -> SimConfig {
-    let mut config = SimConfig::with_heap_size(32 << 20);
-    config.timeout = Duration::from_secs(30);
+fn config() -> CommConfig {
+    let mut config = CommConfig::with_heap_size(32 << 20);
+    config.settings.timeout = Duration::from_secs(30);
     // The host engine chunks and pipelines at these sizes too.
     config.settings.coll_workspace = 256 << 10;
     config.settings.allreduce_oneshot_max = 16 << 10;
@@ -28,7 +28,7 @@ fn config() -> SimConfig {
     config
 }
 
-fn ranks<R: Send>(n: usize, f: impl Fn(SimComm) -> R + Sync) -> Vec<R> {
+fn ranks<R: Send>(n: usize, f: impl Fn(Comm) -> R + Sync) -> Vec<R> {
     let results = run_in_process(n, config(), f).into_iter().enumerate();
     results.map(|(r, res)| res.unwrap_or_else(|e| panic!("rank {r} failed to start: {e}"))).collect()
 }
@@ -109,7 +109,7 @@ fn same(what: &str, host: &Data, rf: &Data) {
 
 /// `cases` random collectives on `group`, each by the host engine and by the reference, with
 /// the same inputs: the results are the same bits.
-fn compare(comm: &SimComm, group: &Group, rf: &Reference<'_, SimComm>, seed: u64, cases: usize) {
+fn compare(comm: &Comm, group: &Group, rf: &Reference<'_, Comm>, seed: u64, cases: usize) {
     let (n, me) = (group.size(), group.member().unwrap().index());
     let mut draw = Draw(seed);
     let full = CollOptions::full_precision();
@@ -262,9 +262,9 @@ fn sendrecv_meets_plain_send_and_recv() {
 }
 
 /// The CPU backend with 32-bit signals, as Ascend's aclshmem has: every call forwards to
-/// `SimComm`, and `signal_width` answers W32.
+/// `Comm`, and `signal_width` answers W32.
 #[repr(transparent)]
-struct Narrow(SimComm);
+struct Narrow(Comm);
 
 impl Backend for Narrow {
     fn backend_name(&self) -> &'static str {
@@ -381,9 +381,9 @@ impl StreamBackend for Narrow {
         self.0.create_stream()
     }
     fn enqueue(&self, stream: &Stream, op: &'static str, group: Option<&Group>, task: HostTask<Self>) -> Result<Event> {
-        let task: HostTask<SimComm> = Box::new(move |c: &SimComm| {
-            // SAFETY: `Narrow` is a transparent wrapper of `SimComm`: same layout.
-            task(unsafe { &*(c as *const SimComm).cast::<Narrow>() })
+        let task: HostTask<Comm> = Box::new(move |c: &Comm| {
+            // SAFETY: `Narrow` is a transparent wrapper of `Comm`: same layout.
+            task(unsafe { &*(c as *const Comm).cast::<Narrow>() })
         });
         self.0.enqueue(stream, op, group, task)
     }
@@ -533,7 +533,7 @@ enum Faulty<'a> {
     AllToAllSingle(&'a Data, Vec<usize>, &'a mut Data, Vec<usize>),
 }
 
-fn host_call(comm: &SimComm, g: &Group, f: Faulty<'_>) -> Result<()> {
+fn host_call(comm: &Comm, g: &Group, f: Faulty<'_>) -> Result<()> {
     let o = CollOptions::full_precision();
     match f {
         Faulty::AllReduce(b, op) => comm.allreduce(g, b.m(), op, &o),
@@ -545,7 +545,7 @@ fn host_call(comm: &SimComm, g: &Group, f: Faulty<'_>) -> Result<()> {
     }
 }
 
-fn reference_call(rf: &Reference<'_, SimComm>, f: Faulty<'_>) -> Result<()> {
+fn reference_call(rf: &Reference<'_, Comm>, f: Faulty<'_>) -> Result<()> {
     let o = CollOptions::full_precision();
     match f {
         Faulty::AllReduce(b, op) => rf.allreduce(b.m(), op, &o),

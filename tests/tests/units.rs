@@ -11,18 +11,20 @@ use symm_registry::{run_in_process, Comm, CommConfig};
 
 const SENTINEL: u8 = 0xEE;
 
-/// The caller's copy of `buf`, as bytes.
+/// The caller's copy of `buf`, as bytes (through the backend's copy out of the heap).
 fn my_bytes(comm: &Comm, buf: &SymmBuffer) -> Vec<u8> {
-    let p = comm.local_ptr(buf).expect("local_ptr");
-    // SAFETY: the caller's copy is `buf.bytes()` long; the peer wrote it before the barrier
-    // that precedes every call, and nobody writes it while it is read.
-    unsafe { std::slice::from_raw_parts(p, buf.bytes()).to_vec() }
+    let mut out = vec![0u8; buf.bytes()];
+    // SAFETY: `buf` lies in this rank's heap and `out` holds `buf.bytes()` bytes; the peer
+    // wrote it before the barrier that precedes every call, and nobody writes it while it is read.
+    unsafe { comm.copy_from_heap(buf.heap_offset(), out.as_mut_ptr(), out.len()) }.expect("copy_from_heap");
+    out
 }
 
+/// Fills the caller's copy of `buf` with the sentinel, before the barrier that lets the peer write.
 fn fill_mine(comm: &Comm, buf: &SymmBuffer) {
-    let p = comm.local_ptr(buf).expect("local_ptr");
-    // SAFETY: as in `my_bytes`; done before the barrier that lets the peer write.
-    unsafe { std::ptr::write_bytes(p, SENTINEL, buf.bytes()) };
+    let src = vec![SENTINEL; buf.bytes()];
+    // SAFETY: as in `my_bytes`.
+    unsafe { comm.copy_to_heap(buf.heap_offset(), src.as_ptr(), src.len()) }.expect("copy_to_heap");
 }
 
 fn config() -> CommConfig {
