@@ -124,6 +124,7 @@ vars! {
     FAST_PATH = var("SYMM_FAST_PATH", SWITCH, "1", false, C);
     EXECUTION = var("SYMM_EXECUTION", "host or stream", "host", false, C);
     STREAM_DELAY_US = var("SYMM_STREAM_DELAY_US", "microseconds from 0 to 1000000", "0", false, C);
+    COLLECTIVES = var("SYMM_COLLECTIVES", "host or reference", "host", true, C);
     PLATFORM = var("SYMM_PLATFORM", "the name of a registered platform (torch, ...)", "torch", false, P);
     TEST_SEED = var("SYMM_TEST_SEED", "a non-negative integer", "fixed per case", false, T);
     TEST_CASES = var("SYMM_TEST_CASES", "a non-negative integer", "64 and 24", false, T);
@@ -415,6 +416,18 @@ pub struct Config {
     pub stream_execution: bool,
     /// `SYMM_STREAM_DELAY_US`: the most a stream waits, at random, before each operation (tests).
     pub stream_delay: Duration,
+    /// `SYMM_COLLECTIVES`: which implementation serves a backend's collectives.
+    pub collectives: CollectiveEngine,
+}
+
+/// Which implementation serves the collectives (`SYMM_COLLECTIVES`), on a backend that has both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CollectiveEngine {
+    /// The backend's own (the host engine on the CPU backend).
+    #[default]
+    Host,
+    /// The reference collectives on the stream-ordered primitives (`coll::reference`).
+    Reference,
 }
 
 /// Default heap size: 1 GiB, as HyperParallel and NVSHMEM.
@@ -451,6 +464,7 @@ impl Default for Config {
             fast_path: true,
             stream_execution: false,
             stream_delay: Duration::ZERO,
+            collectives: CollectiveEngine::Host,
         }
     }
 }
@@ -520,6 +534,12 @@ impl Config {
             })?
             .unwrap_or(d.stream_execution),
             stream_delay: micros(&STREAM_DELAY_US)?.unwrap_or(d.stream_delay),
+            collectives: read(get, &COLLECTIVES, |t| match t.trim() {
+                "host" => Ok(CollectiveEngine::Host),
+                "reference" => Ok(CollectiveEngine::Reference),
+                _ => Err("not an implementation of the collectives".into()),
+            })?
+            .unwrap_or(d.collectives),
         })
     }
 
@@ -537,6 +557,7 @@ impl Config {
             (BCAST_EAGER_MAX.name, self.bcast_eager_max.map_or("by placement".into(), bytes)),
             (VALIDATE.name, if self.validate { "1" } else { "0" }.into()),
             (FLIGHT_RECORDER_ENTRIES.name, self.recorder_entries.to_string()),
+            (COLLECTIVES.name, format!("{:?}", self.collectives).to_lowercase()),
         ]
     }
 
@@ -708,6 +729,19 @@ mod tests {
         }
         let e = rank_and_world_size(&get(&[("SYMM_RANK", "abc"), ("SYMM_WORLD_SIZE", "2")])).unwrap_err();
         assert!(e.to_string().contains("\"abc\""), "{e}");
+    }
+
+    #[test]
+    fn the_collectives_are_the_host_engine_unless_the_reference_is_asked_for() {
+        assert_eq!(with(&[]).unwrap().collectives, CollectiveEngine::Host);
+        assert_eq!(with(&[("SYMM_COLLECTIVES", "host")]).unwrap().collectives, CollectiveEngine::Host);
+        assert_eq!(with(&[("SYMM_COLLECTIVES", " reference ")]).unwrap().collectives, CollectiveEngine::Reference);
+        let e = with(&[("SYMM_COLLECTIVES", "fast")]).unwrap_err();
+        assert!(e.var() == "SYMM_COLLECTIVES" && e.to_string().contains("\"fast\""), "{e}");
+        // The ranks must agree on it.
+        let reference = with(&[("SYMM_COLLECTIVES", "reference")]).unwrap();
+        let e = check_agreement(&[Config::default().agreed_record(), reference.agreed_record()]).unwrap_err().unwrap();
+        assert_eq!(e.var(), "SYMM_COLLECTIVES", "{e}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! [`BackendControl`] (dispatched by `enum_dispatch`), and making one.
 
 use enum_dispatch::enum_dispatch;
+use symm_core::coll::by_reference::ReferenceCache;
 use symm_core::config;
 use symm_core::{AtRank, Bootstrap, BootstrapError, HeapStats, Rank, Result};
 #[cfg(feature = "sim")]
@@ -18,6 +19,12 @@ pub trait BackendControl {
 
     /// This rank's use of its symmetric heap.
     fn heap_stats(&self) -> Result<HeapStats>;
+
+    /// The per-group state of the reference collectives the backend serves its collectives
+    /// from (the CPU backend's, under `SYMM_COLLECTIVES=reference`), for a wrapper backend that
+    /// serves its own from it with `symm_core::collectives_by_reference!`; `None` where the
+    /// backend keeps none.
+    fn reference_cache(&self) -> Option<&ReferenceCache>;
 }
 
 /// A rank of a job, on the backend chosen when it was made. Every trait of `symm-core` holds
@@ -44,6 +51,11 @@ impl BackendControl for SimComm {
     #[inline]
     fn heap_stats(&self) -> Result<HeapStats> {
         Ok(SimComm::heap_stats(self))
+    }
+
+    #[inline]
+    fn reference_cache(&self) -> Option<&ReferenceCache> {
+        Some(SimComm::reference_cache(self))
     }
 }
 

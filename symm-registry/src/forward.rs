@@ -39,6 +39,10 @@ impl crate::comm::BackendControl for NoBackend {
     fn heap_stats(&self) -> Result<symm_core::HeapStats> {
         self.never()
     }
+
+    fn reference_cache(&self) -> Option<&symm_core::coll::by_reference::ReferenceCache> {
+        self.never()
+    }
 }
 
 /// `$body` with `$c` bound to the variant's backend.

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 
 use symm_core::backend::HostMapped;
 use symm_core::bootstrap::JobSecret;
+use symm_core::coll::by_reference::{self, ReferenceCache};
 use symm_core::coll::host;
-use symm_core::config::{self, Config, ConfigError};
+use symm_core::config::{self, CollectiveEngine, Config, ConfigError};
 use symm_core::dfx::{self, FlightRing, Op, Registration, StatsTable};
 use symm_core::stream::{Event, HostTask, Stream, StreamBackend, StreamCollectives};
 use symm_core::{
@@ -168,10 +169,33 @@ pub struct SimComm {
     shared: Arc<SimState>,
     /// The application's handle (false: a stream thread's).
     primary: bool,
-    /// Whether this handle's blocking calls run on the default stream (`SYMM_EXECUTION=stream`;
-    /// never a stream thread's handle, whose calls are the stream's own operations). Kept here,
-    /// not read from the shared settings, because the host engine's every signal checks it.
-    stream_model: bool,
+    /// How this handle's blocking calls run, decided when the handle is made. Kept here, not
+    /// read from the shared settings, because the host engine's every signal and every
+    /// collective checks it, once.
+    mode: Mode,
+}
+
+/// How a handle's blocking calls run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// On the calling thread, collectives by the host engine.
+    Host,
+    /// On the calling thread, collectives by the reference collectives (`SYMM_COLLECTIVES`).
+    Reference,
+    /// Enqueued on the rank's default stream and waited for (`SYMM_EXECUTION=stream`; never a
+    /// stream thread's handle, whose calls are the stream's own operations: those run in the
+    /// mode of `SYMM_COLLECTIVES`).
+    Stream,
+}
+
+impl Mode {
+    /// The mode of a handle whose calls run on the calling thread.
+    fn on_thread(settings: &Config) -> Mode {
+        match settings.collectives {
+            CollectiveEngine::Host => Mode::Host,
+            CollectiveEngine::Reference => Mode::Reference,
+        }
+    }
 }
 
 /// What every handle of a [`SimComm`] shares.
@@ -212,6 +236,8 @@ pub struct SimState {
     streams: Streams<SimComm>,
     /// The stream blocking calls run on under `SYMM_EXECUTION=stream`, created at the first.
     default_stream: Mutex<Option<Stream>>,
+    /// Each group's reference collectives, under `SYMM_COLLECTIVES=reference`.
+    references: ReferenceCache,
 }
 
 impl std::ops::Deref for SimComm {
@@ -404,9 +430,10 @@ impl SimComm {
             generation: dfx::process_generation(),
             streams,
             default_stream: Mutex::new(None),
+            references: ReferenceCache::default(),
         };
-        let stream_model = state.settings.stream_execution;
-        let mut comm = SimComm { shared: Arc::new(state), primary: true, stream_model };
+        let mode = if state.settings.stream_execution { Mode::Stream } else { Mode::on_thread(&state.settings) };
+        let mut comm = SimComm { shared: Arc::new(state), primary: true, mode };
         let all: Vec<Rank> = (0..n as u32).map(Rank).collect();
         let world = comm.group_of(&all)?;
         let st = Arc::get_mut(&mut comm.shared).expect("no other handle exists during start-up");
@@ -421,7 +448,11 @@ impl SimComm {
         // the world then never waits for ranks that take no part in it. A heap too small for
         // it only defers the set-up to the world's first collective.
         if comm.world.member().is_ok() {
-            match symm_core::coll::prepare(&comm, &comm.world) {
+            let prepared = match comm.settings.collectives {
+                CollectiveEngine::Host => symm_core::coll::prepare(&comm, &comm.world),
+                CollectiveEngine::Reference => by_reference::prepare(&comm, &comm.references, &comm.world),
+            };
+            match prepared {
                 Ok(()) => {}
                 Err(Error::Heap { source, .. }) => symm_core::symm_log!(
                     dfx::Level::Warn,
@@ -465,9 +496,16 @@ impl SimComm {
         &self.config
     }
 
+    /// Each group's reference collectives, which serve this communicator's collectives under
+    /// `SYMM_COLLECTIVES=reference` (the world's set up at start-up), and a wrapper of it
+    /// that serves its own with `symm_core::collectives_by_reference!`.
+    pub fn reference_cache(&self) -> &ReferenceCache {
+        &self.references
+    }
+
     /// A handle for a stream's thread.
     fn stream_handle(&self) -> SimComm {
-        SimComm { shared: self.shared.clone(), primary: false, stream_model: false }
+        SimComm { shared: self.shared.clone(), primary: false, mode: Mode::on_thread(&self.settings) }
     }
 
     /// Another handle of this rank for work run on its behalf, such as a stream operation that
@@ -482,7 +520,7 @@ impl SimComm {
     /// the rank's default stream; `None` in the host model and on a stream's own thread.
     #[inline]
     fn stream_order(&self) -> Result<Option<Stream>> {
-        if !self.stream_model || symm_core::stream::on_executor_thread() {
+        if self.mode != Mode::Stream || symm_core::stream::on_executor_thread() {
             return Ok(None);
         }
         self.default_stream().map(Some)
@@ -1285,29 +1323,41 @@ impl HostMapped for SimComm {
     }
 }
 
-/// A collective of the host engine ([`symm_core::coll::host`]) in the host model; in the
-/// stream-ordered one (`SYMM_EXECUTION=stream`), its stream form on the default stream, waited
-/// for (the progress thread then runs the host form).
+/// A collective of the host engine ([`symm_core::coll::host`]) or, under
+/// `SYMM_COLLECTIVES=reference`, of the reference collectives
+/// ([`symm_core::coll::by_reference`]), in the host model; in the stream-ordered one
+/// (`SYMM_EXECUTION=stream`), its stream form on the default stream, waited for (the progress
+/// thread then runs it with a handle in the mode of `SYMM_COLLECTIVES`). One match on the
+/// handle's mode chooses.
 macro_rules! collectives_in_either_model {
     ($($name:ident / $on:ident ($($arg:ident: $ty:ty),*);)*) => {
         $(
             #[inline]
             fn $name(&self, $($arg: $ty),*) -> Result<()> {
-                match self.stream_order()? {
-                    Some(s) => {
-                        // SAFETY: `finish` returns once the operation has ended, so the buffers
-                        // the call borrows outlive it.
-                        let w = unsafe { self.$on(&s, $($arg),*)? };
-                        self.finish(&w.event(), self.default_timeout())
-                    }
-                    None => host::$name(self, $($arg),*),
+                match self.mode {
+                    Mode::Host => host::$name(self, $($arg),*),
+                    Mode::Reference => by_reference::$name(self, &self.references, $($arg),*),
+                    Mode::Stream => match self.stream_order()? {
+                        Some(s) => {
+                            // SAFETY: `finish` returns once the operation has ended, so the
+                            // buffers the call borrows outlive it.
+                            let w = unsafe { self.$on(&s, $($arg),*)? };
+                            self.finish(&w.event(), self.default_timeout())
+                        }
+                        // A stream's own thread: the call is the stream's operation.
+                        None => match self.settings.collectives {
+                            CollectiveEngine::Host => host::$name(self, $($arg),*),
+                            CollectiveEngine::Reference => by_reference::$name(self, &self.references, $($arg),*),
+                        },
+                    },
                 }
             }
         )*
     };
 }
 
-/// The collectives of the host engine: every member maps its peers' heaps.
+/// The collectives of the host engine (every member maps its peers' heaps), or the reference
+/// collectives (`SYMM_COLLECTIVES=reference`).
 impl Collectives for SimComm {
     collectives_in_either_model! {
         allreduce / allreduce_on (group: &Group, buf: LocalMut<'_>, op: ReduceOp, opts: &CollOptions);
@@ -1336,7 +1386,10 @@ impl Collectives for SimComm {
     /// In either model on the calling thread: its round starts once the group's stream work
     /// has completed (host collectives wait for it).
     fn reject(&self, group: &Group, op: Op, e: symm_core::ArgError) -> Result<()> {
-        symm_core::coll::reject(self, group, op, e)
+        match self.settings.collectives {
+            CollectiveEngine::Host => symm_core::coll::reject(self, group, op, e),
+            CollectiveEngine::Reference => by_reference::reject(self, &self.references, group, op, e),
+        }
     }
 }
 

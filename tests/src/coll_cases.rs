@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use symm_core::coll::lowp::FORMATS;
+use symm_core::coll::reference::ReferenceOptions;
 use symm_core::coll::{eager_max_bytes, Tunables};
+use symm_core::config::CollectiveEngine;
 use symm_core::{
     bf16, f16, ArgError, CollOptions, Collectives, Communicator, DType, Error, Group, LocalMut, LocalRef, ReduceOp,
     SymmBuffer, Transport, F8E4M3, F8E5M2,
@@ -32,7 +34,10 @@ pub const COLL_CASES: &[&str] = &[
 
 /// Runs collective case `name` on this rank; `None` if the name is not a collective case.
 pub fn run_coll_case<C: Collectives>(name: &str, comm: &C) -> Option<()> {
-    let cases = |d| crate::gen::setting(&symm_core::config::TEST_CASES).map_or(d, |n| n as usize);
+    // The reference collectives are simple, not fast: a quarter of the random cases.
+    let scale = if on_reference(comm) { 4 } else { 1 };
+    let cases =
+        |d: usize| crate::gen::setting(&symm_core::config::TEST_CASES).map_or(d.div_ceil(scale), |n| n as usize);
     match name {
         "allreduce" => allreduce(comm, cases(40)),
         "allreduce_inputs_reused" => allreduce_inputs_reused(comm),
@@ -50,6 +55,11 @@ pub fn run_coll_case<C: Collectives>(name: &str, comm: &C) -> Option<()> {
         _ => return None,
     }
     Some(())
+}
+
+/// Whether `comm`'s collectives are the reference ones (`SYMM_COLLECTIVES=reference`).
+pub fn on_reference<C: Collectives>(comm: &C) -> bool {
+    comm.settings().is_some_and(|c| c.collectives == CollectiveEngine::Reference)
 }
 
 /// Element `i` of rank `r`'s data in case `k`, as f64: mixed signs, zeros, and magnitudes
@@ -691,7 +701,8 @@ pub fn small_broadcasts<C: Collectives>(comm: &C) {
     let validate = tun.validate;
     // Whether a broadcast of `bytes` is eager (SYMM_BCAST_EAGER_MAX, when set, may turn small
     // ones into rounds: their root then waits and fails with its members).
-    let eager = |bytes: usize| tun.bcast_eager_max.is_none_or(|max| bytes <= max);
+    // The reference collectives have no eager broadcast: each is a round.
+    let eager = |bytes: usize| !on_reference(comm) && tun.bcast_eager_max.is_none_or(|max| bytes <= max);
     // 200 broadcasts (more than a root may run ahead of a member) from one root, while the other
     // members start late, then from rotating roots; sizes up to the eager limit and past it
     // (256 bytes where every rank has a core, 8 KiB where ranks share cores).
@@ -912,10 +923,15 @@ pub fn sendrecv<C: Collectives>(comm: &C, cases: usize) {
     }
 }
 
-/// The largest eager message under the settings of this run (larger messages from the heap
-/// go rendezvous).
-fn eager_max() -> usize {
-    eager_max_bytes(&Tunables::from_env().expect("settings from the environment"))
+/// The largest message a send hands over without its receiver under the settings of this
+/// run: the host engine's eager limit (larger messages from the heap go rendezvous), or the
+/// reference collectives' mailbox (the CPU backend creates them with the default options).
+fn eager_max<C: Collectives>(comm: &C) -> usize {
+    if on_reference(comm) {
+        ReferenceOptions::default().eager_max_bytes()
+    } else {
+        eager_max_bytes(&Tunables::from_env().expect("settings from the environment"))
+    }
 }
 
 /// Message `j` of rank `r` in case `k`: `len` bytes that differ between ranks, cases,
@@ -939,7 +955,7 @@ pub fn sendrecv_heap<C: Collectives>(comm: &C) {
     }
     let (next, prev) = ring(me, n);
     let opts = within(60);
-    let t = eager_max();
+    let t = eager_max(comm);
     let sizes = [t - 1, t, t + 1, 2 * t + 3, (3 << 20) + 5];
     let max = *sizes.iter().max().expect("sizes");
     let mut send = Mem::new(comm, &world, 0xff, DType::U8, max);
@@ -1009,7 +1025,7 @@ pub fn sendrecv_both<C: Collectives>(comm: &C, cases: usize) {
     let (me, world, n) = world_of(comm);
     let (next, prev) = ring(me, n);
     let opts = within(60);
-    let t = eager_max();
+    let t = eager_max(comm);
     let base = prop_oneof![
         Just(0usize),
         1usize..64,

@@ -100,3 +100,16 @@ fn every_case_in_the_stream_ordered_model() {
         run_with(&all, n, &[("SYMM_EXECUTION", "stream"), ("SYMM_STREAM_DELAY_US", "20")]);
     }
 }
+
+/// The reference collectives (`SYMM_COLLECTIVES=reference`): every case, across processes, in
+/// the host model on 2 and 3 ranks and in the stream-ordered one on 2.
+#[test]
+fn every_case_on_the_reference_collectives() {
+    let all: Vec<&str> = symm_tests::CASES.iter().chain(symm_tests::COLL_CASES).copied().collect();
+    let reference = [("SYMM_COLLECTIVES", "reference"), ("SYMM_TEST_CASES", "4")];
+    for n in [2, 3] {
+        run_with(&all, n, &reference);
+    }
+    let streamed = [reference[0], reference[1], ("SYMM_EXECUTION", "stream"), ("SYMM_STREAM_DELAY_US", "20")];
+    run_with(&all, 2, &streamed);
+}

@@ -12,7 +12,7 @@ use symm_core::{
     Backend, CmpOp, CollOptions, Collectives, Communicator, DType, Error, Event, Group, LocalMut, LocalRef, Rank,
     ReduceOp, Result, SignalOp, SignalWidth, Stream, StreamBackend,
 };
-use symm_registry::{run_in_process, Comm, CommConfig};
+use symm_registry::{run_in_process, BackendControl, Comm, CommConfig};
 use symm_tests::coll_cases::{encode, value};
 
 /// A slot small enough that most cases take several rounds.
@@ -34,7 +34,12 @@ fn ranks<R: Send>(n: usize, f: impl Fn(Comm) -> R + Sync) -> Vec<R> {
 }
 
 fn options(first_epoch: u64) -> ReferenceOptions {
-    ReferenceOptions { timeout: Some(Duration::from_secs(30)), slot_bytes: SLOT, first_epoch }
+    ReferenceOptions {
+        timeout: Some(Duration::from_secs(30)),
+        slot_bytes: SLOT,
+        first_epoch,
+        ..ReferenceOptions::default()
+    }
 }
 
 /// A buffer of any dtype, 8-byte aligned.
@@ -261,6 +266,47 @@ fn sendrecv_meets_plain_send_and_recv() {
     });
 }
 
+/// The mailbox holds `mail_depth` chunks: both members of a pair (or a member to itself) send
+/// a message of exactly that many chunks, and others queued behind it, before either receives;
+/// every send returns without its receiver. A depth that is not a power of two is refused.
+#[test]
+fn sends_run_a_mailbox_ahead_of_their_receivers() {
+    for n in [1, 2] {
+        ranks(n, |comm| {
+            let world = comm.world();
+            let me = comm.rank().index();
+            let peer = (me + 1) % n;
+            for depth in [1, 2, 4] {
+                let opts = ReferenceOptions { mail_depth: depth, ..options(1) };
+                let rf = Reference::with_options(&comm, &world, opts).unwrap();
+                let full = CollOptions::full_precision();
+                // One message filling the mailbox, then (after it is received) `depth` one-chunk
+                // messages.
+                let big = opts.eager_max_bytes() / 8;
+                let sizes: Vec<usize> = std::iter::once(big).chain((0..depth).map(|k| 3 + k)).collect();
+                let out: Vec<Data> = sizes.iter().enumerate().map(|(k, &m)| Data::case(DType::F64, me, k, m)).collect();
+                rf.send(out[0].r(), peer, &full).unwrap();
+                let mut got = Data::zeros(DType::F64, big);
+                rf.recv(got.m(), (me + n - 1) % n, &full).unwrap();
+                assert!(got.bytes() == Data::case(DType::F64, (me + n - 1) % n, 0, big).bytes(), "rank {me}");
+                for o in &out[1..] {
+                    rf.send(o.r(), peer, &full).unwrap();
+                }
+                for (k, &m) in sizes.iter().enumerate().skip(1) {
+                    let mut got = Data::zeros(DType::F64, m);
+                    rf.recv(got.m(), (me + n - 1) % n, &full).unwrap();
+                    let want = Data::case(DType::F64, (me + n - 1) % n, k, m);
+                    assert!(got.bytes() == want.bytes(), "rank {me}: depth {depth}: message {k}");
+                }
+                rf.free().unwrap();
+            }
+            let e =
+                Reference::with_options(&comm, &world, ReferenceOptions { mail_depth: 3, ..options(1) }).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("mail_depth = 3"), "{e}");
+        });
+    }
+}
+
 /// The CPU backend with 32-bit signals, as Ascend's aclshmem has: every call forwards to
 /// `Comm`, and `signal_width` answers W32.
 #[repr(transparent)]
@@ -439,6 +485,44 @@ fn across<B: StreamBackend>(comm: &B, width: SignalWidth, boundary: u64) {
     let rounds = rf.next_epoch().wrapping_sub(first);
     assert!(rounds >= 4 * CALLS as u64 && rounds > 40, "{rounds} rounds from {first} did not cross {boundary}");
     rf.free().unwrap();
+}
+
+/// A backend whose collectives are the reference ones through `collectives_by_reference!`:
+/// `Narrow` (32-bit signals) with the CPU backend's cache, under `SYMM_COLLECTIVES=reference`
+/// (whose world state the CPU backend made at start-up; the groups of `coll_groups` are
+/// created by `Narrow`, with 32-bit flags), passes the collective cases.
+#[test]
+fn a_backend_served_by_the_macro_passes_the_collective_cases() {
+    // The cases' buffers need a larger heap.
+    let mut config = CommConfig::with_heap_size(64 << 20);
+    config.settings.timeout = Duration::from_secs(60);
+    config.settings.collectives = symm_core::config::CollectiveEngine::Reference;
+    for n in [2, 3] {
+        for (r, res) in run_in_process(n, config.clone(), |comm| {
+            let narrow = Narrow(comm);
+            // (Not the two whose sizes follow the host engine's default workspace of 16 MiB,
+            // which run on the reference in `in_process.rs`.)
+            let sized_by_the_workspace = ["low_precision_pipeline", "allreduce_inputs_reused"];
+            for case in symm_tests::COLL_CASES.iter().filter(|c| !sized_by_the_workspace.contains(c)) {
+                symm_tests::run_coll_case(case, &narrow).expect("a collective case");
+            }
+        })
+        .into_iter()
+        .enumerate()
+        {
+            res.unwrap_or_else(|e| panic!("rank {r} of {n} failed to start: {e}"));
+        }
+    }
+}
+
+impl Collectives for Narrow {
+    symm_core::collectives_by_reference!(reference_cache);
+}
+
+impl Narrow {
+    fn reference_cache(&self) -> &symm_core::coll::by_reference::ReferenceCache {
+        self.0.reference_cache().expect("the CPU backend keeps the reference collectives' state")
+    }
 }
 
 #[test]

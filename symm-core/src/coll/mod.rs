@@ -1,7 +1,8 @@
 //! Collectives: the contract every backend implements ([`Collectives`]), the host engine
 //! ([`host`]), the implementation of backends whose ranks map their peers' heaps
 //! ([`HostMapped`]), and the reference collectives ([`reference`](mod@reference)), written on the
-//! stream-ordered primitives alone: a fallback for any backend and the oracle of the others.
+//! stream-ordered primitives alone: a fallback for any backend (served with
+//! [`by_reference`]: one per group, cached) and the oracle of the others.
 //!
 //! The collectives are allreduce, reduce_scatter, allgather, alltoall (list and single-buffer
 //! forms), broadcast, send, recv and sendrecv, all group-aware. In the host engine, arguments
@@ -21,6 +22,7 @@
 //! numbers).
 
 mod algo;
+pub mod by_reference;
 mod checks;
 pub mod copy;
 pub(crate) mod eager;
@@ -110,7 +112,8 @@ use checks::Part;
 /// Each backend implements it: a backend whose ranks map their peers' heaps
 /// ([`HostMapped`](crate::backend::HostMapped)) forwards to the host engine ([`host`]), others
 /// bring their own (a device's kernels, a vendor library) or forward to the reference
-/// collectives ([`reference::Reference`]). Whatever a backend provides keeps
+/// collectives ([`by_reference`], [`collectives_by_reference!`](crate::collectives_by_reference)).
+/// Whatever a backend provides keeps
 /// this contract: the host engine's argument checks and errors, results bit-identical on every
 /// member, and bounded waits.
 pub trait Collectives: Communicator {

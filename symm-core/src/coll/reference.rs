@@ -14,24 +14,26 @@
 //! device backend would replace them by its kernels on the stream.
 //!
 //! # State
-//! A [`Reference`] serves one group. Creating it is collective: it allocates its symmetric
-//! workspace with the heap allocator ([`Backend::heap_alloc`](crate::Backend::heap_alloc)),
-//! creates two streams of the rank, sets its own flags and joins a barrier.
-//! [`Reference::free`] releases the workspace collectively; dropping it without `free` gives
-//! the range up locally ([`Backend::heap_abandon`](crate::Backend::heap_abandon)), so that a
-//! member that drops it never blocks. One thread at a time drives it (a second gets
-//! [`Error::ConcurrentUse`]). A backend serving [`Collectives`](super::Collectives) with it
-//! keeps one per group.
+//! A [`ReferenceGroup`] is one group's state on a member. Creating it is collective: it
+//! allocates its symmetric workspace with the heap allocator
+//! ([`Backend::heap_alloc`](crate::Backend::heap_alloc)), creates two streams of the rank, sets
+//! its own flags and joins a barrier. A [`Reference`] runs its collectives with the rank's
+//! backend: owning the state ([`Reference::new`]; [`Reference::free`] releases the workspace
+//! collectively, dropping it without `free` gives the range up locally
+//! ([`Backend::heap_abandon`](crate::Backend::heap_abandon)), so that a member that drops it
+//! never blocks), or borrowing it ([`Reference::on`]) from a backend's cache
+//! ([`super::by_reference`], one state per group). One thread at a time drives a state (a
+//! second gets [`Error::ConcurrentUse`]).
 //!
 //! Workspace of each member (the same offsets on every member), flags one 8-byte word apart
 //! whatever their width:
 //! ```text
 //! data[j]       flag: member j's piece for this round is in slot[j]
 //! ack[j]        flag: member j has consumed what this member put into j's slot[me]
-//! p2p_data[j]   flag: member j's chunk is in mail[j]
-//! p2p_ack[j]    flag: member j has consumed this member's chunk in j's mail[me]
-//! slot[0..n]    one slot per member (what member j sent this member in a round)
-//! mail[0..n]    one point-to-point mailbox per sender
+//! p2p_data[j][k]  flag: member j's chunk is in place k of mail[j]
+//! p2p_ack[j][k]   flag: member j has consumed this member's chunk in place k of j's mail[me]
+//! slot[0..n]      one slot per member (what member j sent this member in a round)
+//! mail[0..n]      one point-to-point mailbox per sender, of `mail_depth` places of a slot
 //! ```
 //!
 //! # Algorithm
@@ -49,13 +51,15 @@
 //! reduce_scatter send the chunk (allreduce) or part (reduce_scatter) to every member and
 //! reduce what arrived in group-rank order; allgather sends the chunk to every member;
 //! broadcast's root sends, the others receive; alltoall sends each member its piece.
-//! Point-to-point messages go through `mail`, one chunk at a time, each acknowledged:
-//! a 16-byte header (size, dtype) starts every chunk, so a receiver whose buffer does not
+//! Point-to-point messages go through `mail`, a chunk at a time, each acknowledged: chunk e
+//! of a channel goes in place `e mod mail_depth` once the receiver has acknowledged chunk
+//! `e - mail_depth` there, so a sender runs up to `mail_depth` chunks ahead of its receiver
+//! ([`ReferenceOptions::eager_max_bytes`]); a 16-byte header (size, dtype) starts every chunk, so a receiver whose buffer does not
 //! match consumes the message and fails naming both. `sendrecv` waits for each direction on a
 //! stream of its own and polls both ([`StreamBackend::query_event`]), moving whichever can
 //! move, so any pairing completes at any size: rings, pairwise exchanges, oneself, a peer's
-//! plain `send` and `recv` in either order. A message of one chunk never waits for its
-//! receiver; a longer `send` returns once the receiver has taken all but its last chunk.
+//! plain `send` and `recv` in either order. A `send` returns once its last chunk is in the
+//! receiver's mailbox: at once for a message of up to `mail_depth` chunks into an empty one.
 //!
 //! Results are those of the host engine: each element reduced in group-rank order with the
 //! same kernels (the same accumulator types), low-precision inputs encoded in 256-element
@@ -76,9 +80,12 @@
 //! Two consecutive epochs differ modulo 2^width for any width of at least two bits, so an
 //! equality never matches a stale value, whatever the starting epoch and however often the
 //! counter wraps. The mailboxes keep per-channel epochs (one per sender and receiver) with the
-//! same argument: a sender sends chunk e after the receiver's `p2p_ack == e - 1`, the receiver
-//! acknowledges e after taking it. Creation sets every flag of the member to `first - 1`
-//! before a barrier ([`ReferenceOptions::first_epoch`] chooses `first`; tests start just
+//! same argument per place (d = `mail_depth`, a power of two, so that `e mod d` continues
+//! across the wrap of the 64-bit counter): a sender sends chunk e after the receiver's
+//! `p2p_ack == e - d` for its place, the receiver acknowledges e after taking it; the place's
+//! `p2p_data` then holds e - d or e, its `p2p_ack` e - 2d or e - d, distinct modulo 2^width.
+//! Creation sets every collective flag of the member to `first - 1`, and each place's mailbox
+//! flags to the epoch d chunks before its first use, before a barrier ([`ReferenceOptions::first_epoch`] chooses `first`; tests start just
 //! below 2^31 and 2^32).
 //!
 //! # Bounds and errors
@@ -89,6 +96,7 @@
 //! checked with the host engine's checks (`coll::checks`), so the same arguments fail with the
 //! same errors.
 
+use std::borrow::Borrow;
 use std::sync::{Mutex, TryLockError};
 use std::time::Duration;
 
@@ -113,6 +121,10 @@ pub const MIN_SLOT_BYTES: usize = 4096;
 const DESC_FIXED: usize = 8;
 /// A descriptor word for "none" (no reduce op, no format).
 const NONE: u64 = u64::MAX;
+/// Chunks per mailbox by default: a sender runs this many chunks ahead of its receiver.
+pub const DEFAULT_MAIL_DEPTH: usize = 4;
+/// The most chunks a mailbox may hold.
+const MAX_MAIL_DEPTH: usize = 64;
 
 /// How a [`Reference`] is set up: the same on every member (a different slot size fails the
 /// allocation on every member; a different first epoch makes the first call time out).
@@ -126,20 +138,32 @@ pub struct ReferenceOptions {
     /// The epoch of the first round (flags start at `first_epoch - 1`): any value works,
     /// since epochs wrap safely (see the module's docs).
     pub first_epoch: u64,
+    /// Chunks of [`slot_bytes`](Self::slot_bytes) each mailbox holds (a power of two, 1 to
+    /// 64): a sender runs up to this many chunks ahead of its receiver.
+    pub mail_depth: usize,
+}
+
+impl ReferenceOptions {
+    /// The largest message a `send` hands over without waiting for its receiver (when nothing
+    /// sent before it is still in the mailbox): the mailbox's chunks, less their headers.
+    pub fn eager_max_bytes(&self) -> usize {
+        self.mail_depth * (self.slot_bytes - MAIL_HEADER)
+    }
 }
 
 impl Default for ReferenceOptions {
     fn default() -> Self {
-        ReferenceOptions { timeout: None, slot_bytes: 64 << 10, first_epoch: 1 }
+        ReferenceOptions { timeout: None, slot_bytes: 64 << 10, first_epoch: 1, mail_depth: DEFAULT_MAIL_DEPTH }
     }
 }
 
-impl<B: StreamBackend> std::fmt::Debug for Reference<'_, B> {
+impl std::fmt::Debug for ReferenceGroup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reference")
+        f.debug_struct("ReferenceGroup")
             .field("group", &self.group.ranks())
             .field("width", &self.width)
             .field("slot_bytes", &self.slot)
+            .field("mail_depth", &self.depth)
             .field("heap_offset", &self.base)
             .finish_non_exhaustive()
     }
@@ -161,9 +185,10 @@ struct Progress {
     pending: Vec<Event>,
 }
 
-/// The reference collectives of one group (see the module's docs).
-pub struct Reference<'c, B: StreamBackend> {
-    b: &'c B,
+/// The state of one group's reference collectives on this member, owned by whoever keeps it
+/// (a [`Reference`], or a backend's [`ReferenceCache`](super::by_reference::ReferenceCache));
+/// its calls run through a [`Reference`] that pairs it with the backend of the same rank.
+pub struct ReferenceGroup {
     group: Group,
     me: usize,
     width: SignalWidth,
@@ -176,8 +201,33 @@ pub struct Reference<'c, B: StreamBackend> {
     /// For the receive direction of sendrecv.
     recv_stream: Stream,
     default_lp: std::result::Result<Option<DType>, ArgError>,
+    /// Chunks per mailbox (a power of two).
+    depth: usize,
     progress: Mutex<Progress>,
+}
+
+/// The reference collectives of one group (see the module's docs): the backend of this rank
+/// with the group's state, owned (`G = ReferenceGroup`, from [`Reference::new`]) or borrowed
+/// from a cache ([`Reference::on`]).
+pub struct Reference<'c, B: StreamBackend, G: Borrow<ReferenceGroup> = ReferenceGroup> {
+    b: &'c B,
+    g: G,
+    /// Whether dropping it leaves the workspace alone (freed, or a borrowed state).
     freed: bool,
+}
+
+impl<B: StreamBackend, G: Borrow<ReferenceGroup>> std::ops::Deref for Reference<'_, B, G> {
+    type Target = ReferenceGroup;
+
+    fn deref(&self) -> &ReferenceGroup {
+        self.g.borrow()
+    }
+}
+
+impl<B: StreamBackend, G: Borrow<ReferenceGroup>> std::fmt::Debug for Reference<'_, B, G> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
 }
 
 /// The four kinds of flag; each has one word per member (see the module's layout).
@@ -240,26 +290,28 @@ impl Desc {
         w
     }
 
-    /// What a descriptor's fixed words say, for messages.
+    /// What a descriptor's fixed words say, for messages: in the host engine's spelling
+    /// (`allreduce(count=8, dtype=float32, op=sum)`), so that a mismatch reads the same on
+    /// either.
     fn describe(w: &[u64]) -> String {
         let op = Op::from_code(w[0] as u8).map_or("?", |o| o.name());
         let dtype = DType::from_code(w[2] as i64).map_or_else(|_| "?".into(), |d| d.to_string());
         let mut s = if w[0] == u64::from(Op::AllToAll.code()) {
-            format!("{op} of {dtype}")
+            format!("{op}(dtype={dtype}")
         } else {
-            format!("{op} of {} {dtype}", w[4])
+            format!("{op}(count={}, dtype={dtype}", w[4])
         };
         if w[3] != NONE {
-            s += &format!(" ({})", ReduceOp::from_code(w[3] as i64).map_or("?", |r| r.name()));
-        }
-        if w[0] == u64::from(Op::Broadcast.code()) {
-            s += &format!(" from root {}", w[5]);
+            s += &format!(", op={}", ReduceOp::from_code(w[3] as i64).map_or("?", |r| r.name()));
         }
         if w[6] != NONE {
             let lp = DType::from_code(w[6] as i64).map_or_else(|_| "?".into(), |d| d.to_string());
-            s += &format!(" in {lp}");
+            s += &format!(", low_precision={lp}");
         }
-        s
+        if w[0] == u64::from(Op::Broadcast.code()) {
+            s += &format!(", root={}", w[5]);
+        }
+        s + ")"
     }
 }
 
@@ -283,6 +335,29 @@ impl<'c, B: StreamBackend> Reference<'c, B> {
     /// Collective over `group`: allocates the workspace, sets this member's flags and joins a
     /// barrier (see the module's docs).
     pub fn with_options(b: &'c B, group: &Group, opts: ReferenceOptions) -> Result<Self> {
+        Ok(Reference { b, g: ReferenceGroup::create(b, group, opts)?, freed: false })
+    }
+
+    /// Collective: releases the workspace on every member.
+    pub fn free(mut self) -> Result<()> {
+        self.freed = true;
+        self.b.heap_free(&self.group, self.base, self.bytes, self.timeout)
+    }
+}
+
+impl<'c, 'g, B: StreamBackend> Reference<'c, B, &'g ReferenceGroup> {
+    /// The collectives of `state` (created with a handle of this rank's backend) run with `b`;
+    /// dropping it leaves the workspace to its owner.
+    pub fn on(b: &'c B, state: &'g ReferenceGroup) -> Self {
+        Reference { b, g: state, freed: true }
+    }
+}
+
+impl ReferenceGroup {
+    /// Collective over `group`: allocates the workspace with `b`'s heap allocator, sets this
+    /// member's flags and joins a barrier (see the module's docs). Whoever keeps it frees it
+    /// with [`ReferenceGroup::free`], or gives it up locally with [`ReferenceGroup::abandon`].
+    pub fn create<B: StreamBackend>(b: &B, group: &Group, opts: ReferenceOptions) -> Result<ReferenceGroup> {
         let rank = b.rank();
         let me = group.member().at(rank)?.index();
         let n = group.size();
@@ -298,18 +373,35 @@ impl<'c, B: StreamBackend> Reference<'c, B> {
             ))
             .at(rank);
         }
+        let depth = opts.mail_depth;
+        if !depth.is_power_of_two() || depth > MAX_MAIL_DEPTH {
+            let why = format!("must be a power of two from 1 to {MAX_MAIL_DEPTH} (chunks per mailbox)");
+            return Err(ArgError::invalid("mail_depth", depth, why)).at(rank);
+        }
         let timeout = opts.timeout.unwrap_or(b.default_timeout());
-        let bytes = flags_bytes(n) + 2 * n * opts.slot_bytes;
+        let bytes = flags_bytes(n, depth) + n * (1 + depth) * opts.slot_bytes;
         let base = b.heap_alloc(group, bytes, timeout)?;
         let set_up = || -> Result<(Stream, Stream)> {
             let stream = b.create_stream()?;
             let width = b.signal_width();
             let start = width.word_of(opts.first_epoch.wrapping_sub(1));
-            let mut events = Vec::with_capacity(4 * n + 1);
-            for flag in [Flag::Data, Flag::Ack, Flag::MailData, Flag::MailAck] {
+            let mut events = Vec::with_capacity(2 * n * (1 + depth) + 1);
+            for flag in [Flag::Data, Flag::Ack] {
                 for j in 0..n {
-                    let at = base + flag_offset(n, flag, j);
+                    let at = base + flag_offset(n, depth, flag, j, 0);
                     events.push(b.signal_at_on(&stream, rank, at, width, SignalOp::Set, start)?);
+                }
+            }
+            // Mailbox chunk k's flags start at the epoch before the first that uses it (the
+            // one of the `depth` epochs before `first_epoch` congruent to k).
+            let before = opts.first_epoch.wrapping_sub(depth as u64);
+            for flag in [Flag::MailData, Flag::MailAck] {
+                for j in 0..n {
+                    for k in 0..depth {
+                        let at = base + flag_offset(n, depth, flag, j, k);
+                        let epoch = before.wrapping_add((k as u64).wrapping_sub(before) & (depth as u64 - 1));
+                        events.push(b.signal_at_on(&stream, rank, at, width, SignalOp::Set, width.word_of(epoch))?);
+                    }
                 }
             }
             // Every member's flags are set before any member's first put.
@@ -330,8 +422,7 @@ impl<'c, B: StreamBackend> Reference<'c, B> {
             Some(c) => Ok(c.low_precision),
             None => lowp::format_from_env(),
         };
-        Ok(Reference {
-            b,
+        Ok(ReferenceGroup {
             group: group.clone(),
             me,
             width: b.signal_width(),
@@ -350,8 +441,24 @@ impl<'c, B: StreamBackend> Reference<'c, B> {
                 out_of_step: None,
                 pending: Vec::new(),
             }),
-            freed: false,
+            depth: opts.mail_depth,
         })
+    }
+
+    /// Collective: releases the workspace on every member (`b`: a handle of the backend that
+    /// created it).
+    pub fn free<B: StreamBackend>(self, b: &B) -> Result<()> {
+        b.heap_free(&self.group, self.base, self.bytes, self.timeout)
+    }
+
+    /// Gives the workspace up on this member alone (see
+    /// [`Backend::heap_abandon`](crate::Backend::heap_abandon)); never blocks.
+    pub fn abandon<B: StreamBackend>(self, b: &B) {
+        b.heap_abandon(&self.group, self.base, self.bytes);
+    }
+
+    fn n(&self) -> usize {
+        self.group.size()
     }
 
     /// The group it serves.
@@ -368,13 +475,9 @@ impl<'c, B: StreamBackend> Reference<'c, B> {
     pub fn next_epoch(&self) -> u64 {
         self.progress.lock().unwrap_or_else(|p| p.into_inner()).epoch
     }
+}
 
-    /// Collective: releases the workspace on every member.
-    pub fn free(mut self) -> Result<()> {
-        self.freed = true;
-        self.b.heap_free(&self.group, self.base, self.bytes, self.timeout)
-    }
-
+impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
     // ---- the collectives ------------------------------------------------------------------
 
     /// [`Collectives::allreduce`](super::Collectives::allreduce).
@@ -724,10 +827,6 @@ impl<'c, B: StreamBackend> Reference<'c, B> {
 
     // ---- rounds ---------------------------------------------------------------------------
 
-    fn n(&self) -> usize {
-        self.group.size()
-    }
-
     /// Runs one collective call: the descriptor round, then `body`'s data rounds.
     fn call(
         &self,
@@ -757,13 +856,21 @@ impl<'c, B: StreamBackend> Reference<'c, B> {
     ) -> Result<()> {
         let rank = self.b.rank();
         self.b.check_process()?;
+        // As every host call on a group: after this rank's stream operations on it.
+        self.group.settle_streams(rank, desc.op.name(), opts.timeout.unwrap_or(self.timeout))?;
         let mut p = self.lock(desc.op)?;
+        before_blocking(opts, self.n());
         if let Some(why) = &p.out_of_step {
             return Err(ArgError::invalid("group", format!("{:?}", self.group), why.clone())).at(rank);
         }
         p.calls += 1;
-        let r =
-            Round { rf: self, b: self.b, op: desc.op, call: p.calls, timeout: opts.timeout.unwrap_or(self.timeout) };
+        let r = Round {
+            rf: self.g.borrow(),
+            b: self.b,
+            op: desc.op,
+            call: p.calls,
+            timeout: opts.timeout.unwrap_or(self.timeout),
+        };
         let result = (|| {
             let n = self.n();
             let mine = desc.words(n, rejected.is_some());
@@ -851,8 +958,10 @@ impl<'c, B: StreamBackend> Reference<'c, B> {
         body: impl FnOnce(&Round<'_, 'c, B>, &mut Progress) -> Result<()>,
     ) -> Result<()> {
         self.b.check_process()?;
+        self.group.settle_streams(self.b.rank(), op.name(), opts.timeout.unwrap_or(self.timeout))?;
         let mut p = self.lock(op)?;
-        let r = Round { rf: self, b: self.b, op, call: 0, timeout: opts.timeout.unwrap_or(self.timeout) };
+        before_blocking(opts, self.n());
+        let r = Round { rf: self.g.borrow(), b: self.b, op, call: 0, timeout: opts.timeout.unwrap_or(self.timeout) };
         let result = body(&r, &mut p).and_then(|()| r.collect(&mut p));
         if result.is_err() {
             p.pending.clear();
@@ -880,13 +989,21 @@ impl<'c, B: StreamBackend> Reference<'c, B> {
     }
 }
 
-impl<B: StreamBackend> Drop for Reference<'_, B> {
+impl<B: StreamBackend, G: Borrow<ReferenceGroup>> Drop for Reference<'_, B, G> {
     /// Gives the workspace up locally unless it was freed
     /// (see [`Backend::heap_abandon`](crate::Backend::heap_abandon)).
     fn drop(&mut self) {
         if !self.freed {
             self.b.heap_abandon(&self.group, self.base, self.bytes);
         }
+    }
+}
+
+/// Calls the call's [`CollOptions::before_blocking`] where a call waits for peers (`members`
+/// above one): every call here blocks in a host synchronize at once, with no spin first.
+fn before_blocking(opts: &CollOptions, members: usize) {
+    if let (Some(f), true) = (opts.before_blocking, members > 1) {
+        f();
     }
 }
 
@@ -899,6 +1016,8 @@ struct FlagWait {
     event: Event,
     flag: Flag,
     j: usize,
+    /// The flag's heap offset.
+    at: usize,
     epoch: u64,
     what: &'static str,
 }
@@ -907,14 +1026,23 @@ struct FlagWait {
 /// the wait's own error (which names what it waited for) is the one reported.
 const SYNC_GRACE: Duration = Duration::from_secs(1);
 
-/// Bytes of the flags of `n` members (rounded to a cache line).
-fn flags_bytes(n: usize) -> usize {
-    (4 * n * FLAG_STRIDE).next_multiple_of(64)
+/// Bytes of the flags of `n` members with mailboxes of `depth` chunks (rounded to a cache
+/// line): one `data` and one `ack` per member, one `p2p_data` and one `p2p_ack` per member
+/// and mailbox chunk.
+fn flags_bytes(n: usize, depth: usize) -> usize {
+    (2 * n * (1 + depth) * FLAG_STRIDE).next_multiple_of(64)
 }
 
-/// Offset in the workspace of `flag` for member `j`.
-fn flag_offset(n: usize, flag: Flag, j: usize) -> usize {
-    (flag as usize * n + j) * FLAG_STRIDE
+/// Offset in the workspace of `flag` for member `j` (and mailbox chunk `k`, for the mailbox
+/// flags).
+fn flag_offset(n: usize, depth: usize, flag: Flag, j: usize, k: usize) -> usize {
+    let index = match flag {
+        Flag::Data => j,
+        Flag::Ack => n + j,
+        Flag::MailData => 2 * n + j * depth + k,
+        Flag::MailAck => 2 * n + n * depth + j * depth + k,
+    };
+    index * FLAG_STRIDE
 }
 
 /// Elements of a reduction chunk whose piece (in the data dtype, or encoded in `lp`) fits a
@@ -931,7 +1059,7 @@ fn chunk_elems(slot: usize, dtype: DType, lp: Option<DType>) -> usize {
 
 /// One call in progress: what its rounds and waits need.
 struct Round<'r, 'c, B: StreamBackend> {
-    rf: &'r Reference<'c, B>,
+    rf: &'r ReferenceGroup,
     b: &'c B,
     op: Op,
     /// The collective call number (0: a point-to-point call).
@@ -941,30 +1069,50 @@ struct Round<'r, 'c, B: StreamBackend> {
 
 impl<B: StreamBackend> Round<'_, '_, B> {
     fn flag(&self, flag: Flag, j: usize) -> usize {
-        self.rf.base + flag_offset(self.rf.n(), flag, j)
+        self.mail_flag(flag, j, 0)
+    }
+
+    /// A mailbox flag of member `j`'s chunk `k`.
+    fn mail_flag(&self, flag: Flag, j: usize, k: usize) -> usize {
+        self.rf.base + flag_offset(self.rf.n(), self.rf.depth, flag, j, k)
     }
 
     fn slot(&self, j: usize) -> usize {
-        self.rf.base + flags_bytes(self.rf.n()) + j * self.rf.slot
+        self.rf.base + flags_bytes(self.rf.n(), self.rf.depth) + j * self.rf.slot
     }
 
-    fn mail(&self, j: usize) -> usize {
-        self.slot(self.rf.n() + j)
+    /// Chunk `k` of the mailbox of sender `j`.
+    fn mail(&self, j: usize, k: usize) -> usize {
+        self.slot(self.rf.n() + j * self.rf.depth + k)
+    }
+
+    /// The mailbox chunk a point-to-point chunk of `epoch` uses.
+    fn mail_chunk(&self, epoch: u64) -> usize {
+        (epoch & (self.rf.depth as u64 - 1)) as usize
     }
 
     /// Enqueues a wait until the caller's `flag` of member `j` holds `epoch`, and waits for it
     /// on the host; its timeout names the call, the flag, the peer and the epoch.
     fn wait(&self, flag: Flag, j: usize, epoch: u64, what: &'static str) -> Result<()> {
-        let w = self.start_wait(&self.rf.stream, flag, j, epoch, what)?;
+        let w = self.start_wait(&self.rf.stream, flag, j, 0, epoch, what)?;
         self.finish_wait(&w)
     }
 
-    /// Enqueues on `stream` a wait until the caller's `flag` of member `j` holds `epoch`.
-    fn start_wait(&self, stream: &Stream, flag: Flag, j: usize, epoch: u64, what: &'static str) -> Result<FlagWait> {
+    /// Enqueues on `stream` a wait until the caller's `flag` of member `j` (mailbox chunk `k`
+    /// for the mailbox flags) holds `epoch`.
+    fn start_wait(
+        &self,
+        stream: &Stream,
+        flag: Flag,
+        j: usize,
+        k: usize,
+        epoch: u64,
+        what: &'static str,
+    ) -> Result<FlagWait> {
         let rf = self.rf;
-        let (at, word) = (self.flag(flag, j), rf.width.word_of(epoch));
+        let (at, word) = (self.mail_flag(flag, j, k), rf.width.word_of(epoch));
         let event = self.b.wait_signal_at_on(stream, &rf.group, at, rf.width, CmpOp::Eq, word, self.timeout)?;
-        Ok(FlagWait { event, flag, j, epoch, what })
+        Ok(FlagWait { event, flag, j, at, epoch, what })
     }
 
     /// Waits on the host until `w` has completed (its stream wait is bounded by the call's
@@ -992,7 +1140,7 @@ impl<B: StreamBackend> Round<'_, '_, B> {
             "this rank's {}[{j}] flag ({:?}) at heap byte {:#x}, set by group rank {j} (global rank {peer})",
             flag.name(),
             rf.width,
-            self.flag(flag, j)
+            w.at
         );
         t.condition = format!("== {word} (epoch {epoch} modulo 2^{}): {what}", rf.width.bytes() * 8);
         t.pending = vec![peer];
@@ -1168,11 +1316,13 @@ impl Outgoing {
         self.put_chunk(r, p, &r.rf.stream)
     }
 
-    /// Enqueues on `stream` the wait until the receiver has consumed the previous chunk.
+    /// Enqueues on `stream` the wait until the receiver has consumed the chunk that last used
+    /// the next chunk's place in its mailbox (`mail_depth` chunks earlier).
     fn free_wait<B: StreamBackend>(&self, r: &Round<'_, '_, B>, p: &Progress, stream: &Stream) -> Result<FlagWait> {
-        let previous = p.send_epoch[self.dst].wrapping_sub(1);
-        let what = "the previous chunk consumed, so that its mailbox for this rank is free";
-        r.start_wait(stream, Flag::MailAck, self.dst, previous, what)
+        let e = p.send_epoch[self.dst];
+        let previous = e.wrapping_sub(r.rf.depth as u64);
+        let what = "the chunk before in this place of its mailbox for this rank consumed, so that the place is free";
+        r.start_wait(stream, Flag::MailAck, self.dst, r.mail_chunk(e), previous, what)
     }
 
     /// Puts the next chunk on `stream` (once its mailbox is free) and waits until it is out.
@@ -1190,7 +1340,8 @@ impl Outgoing {
             unsafe { std::ptr::copy_nonoverlapping(self.src.add(lo), chunk[MAIL_HEADER..].as_mut_ptr(), len) };
         }
         let (me, peer) = (rf.me, rf.group.ranks()[self.dst]);
-        let (at, flag, word) = (r.mail(me), r.flag(Flag::MailData, me), rf.width.word_of(e));
+        let k = r.mail_chunk(e);
+        let (at, flag, word) = (r.mail(me, k), r.mail_flag(Flag::MailData, me, k), rf.width.word_of(e));
         // SAFETY: `chunk` lives until the put's event has completed (synchronized below).
         let ev = unsafe {
             r.b.put_signal_bytes_on(stream, peer, at, chunk.as_ptr(), chunk.len(), flag, rf.width, SignalOp::Set, word)?
@@ -1233,14 +1384,16 @@ impl Incoming {
 
     /// Enqueues on `stream` the wait until the next chunk is in the mailbox.
     fn arrival_wait<B: StreamBackend>(&self, r: &Round<'_, '_, B>, p: &Progress, stream: &Stream) -> Result<FlagWait> {
-        r.start_wait(stream, Flag::MailData, self.src, p.recv_epoch[self.src], "its next chunk in this rank's mailbox")
+        let e = p.recv_epoch[self.src];
+        r.start_wait(stream, Flag::MailData, self.src, r.mail_chunk(e), e, "its next chunk in this rank's mailbox")
     }
 
     /// Takes the chunk that has arrived and acknowledges it on `stream`.
     fn take<B: StreamBackend>(&mut self, r: &Round<'_, '_, B>, p: &mut Progress, stream: &Stream) -> Result<()> {
         let rf = r.rf;
         let e = p.recv_epoch[self.src];
-        let at = r.mail(self.src);
+        let k = r.mail_chunk(e);
+        let at = r.mail(self.src, k);
         let mut header = [0u8; MAIL_HEADER];
         // SAFETY: the header lies in the mailbox.
         unsafe { r.b.copy_from_heap(at, header.as_mut_ptr(), MAIL_HEADER)? };
@@ -1260,8 +1413,8 @@ impl Incoming {
             unsafe { r.b.copy_from_heap(at + MAIL_HEADER, self.dst.add(lo), len)? };
         }
         let peer = rf.group.ranks()[self.src];
-        let ack =
-            r.b.signal_at_on(stream, peer, r.flag(Flag::MailAck, rf.me), rf.width, SignalOp::Set, rf.width.word_of(e))?;
+        let (flag, word) = (r.mail_flag(Flag::MailAck, rf.me, k), rf.width.word_of(e));
+        let ack = r.b.signal_at_on(stream, peer, flag, rf.width, SignalOp::Set, word)?;
         p.pending.push(ack);
         p.recv_epoch[self.src] = e.wrapping_add(1);
         self.taken += 1;
