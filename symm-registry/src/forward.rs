@@ -130,6 +130,7 @@ impl Backend for Comm {
         fn fence(&self) -> Result<()>;
         fn quiet(&self) -> Result<()>;
         fn barrier_group(&self, group: &Group, timeout: Duration) -> Result<()>;
+        fn signal_width(&self) -> SignalWidth;
         fn flight_ring(&self, rank: Rank) -> Option<FlightRing<'_>>;
         fn op_stats(&self) -> Option<&StatsTable>;
         fn timing(&self) -> bool;
