@@ -3,7 +3,7 @@
 //! arguments with the same errors through them.
 
 use super::{lowp, Transport};
-use crate::buffer::LocalRef;
+use crate::buffer::{LocalMut, LocalRef};
 use crate::dtype::DType;
 use crate::error::ArgError;
 use crate::op::ReduceOp;
@@ -14,6 +14,20 @@ pub(crate) struct Part {
     pub ptr: *const u8,
     pub len: usize,
     pub dtype: DType,
+}
+
+impl Part {
+    /// Input buffer `arg`.
+    #[inline(always)]
+    pub fn of_ref(arg: &'static str, b: &LocalRef<'_>) -> Part {
+        Part { arg, ptr: b.as_ptr(), len: b.len(), dtype: b.dtype() }
+    }
+
+    /// Output buffer `arg`.
+    #[inline(always)]
+    pub fn of_mut(arg: &'static str, b: &mut LocalMut<'_>) -> Part {
+        Part { arg, ptr: b.as_mut_ptr(), len: b.len(), dtype: b.dtype() }
+    }
 }
 
 /// Checks op/dtype/format of a reduction whose group default transport format is `default`;

@@ -29,8 +29,8 @@ pub fn allreduce_into<C: Communicator + HostMapped + ?Sized>(
     op: ReduceOp,
     opts: &CollOptions,
 ) -> Result<()> {
-    let inp = Part { arg: "input", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
-    let out = Part { arg: "output", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
+    let inp = Part::of_ref("input", &input);
+    let out = Part::of_mut("output", &mut output);
     if let Some(e) = checks::allreduce_into(inp, out) {
         return reject(c, group, Op::AllReduce, e);
     }
@@ -55,8 +55,8 @@ pub fn reduce_scatter<C: Communicator + HostMapped + ?Sized>(
         Ok(lp) => lp,
         Err(e) => return reject(c, group, Op::ReduceScatter, e),
     };
-    let whole = Part { arg: "input_tensor", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
-    let part = Part { arg: "output_tensor", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
+    let whole = Part::of_ref("input_tensor", &input);
+    let part = Part::of_mut("output_tensor", &mut output);
     if let Some(e) = checks::parts(whole, part, n, me) {
         return reject(c, group, Op::ReduceScatter, e);
     }
@@ -78,8 +78,8 @@ pub fn allgather<C: Communicator + HostMapped + ?Sized>(
 ) -> Result<()> {
     let n = group.size();
     let me = group.member().at(c.rank())?.index();
-    let whole = Part { arg: "output_tensor", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
-    let part = Part { arg: "input_tensor", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
+    let whole = Part::of_mut("output_tensor", &mut output);
+    let part = Part::of_ref("input_tensor", &input);
     if let Some(e) = checks::parts(whole, part, n, me) {
         return reject(c, group, Op::AllGather, e);
     }

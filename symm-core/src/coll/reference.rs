@@ -496,8 +496,8 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
         op: ReduceOp,
         opts: &CollOptions,
     ) -> Result<()> {
-        let inp = Part { arg: "input", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
-        let out = Part { arg: "output", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
+        let inp = Part::of_ref("input", &input);
+        let out = Part::of_mut("output", &mut output);
         if let Some(e) = checks::allreduce_into(inp, out) {
             return self.reject(Op::AllReduce, e);
         }
@@ -548,8 +548,8 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
             Ok(lp) => lp,
             Err(e) => return self.reject(Op::ReduceScatter, e),
         };
-        let whole = Part { arg: "input_tensor", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
-        let part = Part { arg: "output_tensor", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
+        let whole = Part::of_ref("input_tensor", &input);
+        let part = Part::of_mut("output_tensor", &mut output);
         if let Some(e) = checks::parts(whole, part, self.n(), self.me) {
             return self.reject(Op::ReduceScatter, e);
         }
@@ -572,8 +572,8 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
 
     /// [`Collectives::allgather`](super::Collectives::allgather).
     pub fn allgather(&self, mut output: LocalMut<'_>, input: LocalRef<'_>, opts: &CollOptions) -> Result<()> {
-        let whole = Part { arg: "output_tensor", ptr: output.as_mut_ptr(), len: output.len(), dtype: output.dtype() };
-        let part = Part { arg: "input_tensor", ptr: input.as_ptr(), len: input.len(), dtype: input.dtype() };
+        let whole = Part::of_mut("output_tensor", &mut output);
+        let part = Part::of_ref("input_tensor", &input);
         if let Some(e) = checks::parts(whole, part, self.n(), self.me) {
             return self.reject(Op::AllGather, e);
         }
