@@ -10,7 +10,7 @@
 #   miri     the unit tests of the kernels, low-precision codecs and copy routines under miri
 #            (nightly toolchain, installed with rustup when missing)
 #   loom     the loom models of the doorbell wait (symm-sim) and of the small-message
-#            publication (symm-core), in target/loom
+#            publication (symm-host), in target/loom
 # Arguments name the steps to run (default: all, in this order), e.g. `scripts/test.sh fmt clippy`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,7 +84,7 @@ step_miri() {
 step_loom() {
     # Its own target directory: --cfg loom would otherwise rebuild the main build's cache.
     RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-        cargo test --release -p symm-core -p symm-sim --lib loom
+        cargo test --release -p symm-host -p symm-sim --lib loom
 }
 
 times=()

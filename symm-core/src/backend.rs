@@ -270,7 +270,7 @@ pub trait Backend: Send + Sync {
 }
 
 /// What only a backend whose ranks map their peers' heaps into their own address space can do:
-/// the capabilities the host engine ([`crate::coll::host`]) is written on. A device backend
+/// the capabilities the host engine (the `symm-host` crate) is written on. A device backend
 /// does not implement it (its collectives are its own).
 pub trait HostMapped: Backend {
     /// Address at which the caller can load from and store to `peer`'s heap; `None` where it

@@ -434,6 +434,12 @@ pub enum CollectiveEngine {
 pub const DEFAULT_HEAP_SIZE: usize = 1 << 30;
 /// Default wait bound: 120 s, as Ascend SHMEM's init timeouts.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Largest `SYMM_LL_MAX`: what the host engine's small-message slots hold (bytes).
+pub const LL_LIMIT: usize = 4096;
+/// Default of `SYMM_LL_MAX` (bytes); why this size: the host engine's `ll` module.
+pub const LL_DEFAULT_MAX_BYTES: usize = 2048;
+/// Largest `SYMM_BCAST_EAGER_MAX`: what the host engine's eager-broadcast slots hold (bytes).
+pub const BCAST_EAGER_LIMIT: usize = 8 << 10;
 
 impl Default for Config {
     fn default() -> Config {
@@ -452,7 +458,7 @@ impl Default for Config {
             allreduce_oneshot_max: 8 << 10,
             p2p_chunk: 16 << 10,
             bcast_eager_max: None,
-            ll_max: crate::coll::ll::DEFAULT_MAX_BYTES,
+            ll_max: LL_DEFAULT_MAX_BYTES,
             stream_stores_min: 16 << 20,
             coll_access_get: false,
             log_level: None,
@@ -506,10 +512,10 @@ impl Config {
             allreduce_ll_max: size(&ALLREDUCE_LL_MAX, 0, usize::MAX, d.allreduce_ll_max)?,
             allreduce_oneshot_max: size(&ALLREDUCE_ONESHOT_MAX, 0, usize::MAX, d.allreduce_oneshot_max)?,
             // Whole cache lines: every slot's flag is aligned and starts a line; at least a
-            // line of header and a line of payload (see `coll::p2p`).
+            // line of header and a line of payload (see the host engine's `p2p` module).
             p2p_chunk: size(&P2P_CHUNK, 128, 16 << 20, d.p2p_chunk)?.next_multiple_of(64),
-            bcast_eager_max: read(get, &BCAST_EAGER_MAX, |t| bytes_in(t, 0, crate::coll::eager::SHARED_MAX_BYTES))?,
-            ll_max: size(&LL_MAX, 0, crate::coll::ll::MAX_BYTES, d.ll_max)?,
+            bcast_eager_max: read(get, &BCAST_EAGER_MAX, |t| bytes_in(t, 0, BCAST_EAGER_LIMIT))?,
+            ll_max: size(&LL_MAX, 0, LL_LIMIT, d.ll_max)?,
             stream_stores_min: size(&STREAM_STORES_MIN, 0, usize::MAX, d.stream_stores_min)?,
             coll_access_get: read(get, &COLL_ACCESS, |t| match t.trim() {
                 "auto" => Ok(false),

@@ -59,6 +59,9 @@ pub enum GroupError {
         "{arg}: the buffer was allocated in the group {alloc_ranks:?}, which does not contain global rank {target}"
     )]
     BufferNotOnRank { arg: &'static str, alloc_ranks: Vec<Rank>, target: Rank },
+    /// A group whose collective state belongs to another engine than the caller's.
+    #[error("the group {ranks:?} holds the collective state of {has}, not of {wanted}: one process drives a group with one collective engine")]
+    OtherEngine { ranks: Vec<Rank>, has: &'static str, wanted: &'static str },
 }
 
 /// A problem with the symmetric heap.

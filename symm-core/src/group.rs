@@ -4,12 +4,12 @@
 //! [`GroupId`] on every rank (computed from the list, so no communication is needed to agree on
 //! it) and, through [`GroupRegistry`], the same state object inside one process.
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::coll::state::CollState;
-use crate::error::GroupError;
+use crate::error::{AtRank, GroupError};
 use crate::rank::{GroupRank, Rank};
 use crate::stream::PendingStreamOps;
 
@@ -45,11 +45,11 @@ struct GroupInner {
     me: Option<GroupRank>,
     /// Whether the group may be used from this rank: Err when it spans hosts.
     usable: Result<(), GroupError>,
-    /// The collectives' state of the group (workspace, sequence numbers), created on first use;
-    /// read without a lock on every call.
-    coll: OnceLock<CollState>,
+    /// The state a collective engine keeps for the group (workspace, round numbers), created
+    /// on first use and read without a lock on every call (see [`Group::engine_state`]).
+    engine: OnceLock<EngineState>,
     /// Serialises first uses, so that concurrent ones create the state once.
-    coll_init: Mutex<()>,
+    engine_init: Mutex<()>,
     /// This rank's stream operations on the group not yet completed (see [`crate::stream`]).
     stream_ops: PendingStreamOps,
 }
@@ -84,8 +84,8 @@ impl Group {
             local_of,
             me,
             usable,
-            coll: OnceLock::new(),
-            coll_init: Mutex::new(()),
+            engine: OnceLock::new(),
+            engine_init: Mutex::new(()),
             stream_ops: PendingStreamOps::default(),
         })))
     }
@@ -175,32 +175,84 @@ impl Group {
         GroupError::RankOutOfRange { arg, value: local, size: self.size(), ranks: self.ranks().to_vec() }
     }
 
-    /// The collectives' state, created by `init` on first use (under a lock, so concurrent
-    /// first uses create it once). A failed `init` leaves nothing behind. Once created, a call
-    /// is a lock-free read.
+    /// The state of type `T` a collective engine keeps for this group, created by `init` on
+    /// first use (under a lock, so concurrent first uses create it once). A failed `init`
+    /// leaves nothing behind. Once created, a call is a lock-free read and a type check.
+    ///
+    /// A group holds one engine's state: asking for another type than the one created is an
+    /// error naming both (one process runs one backend, and a backend one engine per group).
+    /// Errors are `init`'s, and `GroupError::OtherEngine` raised by `rank`.
     #[inline]
-    pub(crate) fn coll_state<E>(&self, init: impl FnOnce() -> Result<CollState, E>) -> Result<&CollState, E> {
-        match self.0.coll.get() {
-            Some(existing) => Ok(existing),
-            None => self.create_coll_state(init),
+    pub fn engine_state<T: Any + Send + Sync>(
+        &self,
+        rank: Rank,
+        init: impl FnOnce() -> crate::Result<T>,
+    ) -> crate::Result<&T> {
+        match self.0.engine.get().map(EngineState::get) {
+            Some(Some(existing)) => Ok(existing),
+            _ => self.create_engine_state(rank, init),
         }
     }
 
-    /// [`Group::coll_state`]'s first use: creates the state under the lock.
+    /// [`Group::engine_state`]'s first use: creates the state under the lock.
     #[cold]
-    fn create_coll_state<E>(&self, init: impl FnOnce() -> Result<CollState, E>) -> Result<&CollState, E> {
+    fn create_engine_state<T: Any + Send + Sync>(
+        &self,
+        rank: Rank,
+        init: impl FnOnce() -> crate::Result<T>,
+    ) -> crate::Result<&T> {
         // A poisoned lock means a thread panicked in `init`; nothing was set.
-        let _first = self.0.coll_init.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(existing) = self.0.coll.get() {
-            return Ok(existing);
+        let _first = self.0.engine_init.lock().unwrap_or_else(|e| e.into_inner());
+        let existing = match self.0.engine.get() {
+            Some(existing) => existing,
+            None => {
+                let created = init()?;
+                self.0.engine.get_or_init(|| EngineState::new(created))
+            }
+        };
+        existing.get().ok_or_else(|| self.other_engine::<T>(existing)).at(rank)
+    }
+
+    /// Why [`Group::engine_state`] found no `T`.
+    #[cold]
+    fn other_engine<T>(&self, existing: &EngineState) -> GroupError {
+        GroupError::OtherEngine {
+            ranks: self.ranks().to_vec(),
+            has: existing.type_name,
+            wanted: std::any::type_name::<T>(),
         }
-        let created = init()?;
-        Ok(self.0.coll.get_or_init(|| created))
     }
 
     /// Whether two handles are the same cached group object.
     pub fn same_object(&self, other: &Group) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// A collective engine's state of a group, of a type fixed when it was created.
+struct EngineState {
+    type_id: TypeId,
+    type_name: &'static str,
+    state: Box<dyn Any + Send + Sync>,
+}
+
+impl EngineState {
+    fn new<T: Any + Send + Sync>(state: T) -> EngineState {
+        EngineState { type_id: TypeId::of::<T>(), type_name: std::any::type_name::<T>(), state: Box::new(state) }
+    }
+
+    /// The state, if it is a `T`.
+    #[inline(always)]
+    fn get<T: Any>(&self) -> Option<&T> {
+        // The type is checked against the id stored beside it, a constant comparison, rather
+        // than by `downcast_ref`'s call through the vtable: every collective call makes it.
+        if self.type_id != TypeId::of::<T>() {
+            return None;
+        }
+        let state: *const (dyn Any + Send + Sync) = &*self.state;
+        // SAFETY: `state` was boxed from a `T` (`type_id` is `T`'s, set with it in `new`), so the
+        // data pointer points to a live `T`, borrowed for as long as `self`.
+        Some(unsafe { &*state.cast::<T>() })
     }
 }
 

@@ -49,7 +49,7 @@
 //! statistics, and the cross-rank validation mode (`SYMM_VALIDATE=1`) of the collectives.
 
 pub mod backend;
-pub(crate) mod bias;
+pub mod bias;
 pub mod bootstrap;
 pub mod buffer;
 pub mod coll;

@@ -7,8 +7,8 @@
 //! place (zero-copy) and stages the others through the group's workspace.
 //!
 //! A rank whose arguments fail a conversion still takes part in the collective's round, only to
-//! reject it ([`symm_core::coll::reject`], as the core does for the errors it finds itself): its
-//! peers fail at once with `PeerRejected` instead of waiting for a Timeout, and the group's
+//! reject it ([`Collectives::reject`](symm_core::Collectives::reject), as the engines do for the
+//! errors they find themselves): its peers fail at once with `PeerRejected` instead of waiting for a Timeout, and the group's
 //! round numbers stay in step, so the group remains usable after the error. Point-to-point calls
 //! have no rounds: a bad `send` leaves its receiver waiting until `SYMMETRIC_MEMORY_TIMEOUT`.
 
@@ -70,13 +70,13 @@ pub(crate) fn async_options(transport: Transport) -> CollOptions {
 
 impl PyCommunicator {
     /// Rejects this rank's part in `g`'s next collective (recorded as `op`) for the argument
-    /// error `e` the binding found ([`symm_core::coll::reject`]): the members waiting in it fail
-    /// with PeerRejected. Returns `e` (the core's error is the expected rejection, or a failure
+    /// error `e` the binding found ([`Collectives::reject`](symm_core::Collectives::reject)): the
+    /// members waiting in it fail with PeerRejected. Returns `e` (the core's error is the expected rejection, or a failure
     /// to reach the peers, which leaves them to their bounded waits).
     pub(crate) fn reject_round(&self, py: Python<'_>, g: &Group, op: Op, e: PyErr) -> PyErr {
         let why = ArgError::invalid("arguments", e.value(py).to_string(), "refused by the Python binding");
         let comm = self.comm();
-        let _ = py.detach(|| symm_core::coll::reject(comm, g, op, why));
+        let _ = py.detach(|| symm_core::Collectives::reject(comm, g, op, why));
         e
     }
 

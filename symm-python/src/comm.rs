@@ -829,14 +829,14 @@ impl PyCommunicator {
 
     /// Takes part in `group`'s next collective round only to reject it (recorded as an
     /// allreduce), so that members waiting in a collective fail with PeerRejected (for
-    /// argument errors found in Python; see `symm_core::coll::reject`).
+    /// argument errors found in Python; see `Collectives::reject`).
     fn reject(&self, py: Python<'_>, group: &Bound<'_, PyGroup>) {
         let g = &group.get().g;
         if g.member().is_ok() {
             let why = ArgError::invalid("arguments", "rejected", "refused by the Python API");
             let comm = self.comm();
             // The caller raises its own error; this one is the expected rejection.
-            let _ = py.detach(|| symm_core::coll::reject(comm, g, symm_core::dfx::Op::AllReduce, why));
+            let _ = py.detach(|| symm_core::Collectives::reject(comm, g, symm_core::dfx::Op::AllReduce, why));
         }
     }
 

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use symm_core::backend::HostMapped;
 use symm_core::bootstrap::JobSecret;
 use symm_core::coll::by_reference::{self, ReferenceCache};
-use symm_core::coll::host;
 use symm_core::config::{self, CollectiveEngine, Config, ConfigError};
 use symm_core::dfx::{self, FlightRing, Op, Registration, StatsTable};
 use symm_core::stream::{Event, HostTask, Stream, StreamBackend, StreamCollectives};
@@ -27,6 +26,7 @@ use symm_core::{
     HeapError, Rank, Result, SignalOp, SignalWidth, TimeoutError, WaitSite,
 };
 use symm_core::{CollOptions, Collectives, GroupHeapStats, HeapStats, LocalMut, LocalRef, ReduceOp};
+use symm_host as host;
 
 use crate::alloc;
 use crate::control::{
@@ -449,7 +449,7 @@ impl SimComm {
         // it only defers the set-up to the world's first collective.
         if comm.world.member().is_ok() {
             let prepared = match comm.settings.collectives {
-                CollectiveEngine::Host => symm_core::coll::prepare(&comm, &comm.world),
+                CollectiveEngine::Host => symm_host::prepare(&comm, &comm.world),
                 CollectiveEngine::Reference => by_reference::prepare(&comm, &comm.references, &comm.world),
             };
             match prepared {
@@ -1323,7 +1323,7 @@ impl HostMapped for SimComm {
     }
 }
 
-/// A collective of the host engine ([`symm_core::coll::host`]) or, under
+/// A collective of the host engine (`symm_host`) or, under
 /// `SYMM_COLLECTIVES=reference`, of the reference collectives
 /// ([`symm_core::coll::by_reference`]), in the host model; in the stream-ordered one
 /// (`SYMM_EXECUTION=stream`), its stream form on the default stream, waited for (the progress
@@ -1387,7 +1387,7 @@ impl Collectives for SimComm {
     /// has completed (host collectives wait for it).
     fn reject(&self, group: &Group, op: Op, e: symm_core::ArgError) -> Result<()> {
         match self.settings.collectives {
-            CollectiveEngine::Host => symm_core::coll::reject(self, group, op, e),
+            CollectiveEngine::Host => symm_host::reject(self, group, op, e),
             CollectiveEngine::Reference => by_reference::reject(self, &self.references, group, op, e),
         }
     }

@@ -6,12 +6,12 @@ use std::time::Duration;
 use proptest::prelude::*;
 use symm_core::coll::lowp::FORMATS;
 use symm_core::coll::reference::ReferenceOptions;
-use symm_core::coll::{eager_max_bytes, Tunables};
 use symm_core::config::CollectiveEngine;
 use symm_core::{
     bf16, f16, ArgError, CollOptions, Collectives, Communicator, DType, Error, Group, LocalMut, LocalRef, ReduceOp,
     SymmBuffer, Transport, F8E4M3, F8E5M2,
 };
+use symm_host::{eager_max_bytes, Tunables};
 
 use crate::gen::{draw, seed};
 

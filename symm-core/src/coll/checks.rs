@@ -1,5 +1,5 @@
 //! The collectives' own argument checks, pure (no communication, no state): the host engine
-//! ([`super::host`]) and the reference collectives ([`super::reference`]) reject the same
+//! (`symm-host`) and the reference collectives ([`super::reference`]) reject the same
 //! arguments with the same errors through them.
 
 use super::{lowp, Transport};
@@ -9,7 +9,8 @@ use crate::error::ArgError;
 use crate::op::ReduceOp;
 
 /// One buffer argument of a collective, as the checks see it.
-pub(crate) struct Part {
+#[derive(Clone, Copy, Debug)]
+pub struct Part {
     pub arg: &'static str,
     pub ptr: *const u8,
     pub len: usize,
@@ -33,7 +34,7 @@ impl Part {
 /// Checks op/dtype/format of a reduction whose group default transport format is `default`;
 /// returns the transport format in effect ([`transport_format`]).
 #[inline(always)]
-pub(crate) fn reduction(
+pub fn reduction(
     default: &Result<Option<DType>, ArgError>,
     dtype: DType,
     op: ReduceOp,
@@ -52,7 +53,7 @@ pub(crate) fn reduction(
 /// (gradients): an integer allreduce in the same job (a token count, a flag) runs in full
 /// precision instead of failing. A default the environment spells wrong is an error for every
 /// reduction that would use it.
-pub(crate) fn transport_format(
+pub fn transport_format(
     transport: Transport,
     default: &Result<Option<DType>, ArgError>,
     dtype: DType,
@@ -67,7 +68,7 @@ pub(crate) fn transport_format(
 /// Checks an out-of-place allreduce: `output` has the dtype and length of `input`, and is the
 /// input itself or disjoint from it.
 #[inline(always)]
-pub(crate) fn allreduce_into(input: Part, output: Part) -> Option<ArgError> {
+pub fn allreduce_into(input: Part, output: Part) -> Option<ArgError> {
     if output.dtype != input.dtype {
         return Some(ArgError::DTypeMismatch {
             arg: "output",
@@ -93,7 +94,7 @@ pub(crate) fn allreduce_into(input: Part, output: Part) -> Option<ArgError> {
 /// input and output, allgather's output and input): same dtype, the size relation, and `part`
 /// either the caller's own part of `whole` (in place) or disjoint from it.
 #[inline(always)]
-pub(crate) fn parts(whole: Part, part: Part, n: usize, me: usize) -> Option<ArgError> {
+pub fn parts(whole: Part, part: Part, n: usize, me: usize) -> Option<ArgError> {
     if part.dtype != whole.dtype {
         return Some(ArgError::DTypeMismatch {
             arg: part.arg,
@@ -124,7 +125,7 @@ pub(crate) fn parts(whole: Part, part: Part, n: usize, me: usize) -> Option<ArgE
 /// Checks the send list of an alltoall over `n` members receiving into `dtype`: one piece per
 /// member, each of `dtype`.
 #[inline(always)]
-pub(crate) fn alltoall_sends(send: &[LocalRef<'_>], dtype: DType, n: usize) -> Option<ArgError> {
+pub fn alltoall_sends(send: &[LocalRef<'_>], dtype: DType, n: usize) -> Option<ArgError> {
     if send.len() != n {
         Some(ArgError::invalid(
             "send_tensor_list",
@@ -145,12 +146,7 @@ pub(crate) fn alltoall_sends(send: &[LocalRef<'_>], dtype: DType, n: usize) -> O
 /// Checks the send side of a single-buffer alltoall over `n` members: `n` counts that fit
 /// `send`, and `send` of the receive buffer's dtype.
 #[inline(always)]
-pub(crate) fn alltoall_single_sends(
-    send: &LocalRef<'_>,
-    send_counts: &[usize],
-    recv: DType,
-    n: usize,
-) -> Option<ArgError> {
+pub fn alltoall_single_sends(send: &LocalRef<'_>, send_counts: &[usize], recv: DType, n: usize) -> Option<ArgError> {
     let total: Option<usize> = send_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
     if send_counts.len() != n || total.is_none_or(|t| t > send.len()) {
         Some(ArgError::invalid(
@@ -173,12 +169,7 @@ pub(crate) fn alltoall_single_sends(
 /// of `recv`'s dtype) are `sends`: one count per member, their sum within `recv`, and `recv`
 /// overlapping no piece.
 #[inline(always)]
-pub(crate) fn alltoall_recv(
-    sends: &[(*const u8, usize)],
-    recv: Part,
-    recv_counts: &[usize],
-    n: usize,
-) -> Option<ArgError> {
+pub fn alltoall_recv(sends: &[(*const u8, usize)], recv: Part, recv_counts: &[usize], n: usize) -> Option<ArgError> {
     let total: Option<usize> = recv_counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
     if recv_counts.len() != n {
         Some(ArgError::invalid(
@@ -209,14 +200,14 @@ pub(crate) fn alltoall_recv(
 
 /// Checks a broadcast's root against the group size `n`.
 #[inline(always)]
-pub(crate) fn root(root: usize, n: usize) -> Option<ArgError> {
+pub fn root(root: usize, n: usize) -> Option<ArgError> {
     (root >= n).then(|| ArgError::invalid("root", root, format!("must be a rank of the group (0..{n})")))
 }
 
 /// Checks that a sendrecv's buffers are disjoint (the peer may read `send` in place while
 /// `recv` is being written).
 #[inline(always)]
-pub(crate) fn sendrecv(send: *const u8, send_bytes: usize, recv: *const u8, recv_bytes: usize) -> Option<ArgError> {
+pub fn sendrecv(send: *const u8, send_bytes: usize, recv: *const u8, recv_bytes: usize) -> Option<ArgError> {
     ranges_overlap(send, send_bytes, recv, recv_bytes).then(|| {
         ArgError::invalid(
             "recv_tensor",
@@ -233,6 +224,6 @@ pub fn ranges_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usize) ->
 }
 
 /// Whether two byte ranges share a byte without being the same range.
-pub(crate) fn ranges_partially_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usize) -> bool {
+pub fn ranges_partially_overlap(a: *const u8, a_len: usize, b: *const u8, b_len: usize) -> bool {
     ranges_overlap(a, a_len, b, b_len) && !(std::ptr::eq(a, b) && a_len == b_len)
 }

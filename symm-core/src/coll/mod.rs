@@ -1,59 +1,44 @@
-//! Collectives: the contract every backend implements ([`Collectives`]), the host engine
-//! ([`host`]), the implementation of backends whose ranks map their peers' heaps
-//! ([`HostMapped`]), and the reference collectives ([`reference`](mod@reference)), written on the
-//! stream-ordered primitives alone: a fallback for any backend (served with
-//! [`by_reference`]: one per group, cached) and the oracle of the others.
+//! Collectives: the contract every backend implements ([`Collectives`]), the argument checks
+//! every implementation shares, the reduction kernels and low-precision codecs, and the
+//! reference collectives ([`reference`](mod@reference)), written on the stream-ordered
+//! primitives alone: a fallback for any backend (served with [`by_reference`]: one per group,
+//! cached) and the oracle of the others. The host engine, the implementation of backends whose
+//! ranks map their peers' heaps ([`HostMapped`](crate::backend::HostMapped)), is the
+//! `symm-host` crate.
 //!
 //! The collectives are allreduce, reduce_scatter, allgather, alltoall (list and single-buffer
-//! forms), broadcast, send, recv and sendrecv, all group-aware. In the host engine, arguments
-//! are validated on the calling rank; arguments that must agree
-//! across ranks (counts, dtypes, ops, roots, low-precision formats) are compared in the first
-//! round of every call, so a disagreement is an error on every rank instead of a hang or
-//! corrupted data. Any memory is accepted: buffers inside the symmetric heap are read by peers
-//! in place (zero-copy), others are staged through a per-group workspace.
+//! forms), broadcast, send, recv and sendrecv, all group-aware. Arguments are validated on the
+//! calling rank; arguments that must agree across ranks (counts, dtypes, ops, roots,
+//! low-precision formats) are compared in the first round of every call, so a disagreement is
+//! an error on every rank instead of a hang or corrupted data. Any memory is accepted: buffers
+//! inside the symmetric heap may be read by peers in place (zero-copy), others are staged
+//! through a per-group workspace.
 //!
 //! Results of allreduce are bit-identical on every rank: each element is reduced in group-rank
 //! order in an accumulator type fixed by the dtype (f32 for 16- and 8-bit floats), whichever
-//! algorithm (one-shot for small messages, reduce-scatter + allgather for large) ran.
+//! algorithm ran.
 //!
 //! Concurrency: one thread at a time may drive a group; a second thread calling into a group
 //! while another is inside a call gets `Error::ConcurrentUse` naming the group; collectives in
 //! different groups never interfere (each group has its own workspace, flags and round
 //! numbers).
 
-mod algo;
 pub mod by_reference;
-mod checks;
+pub mod checks;
 pub mod copy;
-pub(crate) mod eager;
-pub mod host;
 pub mod kernels;
-pub(crate) mod ll;
 pub mod lowp;
-mod p2p;
 pub mod reference;
-pub(crate) mod state;
-mod try_lock;
-mod validate;
-mod wait;
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::backend::HostMapped;
 use crate::buffer::{LocalMut, LocalRef};
 use crate::comm::Communicator;
-use crate::dfx::{self, Op};
+use crate::dfx::Op;
 use crate::dtype::DType;
-use crate::error::{ArgError, AtRank, Error, Result};
+use crate::error::{ArgError, Result};
 use crate::group::Group;
 use crate::op::ReduceOp;
-pub use algo::Kind;
-use algo::{Call, Kind as K};
-pub use p2p::eager_max_bytes;
-pub use state::Tunables;
-use state::{CollState, Ctx};
-use validate::Plan;
 
 /// The format the data of an allreduce or reduce_scatter travel in between members.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -102,15 +87,14 @@ impl CollOptions {
 }
 
 pub use checks::ranges_overlap;
-use checks::Part;
 
 /// Collective communication over a group. Every member calls the same collectives in the same
 /// order; each call returns when the caller's part is complete and its buffers may be reused.
 /// A member that cannot make its call (its arguments failed a check of its own) calls
-/// [`reject`] in its place, so that the others fail with `PeerRejected`.
+/// [`Collectives::reject`] in its place, so that the others fail with `PeerRejected`.
 ///
 /// Each backend implements it: a backend whose ranks map their peers' heaps
-/// ([`HostMapped`](crate::backend::HostMapped)) forwards to the host engine ([`host`]), others
+/// ([`HostMapped`](crate::backend::HostMapped)) forwards to the host engine (the `symm-host` crate), others
 /// bring their own (a device's kernels, a vendor library) or forward to the reference
 /// collectives ([`by_reference`], [`collectives_by_reference!`](crate::collectives_by_reference)).
 /// Whatever a backend provides keeps
@@ -176,7 +160,7 @@ pub trait Collectives: Communicator {
     fn broadcast(&self, group: &Group, buf: LocalMut<'_>, root: usize, opts: &CollOptions) -> Result<()>;
 
     /// Sends `buf` to group rank `dst`. Returns once the data is out of `buf`: buffered at the
-    /// receiver for messages that fit its mailbox ([`eager_max_bytes`]), which therefore never
+    /// receiver for messages that fit its mailbox (in the host engine, `symm_host::eager_max_bytes`), which therefore never
     /// wait for the receiver; larger ones stream as the receiver consumes them, or, when `buf`
     /// lies in the symmetric heap, are copied by the receiver straight out of `buf` (zero-copy).
     fn send(&self, group: &Group, buf: LocalRef<'_>, dst: usize, opts: &CollOptions) -> Result<()>;
@@ -210,245 +194,6 @@ pub trait Collectives: Communicator {
     /// [`Error::PeerRejected`] instead of a Timeout, and the group's rounds stay in step.
     /// Returns the error (`InvalidArgument` with `e`, or `GroupError` for a non-member).
     fn reject(&self, group: &Group, op: Op, e: ArgError) -> Result<()>;
-}
-
-/// Collective over `group`: sets up the group's collective workspace now rather than at its
-/// first collective. Backends call it for the world at start-up, so that send/recv between two
-/// ranks of the world never needs the other ranks; call it for a sub-group whose first use is
-/// a send/recv between some of its members.
-pub fn prepare<C: Communicator + HostMapped + ?Sized>(c: &C, group: &Group) -> Result<()> {
-    group.member().at(c.rank())?;
-    CollState::of(c, group, None).map(|_| ())
-}
-
-/// Checks op/dtype/format of a reduction; returns the transport format in effect
-/// ([`checks::transport_format`]).
-fn check_reduction(
-    st: &CollState,
-    dtype: DType,
-    op: ReduceOp,
-    opts: &CollOptions,
-) -> std::result::Result<Option<DType>, ArgError> {
-    checks::reduction(&st.tun.default_low_precision, dtype, op, opts.transport)
-}
-
-/// Runs `f` as one call of `plan.op` with the group's collective state held: numbers the call,
-/// records it (flight recorder, statistics, log), runs the validation round in validation mode,
-/// and refuses a second thread driving the same group at the same time.
-#[inline(always)]
-fn with_ctx<C: Communicator + HostMapped + ?Sized, T>(
-    c: &C,
-    group: &Group,
-    opts: &CollOptions,
-    plan: Plan<'_>,
-    f: impl FnOnce(&Ctx<'_, C>, &mut state::Progress) -> Result<T>,
-) -> Result<T> {
-    group.member().at(c.rank())?;
-    with_state(c, group, CollState::of(c, group, opts.before_blocking)?, opts, plan, f)
-}
-
-/// [`with_ctx`] with the group's collective state already looked up (the caller is a member).
-fn with_state<C: Communicator + HostMapped + ?Sized, T>(
-    c: &C,
-    group: &Group,
-    st: &CollState,
-    opts: &CollOptions,
-    plan: Plan<'_>,
-    f: impl FnOnce(&Ctx<'_, C>, &mut state::Progress) -> Result<T>,
-) -> Result<T> {
-    c.check_process()?;
-    let rank = c.rank();
-    group.settle_streams(rank, plan.op.name(), opts.timeout.unwrap_or(c.default_timeout()))?;
-    let p2p = matches!(plan.op, Op::Send | Op::Recv | Op::SendRecv);
-    let mut ev = dfx::OpEvent {
-        op: plan.op,
-        group: Some(group),
-        seq: 0,
-        count: plan.count as u64,
-        dtype: plan.dtype,
-        bytes: plan.bytes as u64,
-    };
-    let mut progress = match st.progress.try_lock() {
-        Ok(p) => p,
-        Err(try_lock::Taken::Busy) => {
-            // Relaxed: a hint for the message; the holder may have moved on since.
-            let busy = st.busy.load(Ordering::Relaxed);
-            let busy = match Op::from_code((busy & 0xff) as u8) {
-                Some(op) => format!("it is in {} #{}", op.name(), busy >> 8),
-                None => "it is setting up".into(),
-            };
-            let e = Error::ConcurrentUse { rank, op: plan.op.name().into(), group: group.ranks().to_vec(), busy };
-            dfx::refused(c, &ev, &e);
-            return Err(e);
-        }
-        // A poisoned lock means a panic mid-call; the round numbers may be off, so refuse.
-        Err(try_lock::Taken::Poisoned) => {
-            return Err(Error::InvalidArgument {
-                rank,
-                source: ArgError::invalid(
-                    "group",
-                    format!("{group:?}"),
-                    "a previous collective panicked in this group",
-                ),
-            })
-        }
-    };
-    // A call that rejects its own arguments still runs (`reject` then skips its round): its
-    // error says more than this one.
-    if let (false, false, Some(why)) = (p2p, plan.rejected, &progress.out_of_step) {
-        let e = Error::InvalidArgument { rank, source: ArgError::invalid("group", format!("{group:?}"), why.clone()) };
-        dfx::refused(c, &ev, &e);
-        return Err(e);
-    }
-    let call = if p2p {
-        progress.p2p_calls += 1;
-        progress.p2p_calls
-    } else {
-        progress.colls += 1;
-        progress.colls
-    };
-    // Relaxed: read only for the message of a thread that finds the lock taken.
-    st.busy.store(u64::from(plan.op.code()) | (call << 8), Ordering::Relaxed);
-    let mut ctx = Ctx::new(c, group, st, opts.timeout.unwrap_or(c.default_timeout()), plan.op.name());
-    (ctx.call, ctx.p2p, ev.seq) = (call, p2p, call);
-    ctx.before_blocking = opts.before_blocking;
-    (ctx.bcasts, ctx.last_bcast) = (progress.bcasts, progress.last_bcast);
-    // A small broadcast's own waits judge the peers' small-broadcast slots (see `eager`).
-    let small_bcast = plan.op == Op::Broadcast && plan.bytes <= st.eager_max;
-    ctx.watch_eager = !p2p && !plan.rejected && !small_bcast;
-    let started = dfx::start(c, &ev);
-    ctx.record = started;
-    let validate = st.tun.validate && !p2p;
-    // What peers published since this member's last call (see `wait`): a small broadcast's
-    // root, which never waits, learns there that its members disagree.
-    let news = if p2p || plan.rejected { None } else { ctx.news_at_entry().map(|e| ctx.diverge(e)) };
-    let checked = match news {
-        Some(e) => Err(e),
-        None if validate => validate::round(&ctx, &mut progress, &plan),
-        None => Ok(()),
-    };
-    let mut r = match checked {
-        Ok(()) => f(&ctx, &mut progress),
-        Err(e) => Err(e),
-    };
-    if let (true, Err(e)) = (validate, &mut r) {
-        validate::annotate(&ctx, e);
-    }
-    let collective = !p2p && !st.tun.validate;
-    // (A call that found the members out of step is handled below, whatever its error.)
-    let diverged = ctx.diverged.get();
-    if let (true, false, Err(e @ (Error::Timeout(_) | Error::PeerLost { .. } | Error::PeerExited { .. }))) =
-        (collective, diverged, &r)
-    {
-        // This member left the call mid-round; a member still in it would pair its rounds with
-        // this member's next collective (a multi-round call then mixes two calls' data), so the
-        // group takes no more collectives here. In validation mode the next call's validation
-        // round compares call numbers instead, and reports the skew on every member.
-        progress.out_of_step = Some(format!(
-            "its members are out of step since {} #{call} failed on this rank ({}): a late member would \
-             pair later collectives with the wrong calls, so this group takes no more collectives \
-             (point-to-point calls, the heap and other groups still work; SYMM_VALIDATE=1 checks every \
-             collective's call number instead)",
-            plan.op.name(),
-            e.code()
-        ));
-        // A peer still waiting for this member's part would wait out its own timeout: told
-        // now. (A lost or exited peer is seen by every member itself.)
-        if let Error::Timeout(_) = e {
-            ctx.publish_failure(plan.op, wait::FAILED_TIMEOUT);
-        }
-    }
-    if let (true, Err(e)) = (diverged, &r) {
-        // The members are out of step (a peer in another call): whichever way this member
-        // went on, its rounds would pair with the wrong calls. Every peer learns it at its next
-        // wait on this member or its next collective of the group.
-        progress.out_of_step = Some(format!(
-            "its members are out of step since {} #{call} found a peer in another collective call or gone from \
-             the group's collectives ({}): this group takes no more collectives (point-to-point calls, the heap \
-             and other groups still work)",
-            plan.op.name(),
-            e.code()
-        ));
-        ctx.publish_failure(plan.op, wait::FAILED_OUT_OF_STEP);
-    }
-    dfx::finish(c, &ev, started, &mut r);
-    r
-}
-
-/// Fails this member's next collective call of `group` (recorded as `op`) with the argument
-/// error `e`, found by the caller before it could make the call (a language binding's own
-/// checks): takes part in the call's round only to reject it, so that the members waiting in
-/// their collective fail at once with [`Error::PeerRejected`] instead of a Timeout, and the
-/// group's round numbers stay in step. The collectives reject their own bad arguments the same
-/// way. Returns the error: `InvalidArgument` with `e`, or `GroupError` for a non-member.
-pub fn reject<C: Communicator + HostMapped + ?Sized>(c: &C, group: &Group, op: Op, e: ArgError) -> Result<()> {
-    let rank = c.rank();
-    group.member().at(rank)?;
-    with_ctx(c, group, &CollOptions::default(), Plan::rejected(op), |ctx, p| {
-        // A group out of step takes no more rounds; the error is this call's own.
-        if p.out_of_step.is_none() {
-            algo::reject(ctx, p)?;
-        }
-        Err(e).at(rank)
-    })
-}
-
-/// Validates and runs an allreduce.
-///
-/// # Safety
-/// `inp` valid for `len` reads and `out` for `len` writes of `dtype`; identical or disjoint.
-#[allow(clippy::too_many_arguments)] // the pieces of both allreduce forms
-unsafe fn run_allreduce<C: Communicator + HostMapped + ?Sized>(
-    c: &C,
-    group: &Group,
-    inp: *const u8,
-    out: *mut u8,
-    len: usize,
-    dtype: DType,
-    op: ReduceOp,
-    opts: &CollOptions,
-) -> Result<()> {
-    group.member().at(c.rank())?;
-    let st = CollState::of(c, group, opts.before_blocking)?;
-    let lp = match check_reduction(st, dtype, op, opts) {
-        Ok(lp) => lp,
-        Err(e) => return reject(c, group, Op::AllReduce, e),
-    };
-    let call = Call::new(K::AllReduce, dtype, Some(op), lp, 0, len);
-    // SAFETY: forwarded.
-    with_state(c, group, st, opts, Plan::new(Op::AllReduce, len, dtype).of(&call), |ctx, p| unsafe {
-        algo::allreduce(ctx, p, call, inp, out)
-    })
-}
-
-/// Validates the receive side of an alltoall whose send pieces (pointer, count, of `recv`'s
-/// dtype) are `sends`, one per group rank, and runs it.
-fn run_alltoall<C: Communicator + HostMapped + ?Sized>(
-    c: &C,
-    group: &Group,
-    sends: &[(*const u8, usize)],
-    mut recv: LocalMut<'_>,
-    recv_counts: &[usize],
-    opts: &CollOptions,
-) -> Result<()> {
-    let (n, dtype) = (group.size(), recv.dtype());
-    let recv_part = Part { arg: "receive_tensor", ptr: recv.as_mut_ptr(), len: recv.len(), dtype };
-    let bad = checks::alltoall_recv(sends, recv_part, recv_counts, n);
-    if let Some(e) = bad {
-        return reject(c, group, Op::AllToAll, e);
-    }
-    let (mut on_stack, mut on_heap) = ([0; 8], Vec::new());
-    let send_counts = algo::scratch(&mut on_stack, &mut on_heap, n, 0);
-    for (count, s) in send_counts.iter_mut().zip(sends) {
-        *count = s.1;
-    }
-    let count = send_counts.iter().sum::<usize>();
-    let plan = Plan { pairs: Some((send_counts, recv_counts)), ..Plan::new(Op::AllToAll, count, dtype) };
-    let call = Call::new(K::AllToAll, dtype, None, None, 0, 0);
-    with_ctx(c, group, opts, plan, |ctx, p| {
-        // SAFETY: validated counts; the pieces come from LocalRef/LocalMut arguments.
-        unsafe { algo::alltoall(ctx, p, call, sends, recv.as_mut_ptr(), recv_counts) }
-    })
 }
 
 #[cfg(test)]

@@ -43,12 +43,12 @@
 //! send is an ordinary message for the receiver and its receive takes any message: plain and
 //! combined calls mix freely, and order between a pair is kept.
 
-use super::copy::{copy, fence, Stores};
 use super::state::{Ctx, Flag, Progress, Tunables, ACK, MAIL_HEADER, MAIL_SLOTS};
-use crate::backend::{HostMapped, SignalWidth};
-use crate::dtype::DType;
-use crate::error::{Error, Result};
-use crate::op::SignalOp;
+use symm_core::backend::{HostMapped, SignalWidth};
+use symm_core::coll::copy::{copy, fence, Stores};
+use symm_core::dtype::DType;
+use symm_core::error::{Error, Result};
+use symm_core::op::SignalOp;
 
 /// Flag in a chunk header's dtype word: the chunk is a rendezvous descriptor, whose payload is
 /// the heap offset of the message in the sender's heap. Dtype codes are below 256, so the flag

@@ -38,14 +38,14 @@
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use crate::backend::{HostMapped, SignalWidth, WaitSite};
-use crate::buffer::SymmBuffer;
-use crate::comm::SymmetricHeap;
-use crate::dfx::Started;
-use crate::dtype::DType;
-use crate::error::{ArgError, AtRank, Error, Result};
-use crate::group::Group;
-use crate::op::{CmpOp, SignalOp};
+use symm_core::backend::{HostMapped, SignalWidth, WaitSite};
+use symm_core::buffer::SymmBuffer;
+use symm_core::comm::SymmetricHeap;
+use symm_core::dfx::Started;
+use symm_core::dtype::DType;
+use symm_core::error::{ArgError, AtRank, Error, Result};
+use symm_core::group::Group;
+use symm_core::op::{CmpOp, SignalOp};
 
 use super::try_lock::TryLock;
 pub use super::wait::Flag;
@@ -142,7 +142,7 @@ pub const MAIL_SLOTS: usize = 64;
 /// [`p2p`](super::p2p)).
 pub const MAIL_HEADER: usize = 24;
 
-/// The collectives' settings: those of the communicator's [`Config`](crate::config::Config),
+/// The collectives' settings: those of the communicator's [`Config`](symm_core::config::Config),
 /// fixed when it was created (the environment's, for a backend that keeps none).
 #[derive(Clone, Debug)]
 pub struct Tunables {
@@ -183,11 +183,11 @@ pub struct Tunables {
 impl Tunables {
     /// From the environment (bad values are errors naming the variable).
     pub fn from_env() -> std::result::Result<Tunables, ArgError> {
-        crate::config::Config::from_env().map(|c| Tunables::from_config(&c)).map_err(|e| e.into_arg())
+        symm_core::config::Config::from_env().map(|c| Tunables::from_config(&c)).map_err(|e| e.into_arg())
     }
 
     /// From a communicator's settings.
-    pub fn from_config(c: &crate::config::Config) -> Tunables {
+    pub fn from_config(c: &symm_core::config::Config) -> Tunables {
         Tunables {
             stage_bytes: c.coll_workspace,
             oneshot_max: c.allreduce_oneshot_max,
@@ -286,13 +286,13 @@ unsafe impl Sync for SendPtr {}
 
 impl CollState {
     /// The state of `group`, allocating the workspace collectively on first use (calling
-    /// `before_blocking` first: see [`CollOptions::before_blocking`](super::CollOptions)).
+    /// `before_blocking` first: see [`CollOptions::before_blocking`](symm_core::CollOptions)).
     pub fn of<'g, B: HostMapped + ?Sized>(
         b: &B,
         group: &'g Group,
         before_blocking: Option<fn()>,
     ) -> Result<&'g CollState> {
-        group.coll_state(|| {
+        group.engine_state(b.rank(), || {
             // Collective allocations and a barrier follow: they wait for every member.
             if let Some(f) = before_blocking {
                 f();
@@ -414,7 +414,7 @@ pub struct Ctx<'a, B: HostMapped + ?Sized> {
     pub p2p: bool,
     /// The call's flight record, told when a wait blocks ([`Ctx::blocking`]).
     pub record: Started,
-    /// The caller's [`CollOptions::before_blocking`](super::CollOptions).
+    /// The caller's [`CollOptions::before_blocking`](symm_core::CollOptions).
     pub before_blocking: Option<fn()>,
     /// Small broadcasts made in the group before this call ([`Progress::bcasts`]) and the last
     /// of them: what the call's waits compare peers' small-broadcast slots with.
@@ -460,7 +460,7 @@ impl<'a, B: HostMapped + ?Sized> Ctx<'a, B> {
         self.record.blocked(self.b);
     }
 
-    /// Runs the caller's [`CollOptions::before_blocking`](super::CollOptions), if any.
+    /// Runs the caller's [`CollOptions::before_blocking`](symm_core::CollOptions), if any.
     #[inline]
     pub fn about_to_block(&self) {
         if let Some(f) = self.before_blocking {

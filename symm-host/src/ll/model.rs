@@ -8,7 +8,7 @@
 //! The flag's orderings are those the protocol asks of the backend: `signal_at` is a release
 //! store (the weakest a backend may give), the reader's `Ctx::read_at` an acquire load.
 //!
-//! Run with `RUSTFLAGS="--cfg loom" cargo test --release -p symm-core --lib loom` (scripts/test.sh).
+//! Run with `RUSTFLAGS="--cfg loom" cargo test --release -p symm-host --lib loom` (scripts/test.sh).
 
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU64, Ordering};

@@ -1,10 +1,26 @@
-//! The host engine: the collectives of a backend whose ranks map their peers' heaps, written
-//! on this module's rounds (see [`super`]). They are [`Collectives`](super::Collectives)'
-//! provided methods; a backend that overrides one can still call its host form here.
+//! The host engine's collectives, one function per method of
+//! [`Collectives`](symm_core::Collectives): a host-mapped backend's `impl Collectives` forwards
+//! each method to its function here. They check the caller's arguments
+//! ([`symm_core::coll::checks`]), reject what fails ([`reject`]), and run the algorithm inside
+//! the engine's call (the `engine` module).
 
-use super::*;
+use symm_core::backend::HostMapped;
+use symm_core::buffer::{LocalMut, LocalRef};
+use symm_core::coll::checks::{self, Part};
+use symm_core::coll::CollOptions;
+use symm_core::comm::Communicator;
+use symm_core::dfx::Op;
+use symm_core::error::{AtRank, Result};
+use symm_core::group::Group;
+use symm_core::op::ReduceOp;
 
-/// The host engine's [`Collectives::allreduce`].
+use crate::algo::{self, Call, Kind as K};
+use crate::engine::{check_reduction, reject, run_allreduce, run_alltoall, with_ctx, with_state};
+use crate::p2p;
+use crate::state::CollState;
+use crate::validate::Plan;
+
+/// The host engine's [`Collectives::allreduce`](symm_core::Collectives::allreduce).
 #[inline(always)]
 pub fn allreduce<C: Communicator + HostMapped + ?Sized>(
     c: &C,
@@ -19,7 +35,7 @@ pub fn allreduce<C: Communicator + HostMapped + ?Sized>(
     unsafe { run_allreduce(c, group, p, p, len, dtype, op, opts) }
 }
 
-/// The host engine's [`Collectives::allreduce_into`].
+/// The host engine's [`Collectives::allreduce_into`](symm_core::Collectives::allreduce_into).
 #[inline(always)]
 pub fn allreduce_into<C: Communicator + HostMapped + ?Sized>(
     c: &C,
@@ -38,7 +54,7 @@ pub fn allreduce_into<C: Communicator + HostMapped + ?Sized>(
     unsafe { run_allreduce(c, group, input.as_ptr(), output.as_mut_ptr(), input.len(), input.dtype(), op, opts) }
 }
 
-/// The host engine's [`Collectives::reduce_scatter`].
+/// The host engine's [`Collectives::reduce_scatter`](symm_core::Collectives::reduce_scatter).
 #[inline(always)]
 pub fn reduce_scatter<C: Communicator + HostMapped + ?Sized>(
     c: &C,
@@ -67,7 +83,7 @@ pub fn reduce_scatter<C: Communicator + HostMapped + ?Sized>(
     })
 }
 
-/// The host engine's [`Collectives::allgather`].
+/// The host engine's [`Collectives::allgather`](symm_core::Collectives::allgather).
 #[inline(always)]
 pub fn allgather<C: Communicator + HostMapped + ?Sized>(
     c: &C,
@@ -90,7 +106,7 @@ pub fn allgather<C: Communicator + HostMapped + ?Sized>(
     })
 }
 
-/// The host engine's [`Collectives::alltoall`].
+/// The host engine's [`Collectives::alltoall`](symm_core::Collectives::alltoall).
 #[inline(always)]
 pub fn alltoall<C: Communicator + HostMapped + ?Sized>(
     c: &C,
@@ -113,7 +129,7 @@ pub fn alltoall<C: Communicator + HostMapped + ?Sized>(
     run_alltoall(c, group, sends, recv, recv_counts, opts)
 }
 
-/// The host engine's [`Collectives::alltoall_single`].
+/// The host engine's [`Collectives::alltoall_single`](symm_core::Collectives::alltoall_single).
 #[inline(always)]
 pub fn alltoall_single<C: Communicator + HostMapped + ?Sized>(
     c: &C,
@@ -141,7 +157,7 @@ pub fn alltoall_single<C: Communicator + HostMapped + ?Sized>(
     run_alltoall(c, group, sends, recv, recv_counts, opts)
 }
 
-/// The host engine's [`Collectives::broadcast`].
+/// The host engine's [`Collectives::broadcast`](symm_core::Collectives::broadcast).
 #[inline(always)]
 pub fn broadcast<C: Communicator + HostMapped + ?Sized>(
     c: &C,
@@ -161,7 +177,7 @@ pub fn broadcast<C: Communicator + HostMapped + ?Sized>(
     })
 }
 
-/// The host engine's [`Collectives::send`].
+/// The host engine's [`Collectives::send`](symm_core::Collectives::send).
 #[inline(always)]
 pub fn send<C: Communicator + HostMapped + ?Sized>(
     c: &C,
@@ -179,7 +195,7 @@ pub fn send<C: Communicator + HostMapped + ?Sized>(
     })
 }
 
-/// The host engine's [`Collectives::recv`].
+/// The host engine's [`Collectives::recv`](symm_core::Collectives::recv).
 #[inline(always)]
 pub fn recv<C: Communicator + HostMapped + ?Sized>(
     c: &C,
@@ -198,7 +214,7 @@ pub fn recv<C: Communicator + HostMapped + ?Sized>(
     })
 }
 
-/// The host engine's [`Collectives::sendrecv`].
+/// The host engine's [`Collectives::sendrecv`](symm_core::Collectives::sendrecv).
 #[inline(always)]
 pub fn sendrecv<C: Communicator + HostMapped + ?Sized>(
     c: &C,

@@ -6,7 +6,7 @@
 //!
 //! The thread that takes it first owns it through a [`Bias`]: that thread takes and releases it
 //! with plain stores, and the compare-exchange is only for the threads that come after (see
-//! [`crate::bias`] for why a locked instruction at the start of every call costs time). The one
+//! [`symm_core::bias`] for why a locked instruction at the start of every call costs time). The one
 //! wait: the first call from a second thread revokes the bias, a system call of about a
 //! microsecond, and a thread arriving meanwhile waits for it to end.
 
@@ -15,7 +15,7 @@ use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::bias::{Bias, Claim};
+use symm_core::bias::{Bias, Claim};
 
 const FREE: u8 = 0;
 const HELD: u8 = 1;

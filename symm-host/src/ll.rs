@@ -41,9 +41,9 @@
 //! every member.
 
 use super::state::{fast_spins, ready, Ctx, Flag, Progress, SendPtr};
-use crate::backend::{HostMapped, SignalWidth};
-use crate::error::{Error, Result};
-use crate::op::SignalOp;
+use symm_core::backend::{HostMapped, SignalWidth};
+use symm_core::error::{Error, Result};
+use symm_core::op::SignalOp;
 
 #[cfg(all(test, loom))]
 mod model;
@@ -57,14 +57,15 @@ const HEAD_DATA_AT: usize = 24;
 // starts on a line of its own.
 const _: () = assert!(HEAD_DATA.is_multiple_of(8) && HEAD_DATA_AT + HEAD_DATA == LINE);
 const _: () = assert!(DEFAULT_MAX_BYTES <= MAX_BYTES);
-/// Largest message of one writer to one reader (bytes): what a slot holds.
-pub const MAX_BYTES: usize = 4096;
+/// Largest message of one writer to one reader (bytes): what a slot holds, the largest
+/// `SYMM_LL_MAX` the configuration accepts.
+pub const MAX_BYTES: usize = symm_core::config::LL_LIMIT;
 /// Default of `SYMM_LL_MAX`. Up to about 2 KiB a message's few lines arrive faster this way;
 /// beyond, the writer's stores into lines the reader holds (each an ownership transfer, and
 /// glibc's `memcpy` switches to `rep movsb`, slow into such lines) cost more than the reader's
 /// read of a copy staged or read in place (docs/performance-log.md, "The small-message path and
 /// its limit").
-pub const DEFAULT_MAX_BYTES: usize = 2048;
+pub const DEFAULT_MAX_BYTES: usize = symm_core::config::LL_DEFAULT_MAX_BYTES;
 /// Bytes of one slot: the header line, then room for the rest of the largest message.
 const SLOT_BYTES: usize = LINE + (MAX_BYTES - HEAD_DATA).next_multiple_of(LINE);
 // Every byte of the largest message has a place in a slot, and slots stay line-aligned.

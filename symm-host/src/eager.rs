@@ -66,9 +66,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use super::algo::{mismatch, Call};
 use super::ll;
 use super::state::{fast_spins, ready, Ctx, Flag, LastBcast, Progress, EAGER_LEN, EAGER_SIG, EAGER_WAIT};
-use crate::backend::{HostMapped, SignalWidth};
-use crate::error::Result;
-use crate::op::SignalOp;
+use symm_core::backend::{HostMapped, SignalWidth};
+use symm_core::error::Result;
+use symm_core::op::SignalOp;
 
 /// Largest broadcast (bytes) sent eagerly where every rank has a core. Above it the
 /// small-message round is ahead: the eager path copies twice, into the slot and out of it (see
@@ -77,8 +77,9 @@ pub const MAX_BYTES: usize = 256;
 /// Largest broadcast sent eagerly where ranks outnumber cores ([`Backend::waiters_share_cores`]).
 /// There every round costs the scheduling of every member, while an eager broadcast costs the
 /// root its copies (one per member) and each member one wait; at 32 KiB the copies would cost
-/// more than the round (docs/performance-log.md, "Eager small broadcasts").
-pub const SHARED_MAX_BYTES: usize = 8 << 10;
+/// more than the round (docs/performance-log.md, "Eager small broadcasts"). The largest
+/// `SYMM_BCAST_EAGER_MAX` the configuration accepts: the slots are sized for it.
+pub const SHARED_MAX_BYTES: usize = symm_core::config::BCAST_EAGER_LIMIT;
 /// Broadcasts a root may run ahead of a member: the slots of a writer's ring. Where ranks share
 /// cores the ring is as deep: a shallower ring makes the root wait for its members often
 /// enough to double a small broadcast's time (docs/performance-log.md, "Eager small

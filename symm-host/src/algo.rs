@@ -10,16 +10,16 @@
 //! the round, never on where one member's data lives alone, so every member runs the same
 //! rounds.
 
-use super::copy::{copy, fence, Stores};
 use super::eager;
-use super::kernels;
 use super::ll;
-use super::lowp::{self, SubRun, SCALE_BLOCK};
 use super::state::{ready, Ctx, Progress, DONE, LEN, MAX, RED, REDUCED, SIG, SRC};
-use crate::backend::HostMapped;
-use crate::dtype::DType;
-use crate::error::{Error, Result};
-use crate::op::ReduceOp;
+use symm_core::backend::HostMapped;
+use symm_core::coll::copy::{copy, fence, Stores};
+use symm_core::coll::kernels;
+use symm_core::coll::lowp::{self, SubRun, SCALE_BLOCK};
+use symm_core::dtype::DType;
+use symm_core::error::{Error, Result};
+use symm_core::op::ReduceOp;
 
 /// Which collective a round belongs to (part of the signature members compare).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -433,7 +433,7 @@ fn one_shot_in_place_source<B: HostMapped + ?Sized>(
     out: *mut u8,
 ) -> Option<usize> {
     let bytes = call.count * call.dtype.size();
-    if call.lp.is_some() || super::ranges_overlap(inp, bytes, out, bytes) || ctx.b.waiters_share_cores() {
+    if call.lp.is_some() || symm_core::coll::ranges_overlap(inp, bytes, out, bytes) || ctx.b.waiters_share_cores() {
         return None;
     }
     ctx.heap_offset_of(inp, bytes)

@@ -28,11 +28,11 @@
 
 use super::algo::Call;
 use super::state::{ready, Ctx, Progress, CALLS, DONE, FACT_WORDS, LEN, MAX, RED, SIG, SRC};
-use crate::backend::HostMapped;
-use crate::dfx::Op;
-use crate::dtype::DType;
-use crate::error::{Error, Result, TimeoutError};
-use crate::rank::Rank;
+use symm_core::backend::HostMapped;
+use symm_core::dfx::Op;
+use symm_core::dtype::DType;
+use symm_core::error::{Error, Result, TimeoutError};
+use symm_core::rank::Rank;
 
 /// The kind byte of a validation round's signature (ordinary rounds use 1..=5).
 pub const VALIDATION_KIND: i64 = 0x7f;

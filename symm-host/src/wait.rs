@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 use super::algo::Call;
 use super::eager;
 use super::state::{Ctx, FAILED};
-use crate::backend::{HostMapped, WaitSite};
-use crate::dfx::Op;
-use crate::error::{Error, Result, TimeoutError};
+use symm_core::backend::{HostMapped, WaitSite};
+use symm_core::dfx::Op;
+use symm_core::error::{Error, Result, TimeoutError};
 
 /// News words per writer at most ([`Ctx::news_words`]).
 const NEWS_WORDS: usize = 3;
@@ -242,7 +242,7 @@ impl<B: HostMapped + ?Sized> Ctx<'_, B> {
         writers: &[usize],
         met: &dyn Fn() -> bool,
         deadline: Instant,
-        site: crate::backend::DescribeWait<'_>,
+        site: symm_core::backend::DescribeWait<'_>,
     ) -> Result<()> {
         let (grace, begun) = (GRACE.min(self.timeout / 4), Instant::now());
         // Since when a root's message for the next small broadcast has been seen.
