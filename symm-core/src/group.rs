@@ -324,6 +324,21 @@ mod tests {
     }
 
     #[test]
+    fn engine_state_is_created_once_survives_a_failed_init_and_refuses_another_type() {
+        let g = Group::new(2, Rank(0), &ranks(&[0, 1]), Ok(())).unwrap();
+        let failed = g.engine_state::<u64>(Rank(0), || {
+            Err(crate::Error::Unsupported { rank: Rank(0), backend: "test", what: "x".into() })
+        });
+        assert!(failed.is_err());
+        // A failed init leaves the slot empty: the next first use creates the state.
+        assert_eq!(*g.engine_state(Rank(0), || Ok(7u64)).unwrap(), 7);
+        assert_eq!(*g.engine_state(Rank(0), || -> crate::Result<u64> { panic!("created twice") }).unwrap(), 7);
+        let e = g.engine_state(Rank(0), || Ok(1u32)).unwrap_err();
+        assert!(matches!(e, crate::Error::Group { source: GroupError::OtherEngine { .. }, .. }), "{e}");
+        assert!(e.to_string().contains("u64") && e.to_string().contains("u32"), "{e}");
+    }
+
+    #[test]
     fn arbitrary_orders_map_both_ways() {
         let g = Group::new(4, Rank(1), &ranks(&[3, 1]), Ok(())).unwrap();
         assert_eq!(g.my_rank(), Some(GroupRank(1)));
