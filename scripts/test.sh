@@ -5,7 +5,8 @@
 #   clippy   cargo clippy --workspace --all-targets, warnings denied (the workspace's lints)
 #   doc      cargo doc --workspace, broken intra-doc links denied
 #   rust     cargo test --workspace: unit tests, the conformance suite in process and across
-#            processes, fault and locality tests
+#            processes, fault and locality tests; the diagnostics tests again on the reference
+#            collectives (SYMM_COLLECTIVES=reference)
 #   python   scripts/python-tests.sh (builds and installs the Python package, runs its tests)
 #   miri     the unit tests of the kernels, low-precision codecs and copy routines under miri
 #            (nightly toolchain, installed with rustup when missing)
@@ -64,6 +65,12 @@ step_rust() {
     # what a debug build would. --no-fail-fast: one run reports every failing test binary.
     CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true \
         cargo test --workspace --release --no-fail-fast
+    # The diagnostics on the reference collectives (the conformance suite runs them itself): the
+    # flight recorder, statistics, log lines, concurrent use, refusal after a timeout, and the
+    # alltoall mismatch named on every rank.
+    SYMM_COLLECTIVES=reference CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true \
+        cargo test --release -p symm-tests --test dfx --test dfx_faults -- --skip ranks_out_of_step \
+        --skip a_rank_that_never_arrives
 }
 
 step_python() {

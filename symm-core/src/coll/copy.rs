@@ -5,7 +5,7 @@
 //! stores write whole lines without reading them, which is what large collectives want for
 //! outputs far bigger than the caches. They are wrong for small outputs (the data would be
 //! evicted from the cache the caller is about to read it from), so callers choose per call
-//! ([`Tunables::stream_min`](super::state::Tunables::stream_min)).
+//! (the host engine's `Tunables::stream_min`).
 //!
 //! Streaming stores are weakly ordered: after the last one, [`fence`] must run before a
 //! release store (a flag) tells a peer the data is there.

@@ -191,7 +191,8 @@ pub trait Collectives: Communicator {
     /// Fails this member's next collective call of `group` (recorded as `op`) with the argument
     /// error `e`, found by the caller before it could make the call (a language binding's own
     /// checks): the members waiting in their collective fail at once with
-    /// [`Error::PeerRejected`] instead of a Timeout, and the group's rounds stay in step.
+    /// [`Error::PeerRejected`](crate::Error::PeerRejected) instead of a Timeout, and the group's
+    /// rounds stay in step.
     /// Returns the error (`InvalidArgument` with `e`, or `GroupError` for a non-member).
     fn reject(&self, group: &Group, op: Op, e: ArgError) -> Result<()>;
 }

@@ -1,7 +1,7 @@
 //! The reference collectives: every collective of [`Collectives`](super::Collectives) written
 //! once on the backend-neutral, stream-ordered primitives, for any backend that has nothing
-//! better, and as the oracle the fast engines (the host engine, [`super::host`]) are tested
-//! against.
+//! better, and as the oracle the fast engines (the host engine, the `symm-host` crate) are
+//! tested against.
 //!
 //! # What it uses
 //! Only the contract: [`StreamBackend`]'s on-stream `put_signal_bytes_on`, `signal_at_on`,
@@ -12,6 +12,20 @@
 //! The local steps (copying arrived data out of the heap, the reduction, with this crate's
 //! kernels: [`super::kernels::reduce`], [`super::lowp::reduce_encoded`]) run on the host; a
 //! device backend would replace them by its kernels on the stream.
+//!
+//! # Diagnostics
+//! Every call is an operation of the flight recorder, the statistics and the log, like the
+//! host engine's: a collective carries the group's call number, a point-to-point call this
+//! member's own count; an untimed record shows when the call first blocked (a wait its stream
+//! had not completed at once: always, since the stream's progress thread does the waiting); a
+//! call refused (concurrent use, a group out of step) is counted and logged. Timeouts name the
+//! call, the round's epoch, the flag, its peer and what it was waiting for. Two things differ
+//! from the host engine: `SYMM_VALIDATE=1` adds nothing (every call's descriptor round already
+//! compares what members must agree on, including every alltoall pair, on every member), so
+//! members whose call numbers drifted apart after a failure are told by the group's refusal of
+//! further collectives rather than by a comparison of call numbers; and a member that comes to
+//! a call its peers have left waits out its own timeout (every round waits for each peer's
+//! consent to reuse its slot), where the host engine's late member may still complete.
 //!
 //! # State
 //! A [`ReferenceGroup`] is one group's state on a member. Creating it is collective: it
@@ -97,6 +111,7 @@
 //! same errors.
 
 use std::borrow::Borrow;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, TryLockError};
 use std::time::Duration;
 
@@ -104,7 +119,7 @@ use super::checks::{self, Part};
 use super::{kernels, lowp, CollOptions};
 use crate::backend::SignalWidth;
 use crate::buffer::{LocalMut, LocalRef};
-use crate::dfx::Op;
+use crate::dfx::{self, Op, OpEvent, Started};
 use crate::dtype::DType;
 use crate::error::{ArgError, AtRank, Error, Result};
 use crate::group::Group;
@@ -175,6 +190,8 @@ struct Progress {
     epoch: u64,
     /// Collective calls made (the same on every member).
     calls: u64,
+    /// Point-to-point calls made (this member's own count: their sequence numbers).
+    p2p_calls: u64,
     /// The epoch of the next chunk to each member (by group rank).
     send_epoch: Vec<u64>,
     /// The epoch of the next chunk from each member.
@@ -204,6 +221,9 @@ pub struct ReferenceGroup {
     /// Chunks per mailbox (a power of two).
     depth: usize,
     progress: Mutex<Progress>,
+    /// The call holding `progress` (op code | call number << 8; 0: none yet), for the message
+    /// of a thread that finds it taken.
+    busy: AtomicU64,
 }
 
 /// The reference collectives of one group (see the module's docs): the backend of this rank
@@ -436,12 +456,14 @@ impl ReferenceGroup {
             progress: Mutex::new(Progress {
                 epoch: opts.first_epoch,
                 calls: 0,
+                p2p_calls: 0,
                 send_epoch: vec![opts.first_epoch; n],
                 recv_epoch: vec![opts.first_epoch; n],
                 out_of_step: None,
                 pending: Vec::new(),
             }),
             depth: opts.mail_depth,
+            busy: AtomicU64::new(0),
         })
     }
 
@@ -717,7 +739,7 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
         let rank = self.b.rank();
         self.group.resolve("dst_rank", i64::try_from(dst).unwrap_or(i64::MAX)).at(rank)?;
         let bytes = buf.len() * buf.dtype().size();
-        self.p2p(Op::Send, opts, |r, p| {
+        self.p2p(Op::Send, (buf.len(), buf.dtype()), opts, |r, p| {
             let mut out = Outgoing::new(r, buf.as_ptr(), bytes, buf.dtype(), dst);
             while !out.done() {
                 out.step(r, p)?;
@@ -732,7 +754,7 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
         self.group.resolve("src_rank", i64::try_from(src).unwrap_or(i64::MAX)).at(rank)?;
         let (bytes, dtype) = (buf.len() * buf.dtype().size(), buf.dtype());
         let at = buf.as_mut_ptr();
-        self.p2p(Op::Recv, opts, |r, p| {
+        self.p2p(Op::Recv, (buf.len(), dtype), opts, |r, p| {
             let mut inc = Incoming::new(at, bytes, dtype, src);
             while !inc.done() {
                 inc.step(r, p)?;
@@ -759,7 +781,7 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
         if let Some(e) = checks::sendrecv(s, send_bytes, rp.cast_const(), recv_bytes) {
             return Err(e).at(rank);
         }
-        self.p2p(Op::SendRecv, opts, |r, p| {
+        self.p2p(Op::SendRecv, (send.len(), send.dtype()), opts, |r, p| {
             let mut out = Outgoing::new(r, s, send_bytes, send.dtype(), dst);
             let mut inc = Incoming::new(rp, recv_bytes, recv.dtype(), src);
             // Each direction waits on a stream of its own, polled from here, so that neither
@@ -858,18 +880,36 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
         self.b.check_process()?;
         // As every host call on a group: after this rank's stream operations on it.
         self.group.settle_streams(rank, desc.op.name(), opts.timeout.unwrap_or(self.timeout))?;
-        let mut p = self.lock(desc.op)?;
+        let mut ev = OpEvent {
+            op: desc.op,
+            group: Some(&self.group),
+            seq: 0,
+            count: desc.count as u64,
+            dtype: Some(desc.dtype),
+            bytes: (desc.count * desc.dtype.size()) as u64,
+        };
+        let mut p = self.lock(desc.op).inspect_err(|e| dfx::refused(self.b, &ev, e))?;
         before_blocking(opts, self.n());
         if let Some(why) = &p.out_of_step {
-            return Err(ArgError::invalid("group", format!("{:?}", self.group), why.clone())).at(rank);
+            let e = Error::InvalidArgument {
+                rank,
+                source: ArgError::invalid("group", format!("{:?}", self.group), why.clone()),
+            };
+            dfx::refused(self.b, &ev, &e);
+            return Err(e);
         }
         p.calls += 1;
+        ev.seq = p.calls;
+        // Relaxed: read only for the message of a thread that finds the lock taken.
+        self.busy.store(u64::from(desc.op.code()) | (p.calls << 8), Ordering::Relaxed);
+        let record = dfx::start(self.b, &ev);
         let r = Round {
             rf: self.g.borrow(),
             b: self.b,
             op: desc.op,
             call: p.calls,
             timeout: opts.timeout.unwrap_or(self.timeout),
+            record,
         };
         let result = (|| {
             let n = self.n();
@@ -902,6 +942,8 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
             // The results of what is still enqueued are of no use any more.
             p.pending.clear();
         }
+        let mut result = result;
+        dfx::finish(self.b, &ev, record, &mut result);
         result
     }
 
@@ -941,8 +983,11 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
                         rank,
                         op: r.op.name().into(),
                         peer,
-                        mine: format!("group rank {b}: recv_counts[{a}] = {expected}"),
-                        theirs: format!("group rank {a}: {sent} elements sent to group rank {b}"),
+                        mine: format!("group rank {b} (global rank {}): recv_counts[{a}] = {expected}", ranks[b]),
+                        theirs: format!(
+                            "group rank {a} (global rank {}): {sent} elements sent to group rank {b}",
+                            ranks[a]
+                        ),
                     });
                 }
             }
@@ -951,21 +996,45 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
     }
 
     /// Runs one point-to-point call.
+    /// Runs one point-to-point call of `op` moving `count` elements of `dtype` (this member's
+    /// part: a sendrecv's send).
     fn p2p(
         &self,
         op: Op,
+        (count, dtype): (usize, DType),
         opts: &CollOptions,
         body: impl FnOnce(&Round<'_, 'c, B>, &mut Progress) -> Result<()>,
     ) -> Result<()> {
         self.b.check_process()?;
         self.group.settle_streams(self.b.rank(), op.name(), opts.timeout.unwrap_or(self.timeout))?;
-        let mut p = self.lock(op)?;
+        let mut ev = OpEvent {
+            op,
+            group: Some(&self.group),
+            seq: 0,
+            count: count as u64,
+            dtype: Some(dtype),
+            bytes: (count * dtype.size()) as u64,
+        };
+        let mut p = self.lock(op).inspect_err(|e| dfx::refused(self.b, &ev, e))?;
         before_blocking(opts, self.n());
-        let r = Round { rf: self.g.borrow(), b: self.b, op, call: 0, timeout: opts.timeout.unwrap_or(self.timeout) };
-        let result = body(&r, &mut p).and_then(|()| r.collect(&mut p));
+        p.p2p_calls += 1;
+        ev.seq = p.p2p_calls;
+        // Relaxed: as in `call_inner`.
+        self.busy.store(u64::from(op.code()) | (p.p2p_calls << 8), Ordering::Relaxed);
+        let record = dfx::start(self.b, &ev);
+        let r = Round {
+            rf: self.g.borrow(),
+            b: self.b,
+            op,
+            call: 0,
+            timeout: opts.timeout.unwrap_or(self.timeout),
+            record,
+        };
+        let mut result = body(&r, &mut p).and_then(|()| r.collect(&mut p));
         if result.is_err() {
             p.pending.clear();
         }
+        dfx::finish(self.b, &ev, record, &mut result);
         result
     }
 
@@ -977,7 +1046,14 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
                 rank,
                 op: op.name().into(),
                 group: self.group.ranks().to_vec(),
-                busy: "it is in a reference collective".into(),
+                busy: {
+                    // Relaxed: a hint for the message; the holder may have moved on since.
+                    let busy = self.busy.load(Ordering::Relaxed);
+                    match Op::from_code((busy & 0xff) as u8) {
+                        Some(op) => format!("it is in {} #{} (reference collectives)", op.name(), busy >> 8),
+                        None => "it is setting up its reference collectives".into(),
+                    }
+                },
             }),
             Err(TryLockError::Poisoned(_)) => Err(ArgError::invalid(
                 "group",
@@ -1065,6 +1141,8 @@ struct Round<'r, 'c, B: StreamBackend> {
     /// The collective call number (0: a point-to-point call).
     call: u64,
     timeout: Duration,
+    /// The call's flight record, stamped when a wait of the call blocks.
+    record: Started,
 }
 
 impl<B: StreamBackend> Round<'_, '_, B> {
@@ -1118,6 +1196,10 @@ impl<B: StreamBackend> Round<'_, '_, B> {
     /// Waits on the host until `w` has completed (its stream wait is bounded by the call's
     /// timeout); its error names what it waited for.
     fn finish_wait(&self, w: &FlagWait) -> Result<()> {
+        if !self.poll_wait(w)? {
+            // An untimed record learns when the call blocked (the dump shows it waiting).
+            self.record.blocked(self.b);
+        }
         self.b.synchronize_event(&w.event, self.timeout + SYNC_GRACE).map_err(|e| self.name_wait(e, w))
     }
 
