@@ -226,12 +226,16 @@ pub trait StreamBackend: Backend + Sized {
     }
 
     /// [`Backend::wait_signal_at`] on `stream`: later work of the stream runs once the caller's
-    /// signal word satisfies `signal <cmp> value`; bounded by `timeout`.
-    #[allow(clippy::too_many_arguments)] // wait_signal_at's arguments plus stream and group
+    /// signal word satisfies `signal <cmp> value`; bounded by `timeout`. `setter`: the member of
+    /// `group` (global rank) whose signal the wait needs, when only one sets it: then another
+    /// member that closed its communicator after doing its part fails the wait no more (a lost
+    /// member still does; see [`WaitSite::waiting_on`](crate::backend::WaitSite::waiting_on)).
+    #[allow(clippy::too_many_arguments)] // wait_signal_at's arguments plus stream, group, setter
     fn wait_signal_at_on(
         &self,
         stream: &Stream,
         group: &Group,
+        setter: Option<Rank>,
         offset: usize,
         width: SignalWidth,
         cmp: CmpOp,
@@ -249,7 +253,7 @@ pub trait StreamBackend: Backend + Sized {
                     group: Some(members.clone()),
                     location: format!("the signal word at heap byte {offset:#x}"),
                     watch: Vec::new(),
-                    waiting_on: None,
+                    waiting_on: setter,
                 };
                 b.wait_signal_at(offset, width, cmp, value, timeout, &site).map(|_| ())
             }),
@@ -425,7 +429,7 @@ pub trait StreamCommunicator: Communicator + StreamBackend {
         self.check_process()?;
         let (offset, width) = crate::comm::check_signal(self, signal, signal_offset, None, self.rank())?;
         let timeout = timeout.unwrap_or(self.default_timeout());
-        let e = self.wait_signal_at_on(stream, &signal.group, offset, width, cmp, value, timeout)?;
+        let e = self.wait_signal_at_on(stream, &signal.group, None, offset, width, cmp, value, timeout)?;
         Ok(Work::new(self, e))
     }
 

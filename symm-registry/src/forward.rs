@@ -246,11 +246,12 @@ impl StreamBackend for Comm {
             op: SignalOp,
             value: i64
         ) -> Result<Event>;
-        #[allow(clippy::too_many_arguments)] // wait_signal_at's arguments plus stream and group
+        #[allow(clippy::too_many_arguments)] // wait_signal_at's arguments plus stream, group, setter
         fn wait_signal_at_on(
             &self,
             stream: &Stream,
             group: &Group,
+            setter: Option<Rank>,
             offset: usize,
             width: SignalWidth,
             cmp: CmpOp,

@@ -1189,7 +1189,11 @@ impl<B: StreamBackend> Round<'_, '_, B> {
     ) -> Result<FlagWait> {
         let rf = self.rf;
         let (at, word) = (self.mail_flag(flag, j, k), rf.width.word_of(epoch));
-        let event = self.b.wait_signal_at_on(stream, &rf.group, at, rf.width, CmpOp::Eq, word, self.timeout)?;
+        // A point-to-point wait needs member j alone: another member that did its part and left
+        // is no error for it. Every member takes part in a collective, so there any member's
+        // leaving fails the wait (members that failed publish nothing the others could wait on).
+        let setter = (self.call == 0).then(|| rf.group.ranks()[j]);
+        let event = self.b.wait_signal_at_on(stream, &rf.group, setter, at, rf.width, CmpOp::Eq, word, self.timeout)?;
         Ok(FlagWait { event, flag, j, at, epoch, what })
     }
 
