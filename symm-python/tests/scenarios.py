@@ -33,6 +33,10 @@ ALL_DTYPES = [
     torch.bool,
 ]
 
+# Whether the collectives are the reference ones (SYMM_COLLECTIVES=reference): their small
+# broadcasts are rounds like any other (no eager root), and their timeouts name the round's epoch.
+ON_REFERENCE = os.environ.get("SYMM_COLLECTIVES", "").strip() == "reference"
+
 
 def expect(cls, fn, *needles, rank=None):
     """Runs ``fn``; asserts it raises ``cls`` whose message contains every needle (and the

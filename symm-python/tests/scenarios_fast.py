@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 import symm
-from scenarios import expect, other_threads_run_while_waiting, same_bits
+from scenarios import ON_REFERENCE, expect, other_threads_run_while_waiting, same_bits
 from scenarios_coll import symmetric_like
 from symm import _api, _symm
 
@@ -601,6 +601,10 @@ def fast_path_split_ops(rank, world):
         expect(
             symm.GroupError, lambda: takes("full", bc, torch.ones(4), world), "src_rank", rank=rank
         )
+    elif ON_REFERENCE:
+        # The reference collectives' broadcast is a round: every member learns of the rejection.
+        got = torch.full((4,), float(rank))
+        expect(symm.PeerRejected, lambda: takes("fast", bc, got, 0), "global rank 1 rejected", rank=rank)
     else:
         got = torch.full((4,), float(rank))
         takes("fast", bc, got, 0)
