@@ -4,7 +4,7 @@
 //! [`GroupId`] on every rank (computed from the list, so no communication is needed to agree on
 //! it) and, through [`GroupRegistry`], the same state object inside one process.
 
-use std::any::{Any, TypeId};
+use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -231,28 +231,19 @@ impl Group {
 
 /// A collective engine's state of a group, of a type fixed when it was created.
 struct EngineState {
-    type_id: TypeId,
     type_name: &'static str,
     state: Box<dyn Any + Send + Sync>,
 }
 
 impl EngineState {
     fn new<T: Any + Send + Sync>(state: T) -> EngineState {
-        EngineState { type_id: TypeId::of::<T>(), type_name: std::any::type_name::<T>(), state: Box::new(state) }
+        EngineState { type_name: std::any::type_name::<T>(), state: Box::new(state) }
     }
 
     /// The state, if it is a `T`.
-    #[inline(always)]
+    #[inline]
     fn get<T: Any>(&self) -> Option<&T> {
-        // The type is checked against the id stored beside it, a constant comparison, rather
-        // than by `downcast_ref`'s call through the vtable: every collective call makes it.
-        if self.type_id != TypeId::of::<T>() {
-            return None;
-        }
-        let state: *const (dyn Any + Send + Sync) = &*self.state;
-        // SAFETY: `state` was boxed from a `T` (`type_id` is `T`'s, set with it in `new`), so the
-        // data pointer points to a live `T`, borrowed for as long as `self`.
-        Some(unsafe { &*state.cast::<T>() })
+        self.state.downcast_ref::<T>()
     }
 }
 
