@@ -63,14 +63,17 @@ step_rust() {
     # a 2-core machine this builds the workspace with about half the CPU time of the default test
     # profile (full debug info everywhere) and runs the suite as fast, while a test still catches
     # what a debug build would. --no-fail-fast: one run reports every failing test binary.
-    CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true \
-        cargo test --workspace --release --no-fail-fast
+    # Without the release profile's whole-program optimisation (lto), which would link each of
+    # the dozens of test binaries that way: it changes no behaviour, only how fast the
+    # benchmarks and the Python module run.
+    CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true \
+        CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true cargo test --workspace --release --no-fail-fast
     # The diagnostics on the reference collectives (the conformance suite runs them itself): the
     # flight recorder, statistics, log lines, concurrent use, refusal after a timeout, and the
     # alltoall mismatch named on every rank.
-    SYMM_COLLECTIVES=reference CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true \
-        cargo test --release -p symm-tests --test dfx --test dfx_faults -- --skip ranks_out_of_step \
-        --skip a_rank_that_never_arrives
+    SYMM_COLLECTIVES=reference CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true \
+        CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true cargo test --release -p symm-tests --test dfx --test dfx_faults -- \
+        --skip ranks_out_of_step --skip a_rank_that_never_arrives
 }
 
 step_python() {
@@ -90,7 +93,7 @@ step_miri() {
 
 step_loom() {
     # Its own target directory: --cfg loom would otherwise rebuild the main build's cache.
-    RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_LTO=false \
         cargo test --release -p symm-host -p symm-sim --lib loom
 }
 

@@ -59,8 +59,10 @@ impl<T> TryLock<T> {
         TryLock { state: AtomicU8::new(FREE), bias: Bias::new(), value: UnsafeCell::new(value) }
     }
 
-    /// Takes the lock if it is free.
-    #[inline]
+    /// Takes the lock if it is free. Always inlined, like the guard's drop: a few instructions
+    /// on the owner's path; without this (and `checks::transport_format`'s `#[inline]`) small
+    /// collectives took 6-17 % longer (paired A/B, docs/performance.md, "Counted at 2 ranks").
+    #[inline(always)]
     pub fn try_lock(&self) -> Result<TryGuard<'_, T>, Taken> {
         match self.bias.enter() {
             Claim::Owner => {
@@ -114,6 +116,7 @@ impl<T> DerefMut for TryGuard<'_, T> {
 }
 
 impl<T> Drop for TryGuard<'_, T> {
+    #[inline(always)]
     fn drop(&mut self) {
         let panicking = std::thread::panicking();
         if self.owner {

@@ -1,23 +1,34 @@
 #!/usr/bin/env python3
 """Paired A/B of two symm-bench binaries: the runs alternate, and each pair's ratio is taken.
 
-Usage: ab.py [--pairs N] [--env-a K=V] [--env-b K=V] [--in-place] A B SPEC [SPEC ...]
+Usage: ab.py [--pairs N] [--env-a K=V] [--env-b K=V] [--in-place] [--fresh-copy] A B SPEC [SPEC ...]
 
 SPEC is one symm-bench command line after the binary, e.g. "broadcast -b 8 -e 2K -f 4 -g 2".
 In every pair each SPEC runs once on A and once on B, A first in even pairs and B first in odd
 ones. --env-a / --env-b set environment variables for one side only (the same binary twice with
 and without SYMM_TIMING=1, say). Printed per SPEC and size: the best and median time (us,
 out of place; --in-place: in place) of A and B, and the median over the pairs of B/A.
+
+--fresh-copy runs each time a new copy of the binary (same name length for A and B): the copy
+gets new physical pages for its code, so that where the page cache happens to hold one file
+(which moves a small call's time by up to 18 % for one and the same binary, cache-set
+conflicts) becomes noise that the pairs average out instead of a bias of one side.
 """
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 
-def run(binary, spec, env, column):
+def run(binary, spec, env, column, fresh_copy=False):
+    if fresh_copy:
+        with tempfile.TemporaryDirectory(prefix="ab-") as d:
+            copy = shutil.copy2(binary, f"{d}/bin")
+            return run(copy, spec, env, column)
     out = subprocess.run([binary, *spec.split()], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit(f"{binary} {spec}: exit {out.returncode}\n{out.stderr}")
@@ -35,6 +46,7 @@ def main():
     p.add_argument("--env-a", action="append", default=[])
     p.add_argument("--env-b", action="append", default=[])
     p.add_argument("--in-place", action="store_true")
+    p.add_argument("--fresh-copy", action="store_true")
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("specs", nargs="+")
@@ -46,7 +58,7 @@ def main():
     for i in range(args.pairs):
         for spec in args.specs:
             order = "ab" if i % 2 == 0 else "ba"
-            r = {s: run(binary[s], spec, env[s], column) for s in order}
+            r = {s: run(binary[s], spec, env[s], column, args.fresh_copy) for s in order}
             for size in r["a"].keys() & r["b"].keys():
                 res.setdefault((spec, size), []).append((r["a"][size], r["b"][size]))
     print(f"# A {args.a} {' '.join(args.env_a)}\n# B {args.b} {' '.join(args.env_b)}\n# {args.pairs} pairs, {'in' if args.in_place else 'out of'} place")
