@@ -2,6 +2,7 @@
 # Instructions per call of rank 0 of a 2-rank symm-bench run, counted by callgrind.
 #
 # Usage: percall.sh BINARY OP [BYTES]   (e.g. percall.sh target/release/symm-bench sendrecv 8)
+# Needs valgrind (Debian: apt-get install valgrind), which the README does not install.
 #
 # Rank 0 runs under callgrind, rank 1 natively (so rank 0, about 50x slower, seldom waits: its
 # count is the call's own work, not a spin). The ranks are started by hand, without the
