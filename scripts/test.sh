@@ -2,7 +2,8 @@
 # Runs every check of the project, cheapest first, and prints each step's time:
 #   fmt      cargo fmt --check
 #   ruff     ruff check of the Python package and its tests (pinned version, see RUFF_VERSION)
-#   clippy   cargo clippy --workspace --all-targets, warnings denied (the workspace's lints)
+#   clippy   cargo clippy --workspace --all-targets, warnings denied (the workspace's lints),
+#            with and without the `ascend` feature
 #   doc      cargo doc --workspace, broken intra-doc links denied
 #   rust     cargo test --workspace: unit tests, the conformance suite in process and across
 #            processes, fault and locality tests; the diagnostics tests again on the reference
@@ -10,6 +11,10 @@
 #   python   scripts/python-tests.sh (builds and installs the Python package, runs its tests)
 #   miri     the unit tests of the kernels, low-precision codecs and copy routines under miri
 #            (nightly toolchain, installed with rustup when missing)
+#   ascend   the Ascend bindings (ascend-sys) against the headers: ACL's from the torch-npu wheel
+#            (downloaded once, without its dependencies, into target/tools), SHMEM's and aclnn's
+#            transcribed in ascend-sys/tests/facts; and the registry's tests with the `ascend`
+#            feature (no CANN needed: the libraries are loaded at run time)
 #   loom     the loom models of the doorbell wait (symm-sim) and of the small-message
 #            publication (symm-host), in target/loom
 # Arguments name the steps to run (default: all, in this order), e.g. `scripts/test.sh fmt clippy`.
@@ -23,7 +28,7 @@ ensure_cargo
 RUFF_VERSION=0.17.6
 PYTHON="${PYTHON:-python3}"
 
-ALL_STEPS=(fmt ruff clippy doc rust python miri loom)
+ALL_STEPS=(fmt ruff clippy doc rust python ascend miri loom)
 STEPS=("$@")
 [ ${#STEPS[@]} -gt 0 ] || STEPS=("${ALL_STEPS[@]}")
 for s in "${STEPS[@]}"; do
@@ -52,6 +57,7 @@ step_ruff() {
 step_clippy() {
     ensure_component clippy
     cargo clippy --workspace --all-targets -- -D warnings
+    cargo clippy --workspace --all-targets --features ascend -- -D warnings
 }
 
 step_doc() {
@@ -82,6 +88,45 @@ step_python() {
         exit 1
     fi
     PYTHON="$PYTHON" scripts/python-tests.sh
+}
+
+# The torch-npu wheel whose ACL headers the bindings are checked against (any Python tag: the
+# headers are the same; this one is pinned so that the check is reproducible).
+TORCH_NPU_WHEEL_VERSION=2.14.0
+
+step_ascend() {
+    local dir="target/tools/torch-npu-$TORCH_NPU_WHEEL_VERSION"
+    local inc="$dir/torch_npu/include/third_party/acl/inc"
+    if [ ! -f "$inc/acl/acl.h" ]; then
+        echo "downloading the torch-npu $TORCH_NPU_WHEEL_VERSION wheel (its headers only are kept) into $dir" >&2
+        rm -rf "$dir" && mkdir -p "$dir/wheel"
+        PIP_DISABLE_PIP_VERSION_CHECK=1 "$PYTHON" -m pip download -q --no-deps --only-binary=:all: \
+            --python-version 3.11 --platform manylinux_2_28_x86_64 -d "$dir/wheel" \
+            "torch-npu==$TORCH_NPU_WHEEL_VERSION" || {
+            echo "could not download torch-npu $TORCH_NPU_WHEEL_VERSION with $PYTHON -m pip" >&2
+            exit 1
+        }
+        "$PYTHON" - "$dir" <<'PY'
+import glob, sys, zipfile
+dest = sys.argv[1]
+with zipfile.ZipFile(glob.glob(dest + "/wheel/*.whl")[0]) as z:
+    z.extractall(dest, [n for n in z.namelist() if n.startswith("torch_npu/include/third_party/")])
+PY
+        rm -rf "$dir/wheel"
+    fi
+    if ! command -v "${CXX:-c++}" >/dev/null; then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+            echo "installing g++ (the header check compiles against the headers)" >&2
+            apt-get install -y -q g++ >&2
+        else
+            echo "the header check needs a C++ compiler: install g++ (or set CXX)" >&2
+            exit 1
+        fi
+    fi
+    SYMM_ASCEND_HEADERS="$PWD/$inc" CARGO_PROFILE_RELEASE_LTO=false \
+        cargo test --release -p ascend-sys --test headers -- --include-ignored
+    # The backend through the registry, on this machine without CANN (docs/ascend.md).
+    CARGO_PROFILE_RELEASE_LTO=false cargo test --release -p symm-registry --features ascend
 }
 
 step_miri() {

@@ -197,6 +197,41 @@ impl Bootstrap {
         (0..self.world_size).map(|r| self.wait_record(&key(r), deadline)).collect()
     }
 
+    /// Every rank of `members` (global ranks, this one among them) contributes `data` to the
+    /// exchange `tag`; returns the contributions in `members` order. For agreements after
+    /// start-up among some ranks (the Ascend backend's heap allocations): `tag` must be unique
+    /// to the exchange among its members (a group's id and call number), since this round
+    /// counter is the world's. Bounded by `timeout`; a peer's start-up failure ends it early.
+    pub fn exchange(
+        &self,
+        tag: &str,
+        members: &[Rank],
+        data: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<Vec<u8>>, BootstrapError> {
+        let key = |r: Rank| format!("{}/x/{tag}/{}", self.prefix, r.0);
+        let mine = key(self.rank);
+        self.store.set(&mine, &self.seal(&mine, data))?;
+        let deadline = Instant::now() + timeout;
+        members.iter().map(|&r| self.wait_record(&key(r), deadline)).collect()
+    }
+
+    /// A second handle on the same job's exchanges (same store, prefix, secret and timeout), for
+    /// a backend that keeps exchanging after start-up ([`Bootstrap::exchange`]).
+    pub fn handle(&self) -> Bootstrap {
+        Bootstrap {
+            rank: self.rank,
+            world_size: self.world_size,
+            store: self.store.clone(),
+            prefix: self.prefix.clone(),
+            // Relaxed: start-up is driven by one thread; the copy only uses `exchange`.
+            round: AtomicU64::new(self.round.load(Ordering::Relaxed)),
+            timeout: self.timeout,
+            secret: self.secret.clone(),
+            forged_abort_logged: AtomicBool::new(false),
+        }
+    }
+
     /// Tells the peers that this rank's start-up failed with `reason`: their waits in
     /// [`Bootstrap::allgather`] (and [`Bootstrap::check_abort`]) fail at once. Best effort (the
     /// store may be what failed).
@@ -381,6 +416,27 @@ mod tests {
         let got0 = t.join().unwrap().unwrap();
         assert_eq!(got0, [b"zero".to_vec(), b"one".to_vec()]);
         assert_eq!(got1, got0);
+    }
+
+    #[test]
+    fn an_exchange_among_some_ranks_returns_their_records_in_member_order_and_is_bounded() {
+        let store = Arc::new(OpenStore::default());
+        let s = secret("a secret of this job, 32 bytes..");
+        let ranks: Vec<Bootstrap> = (0..3)
+            .map(|r| Bootstrap::new(Rank(r), 3, store.clone(), "symm", Duration::from_secs(10)).with_secret(s.clone()))
+            .collect();
+        // Members 2 and 0 (in that order); rank 1 takes no part. A second handle exchanges alike.
+        let members = [Rank(2), Rank(0)];
+        let two = ranks[2].handle();
+        let t = std::thread::spawn(move || two.exchange("heap/g/1", &members, b"from two", Duration::from_secs(10)));
+        let got0 = ranks[0].exchange("heap/g/1", &members, b"from zero", Duration::from_secs(10)).unwrap();
+        assert_eq!(got0, [b"from two".to_vec(), b"from zero".to_vec()]);
+        assert_eq!(t.join().unwrap().unwrap(), got0);
+        // Another tag is another exchange: a member that never comes ends it at the timeout.
+        let start = Instant::now();
+        let e = ranks[0].exchange("heap/g/2", &members, b"again", Duration::from_millis(200)).unwrap_err();
+        assert!(matches!(e, BootstrapError::Timeout { .. }), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(5));
     }
 
     #[test]

@@ -71,7 +71,7 @@ vars! {
     // Not compared by value: ranks that name different backends never meet in one start-up.
     BACKEND = var(
         "SYMM_BACKEND",
-        "the name of a backend compiled in (lower-case letters, digits, '-' and '_'; sim, ...)",
+        "the name of a backend compiled in (lower-case letters, digits, '-' and '_'; sim, ascend)",
         "the first compiled in (sim)",
         false,
         C,

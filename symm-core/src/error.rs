@@ -295,6 +295,10 @@ pub enum Error {
     /// A capability the backend does not offer.
     #[error("rank {rank}: {what} is not supported by the {backend} backend")]
     Unsupported { rank: Rank, backend: &'static str, what: String },
+    /// A call into a device's runtime (ACL, SHMEM, the operators) failed: `what` names the call
+    /// and what it was for, `detail` the library's code and message.
+    #[error("rank {rank}: {backend} backend: {what}: {detail}")]
+    Device { rank: Rank, backend: &'static str, what: String, detail: String },
     /// An operating-system call failed at run time.
     #[error("rank {rank}: {what}: {source}")]
     System {
@@ -360,6 +364,9 @@ impl Clone for Error {
             Error::Unsupported { rank, backend, what } => {
                 Error::Unsupported { rank: *rank, backend, what: what.clone() }
             }
+            Error::Device { rank, backend, what, detail } => {
+                Error::Device { rank: *rank, backend, what: what.clone(), detail: detail.clone() }
+            }
             Error::System { rank, what, source } => {
                 Error::System { rank: *rank, what: what.clone(), source: copy_io(source) }
             }
@@ -384,6 +391,7 @@ impl Error {
         "SYMM_E_BOOTSTRAP",
         "SYMM_E_UNSUPPORTED",
         "SYMM_E_SYSTEM",
+        "SYMM_E_DEVICE",
     ];
 
     /// A stable, documented code for the kind of error (see `docs/errors.md`).
@@ -404,6 +412,7 @@ impl Error {
             Error::Bootstrap { .. } => "SYMM_E_BOOTSTRAP",
             Error::Unsupported { .. } => "SYMM_E_UNSUPPORTED",
             Error::System { .. } => "SYMM_E_SYSTEM",
+            Error::Device { .. } => "SYMM_E_DEVICE",
         }
     }
 
@@ -420,6 +429,7 @@ impl Error {
             | Error::PeerRejected { rank, .. }
             | Error::Bootstrap { rank, .. }
             | Error::Unsupported { rank, .. }
+            | Error::Device { rank, .. }
             | Error::System { rank, .. } => *rank,
             Error::Timeout(t) => t.rank,
         }
@@ -470,6 +480,7 @@ mod tests {
             Error::Bootstrap { rank: r, source: BootstrapError::Protocol("x".into()) },
             Error::Unsupported { rank: r, backend: "sim", what: "x".into() },
             Error::System { rank: r, what: "x".into(), source: std::io::Error::other("x") },
+            Error::Device { rank: r, backend: "ascend", what: "x".into(), detail: "y".into() },
         ]
     }
 

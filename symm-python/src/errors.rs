@@ -14,11 +14,12 @@
 //! ├── ConcurrentUse                           SYMM_E_CONCURRENT_USE
 //! ├── BootstrapError                          SYMM_E_BOOTSTRAP
 //! ├── Unsupported                             SYMM_E_UNSUPPORTED
-//! └── SystemFailure(SymmError, OSError)       SYMM_E_SYSTEM
+//! ├── SystemFailure(SymmError, OSError)       SYMM_E_SYSTEM
+//! └── DeviceError(SymmError, RuntimeError)    SYMM_E_DEVICE
 //! ```
 //!
-//! `create_exception!` takes a single base class; `InvalidArgument`, `Timeout` and
-//! `SystemFailure` also derive from the built-in class a Python caller would catch
+//! `create_exception!` takes a single base class; `InvalidArgument`, `Timeout`, `SystemFailure`
+//! and `DeviceError` also derive from the built-in class a Python caller would catch
 //! (`except ValueError`), so the classes are made by calling `type(name, bases, namespace)` at
 //! module initialisation, from one table. The class is chosen from [`Error::code`], the stable
 //! contract: a code this table does not know yet (a newer core) still raises `SymmError` with the
@@ -29,7 +30,7 @@
 //! communicator, or exited normally without closing it); `except symm.PeerExited` tells the two
 //! apart.
 
-use pyo3::exceptions::{PyException, PyOSError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyException, PyOSError, PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
@@ -45,6 +46,7 @@ enum Builtin {
     Value,
     Timeout,
     Os,
+    Runtime,
 }
 
 /// One row of the hierarchy: name, symm parent (a class before it in [`CLASSES`]), extra
@@ -110,6 +112,9 @@ const CLASSES: &[Class] = classes! {
         "A capability the backend does not offer (for example device tensors on the CPU backend).";
     SystemFailure(SymmError) Os SYMM_E_SYSTEM:
         "An operating-system call failed at run time.";
+    DeviceError(SymmError) Runtime SYMM_E_DEVICE:
+        "A call into the device's runtime (ACL, SHMEM, the aclnn operators) failed; the message \
+         names the call, the library's code and its own message.";
     PeerExited(PeerLost) None SYMM_E_PEER_EXITED:
         "A peer left on purpose (closed its communicator, or its process exited normally with \
          it open) while this rank still depended on it. A PeerLost: the group is unusable.";
@@ -145,6 +150,7 @@ fn create(py: Python<'_>) -> PyResult<Vec<Py<PyType>>> {
             Builtin::Value => bases.push(py.get_type::<PyValueError>()),
             Builtin::Timeout => bases.push(py.get_type::<PyTimeoutError>()),
             Builtin::Os => bases.push(py.get_type::<PyOSError>()),
+            Builtin::Runtime => bases.push(py.get_type::<PyRuntimeError>()),
         }
         let ns = PyDict::new(py);
         ns.set_item("__module__", MODULE)?;
@@ -264,6 +270,7 @@ mod tests {
             Error::Bootstrap { rank: r, source: BootstrapError::Protocol("x".into()) },
             Error::Unsupported { rank: r, backend: "sim", what: "x".into() },
             Error::System { rank: r, what: "x".into(), source: std::io::Error::other("x") },
+            Error::Device { rank: r, backend: "ascend", what: "x".into(), detail: "y".into() },
         ]
     }
 

@@ -26,6 +26,7 @@ CODES = {
     "BootstrapError": "SYMM_E_BOOTSTRAP",
     "Unsupported": "SYMM_E_UNSUPPORTED",
     "SystemFailure": "SYMM_E_SYSTEM",
+    "DeviceError": "SYMM_E_DEVICE",
 }
 
 
@@ -38,6 +39,7 @@ def test_one_exception_family_with_stable_codes():
     assert issubclass(symm.InvalidArgument, ValueError)
     assert issubclass(symm.Timeout, TimeoutError)
     assert issubclass(symm.SystemFailure, OSError)
+    assert issubclass(symm.DeviceError, RuntimeError)
     assert issubclass(symm.HeapExhausted, symm.HeapError)
     assert not issubclass(symm.GroupError, ValueError)
     assert symm.SymmError.code is None and issubclass(symm.SymmError, Exception)

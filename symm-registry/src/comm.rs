@@ -2,6 +2,8 @@
 //! [`BackendControl`] (dispatched by `enum_dispatch`), and making one.
 
 use enum_dispatch::enum_dispatch;
+#[cfg(feature = "ascend")]
+use symm_ascend::{AscendComm, AscendConfig};
 use symm_core::coll::by_reference::ReferenceCache;
 use symm_core::config;
 use symm_core::{AtRank, Bootstrap, BootstrapError, HeapStats, Rank, Result};
@@ -35,8 +37,11 @@ pub enum Comm {
     /// The CPU shared-memory backend.
     #[cfg(feature = "sim")]
     Sim(SimComm),
+    /// The Ascend backend.
+    #[cfg(feature = "ascend")]
+    Ascend(AscendComm),
     /// No backend compiled in: `Comm` has no value (every constructor fails).
-    #[cfg(not(feature = "sim"))]
+    #[cfg(not(any(feature = "sim", feature = "ascend")))]
     #[doc(hidden)]
     Nothing(crate::forward::NoBackend),
 }
@@ -59,6 +64,27 @@ impl BackendControl for SimComm {
     }
 }
 
+#[cfg(feature = "ascend")]
+impl BackendControl for AscendComm {
+    fn hosts(&self) -> &[String] {
+        AscendComm::hosts(self)
+    }
+
+    fn heap_stats(&self) -> Result<HeapStats> {
+        Ok(AscendComm::heap_stats(self))
+    }
+
+    fn reference_cache(&self) -> Option<&ReferenceCache> {
+        None
+    }
+}
+
+/// The Ascend backend's start-up settings: the device is the rank's place on its host.
+#[cfg(feature = "ascend")]
+pub(crate) fn ascend_config(settings: symm_core::config::Config) -> AscendConfig {
+    AscendConfig { settings, device: None }
+}
+
 impl Comm {
     /// Starts this rank on the backend `config` names, exchanging through `boot` (any
     /// [`Bootstrap`]: the Python layer brings the framework's store). Collective over the
@@ -75,6 +101,8 @@ impl Comm {
         match kind {
             #[cfg(feature = "sim")]
             BackendKind::Sim => SimComm::init(boot, SimConfig::from_settings(config.settings)).map(Comm::Sim),
+            #[cfg(feature = "ascend")]
+            BackendKind::Ascend => AscendComm::init(boot, ascend_config(config.settings)).map(Comm::Ascend),
         }
     }
 
@@ -90,6 +118,11 @@ impl Comm {
         match BackendKind::select(name.as_deref(), said)? {
             #[cfg(feature = "sim")]
             BackendKind::Sim => SimComm::from_env().map(Comm::Sim),
+            #[cfg(feature = "ascend")]
+            BackendKind::Ascend => {
+                symm_sim::launch::start_from_env(|boot, settings| AscendComm::init(boot, ascend_config(settings)))
+                    .map(Comm::Ascend)
+            }
         }
     }
 
@@ -99,7 +132,9 @@ impl Comm {
         match *self {
             #[cfg(feature = "sim")]
             Comm::Sim(_) => BackendKind::Sim,
-            #[cfg(not(feature = "sim"))]
+            #[cfg(feature = "ascend")]
+            Comm::Ascend(_) => BackendKind::Ascend,
+            #[cfg(not(any(feature = "sim", feature = "ascend")))]
             Comm::Nothing(ref n) => n.never(),
         }
     }

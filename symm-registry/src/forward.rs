@@ -18,11 +18,11 @@ use symm_core::{ArgError, Backend, CmpOp, Group, HostMapped, LocalMut, LocalRef,
 use crate::comm::Comm;
 
 /// The value of no backend (a build without one): uninhabited, so `Comm` is too.
-#[cfg(not(feature = "sim"))]
+#[cfg(not(any(feature = "sim", feature = "ascend")))]
 #[derive(Debug)]
 pub enum NoBackend {}
 
-#[cfg(not(feature = "sim"))]
+#[cfg(not(any(feature = "sim", feature = "ascend")))]
 impl NoBackend {
     /// Whatever is asked of it: it has no value.
     pub fn never<T>(&self) -> T {
@@ -30,7 +30,7 @@ impl NoBackend {
     }
 }
 
-#[cfg(not(feature = "sim"))]
+#[cfg(not(any(feature = "sim", feature = "ascend")))]
 impl crate::comm::BackendControl for NoBackend {
     fn hosts(&self) -> &[String] {
         self.never()
@@ -51,7 +51,9 @@ macro_rules! on_backend {
         match *$self {
             #[cfg(feature = "sim")]
             Comm::Sim(ref $c) => $body,
-            #[cfg(not(feature = "sim"))]
+            #[cfg(feature = "ascend")]
+            Comm::Ascend(ref $c) => $body,
+            #[cfg(not(any(feature = "sim", feature = "ascend")))]
             Comm::Nothing(ref n) => n.never(),
         }
     };
@@ -64,7 +66,7 @@ macro_rules! forward {
     ($(#[$a:meta])* fn $name:ident(&self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?; $($rest:tt)*) => {
         $(#[$a])*
         #[inline]
-        #[cfg_attr(not(feature = "sim"), allow(unused_variables))]
+        #[cfg_attr(not(any(feature = "sim", feature = "ascend")), allow(unused_variables))]
         fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
             on_backend!(self, c => c.$name($($arg),*))
         }
@@ -73,7 +75,7 @@ macro_rules! forward {
     ($(#[$a:meta])* unsafe fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty; $($rest:tt)*) => {
         $(#[$a])*
         #[inline]
-        #[cfg_attr(not(feature = "sim"), allow(unused_variables))]
+        #[cfg_attr(not(any(feature = "sim", feature = "ascend")), allow(unused_variables))]
         unsafe fn $name(&self $(, $arg: $ty)*) -> $ret {
             on_backend!(self, c => {
                 // SAFETY: the caller's contract for this method is the variant's: forwarded.
@@ -264,7 +266,7 @@ impl StreamBackend for Comm {
     /// The task gets a `Comm` of its own: the variant's stream runs it with the backend's
     /// handle for the stream, which it wraps (on the CPU backend, one more reference to the
     /// rank's shared state for the task's length).
-    #[cfg_attr(not(feature = "sim"), allow(unused_variables))]
+    #[cfg_attr(not(any(feature = "sim", feature = "ascend")), allow(unused_variables))]
     fn enqueue(&self, stream: &Stream, op: &'static str, group: Option<&Group>, task: HostTask<Self>) -> Result<Event> {
         match *self {
             #[cfg(feature = "sim")]
@@ -274,7 +276,14 @@ impl StreamBackend for Comm {
                 group,
                 Box::new(move |sim: &symm_sim::SimComm| task(&Comm::Sim(sim.task_handle()))),
             ),
-            #[cfg(not(feature = "sim"))]
+            #[cfg(feature = "ascend")]
+            Comm::Ascend(ref c) => c.enqueue(
+                stream,
+                op,
+                group,
+                Box::new(move |a: &symm_ascend::AscendComm| task(&Comm::Ascend(a.clone()))),
+            ),
+            #[cfg(not(any(feature = "sim", feature = "ascend")))]
             Comm::Nothing(ref n) => n.never(),
         }
     }

@@ -5,7 +5,7 @@ use symm_core::config;
 use symm_core::{Rank, Result};
 
 use crate::comm::Comm;
-#[cfg(feature = "sim")]
+#[cfg(any(feature = "sim", feature = "ascend"))]
 use crate::select::BackendKind;
 use crate::select::CommConfig;
 
@@ -25,7 +25,7 @@ pub use symm_sim::launch::{job_exit_code, run_job, spawn_ranks};
 
 /// Runs `f` on `n` ranks that are threads of this process, on the backend `config` names;
 /// returns each rank's result in rank order.
-#[cfg_attr(not(feature = "sim"), allow(unused_variables))]
+#[cfg_attr(not(any(feature = "sim", feature = "ascend")), allow(unused_variables))]
 pub fn run_in_process<R: Send>(n: usize, config: CommConfig, f: impl Fn(Comm) -> R + Sync) -> Vec<Result<R>> {
     match config.backend(Rank(0)) {
         // Each rank's error names it.
@@ -35,6 +35,14 @@ pub fn run_in_process<R: Send>(n: usize, config: CommConfig, f: impl Fn(Comm) ->
         #[cfg(feature = "sim")]
         Ok(BackendKind::Sim) => {
             symm_sim::run_in_process(n, symm_sim::SimConfig::from_settings(config.settings), |c| f(Comm::Sim(c)))
+        }
+        #[cfg(feature = "ascend")]
+        Ok(BackendKind::Ascend) => {
+            let timeout = config.settings.timeout;
+            let start = |boot: &symm_core::Bootstrap| {
+                symm_ascend::AscendComm::init(boot, crate::comm::ascend_config(config.settings.clone()))
+            };
+            symm_sim::launch::run_in_process_with(n, timeout, start, |c| f(Comm::Ascend(c)))
         }
     }
 }

@@ -10,16 +10,21 @@ pub enum BackendKind {
     /// The CPU shared-memory backend (`symm-sim`).
     #[cfg(feature = "sim")]
     Sim,
+    /// The Ascend backend (`symm-ascend`).
+    #[cfg(feature = "ascend")]
+    Ascend,
 }
 
 /// Every backend of the registry by name, with the cargo feature that compiles it in.
-const KNOWN: &[(&str, &str)] = &[("sim", "sim")];
+const KNOWN: &[(&str, &str)] = &[("sim", "sim"), ("ascend", "ascend")];
 
 impl BackendKind {
     /// The backends compiled in; the first is the default.
     pub const COMPILED: &'static [BackendKind] = &[
         #[cfg(feature = "sim")]
         BackendKind::Sim,
+        #[cfg(feature = "ascend")]
+        BackendKind::Ascend,
     ];
 
     /// Its name, as `SYMM_BACKEND` spells it.
@@ -27,6 +32,8 @@ impl BackendKind {
         match self {
             #[cfg(feature = "sim")]
             BackendKind::Sim => "sim",
+            #[cfg(feature = "ascend")]
+            BackendKind::Ascend => symm_ascend::NAME,
         }
     }
 

@@ -94,8 +94,16 @@ fn a_stream_task_runs_with_a_comm_of_its_own() {
 fn symm_backend_names_the_backend_or_is_refused_by_name() {
     assert_eq!(BackendKind::select(None, Rank(0)).unwrap(), BackendKind::Sim);
     assert_eq!(BackendKind::select(Some("sim"), Rank(0)).unwrap(), BackendKind::Sim);
-    let e = BackendKind::select(Some("ascend"), Rank(3)).unwrap_err().to_string();
-    for part in ["SYMM_BACKEND", "\"ascend\"", "rank 3", "known: sim", "compiled in: sim"] {
+    #[cfg(not(feature = "ascend"))]
+    {
+        let e = BackendKind::select(Some("ascend"), Rank(3)).unwrap_err().to_string();
+        for part in ["SYMM_BACKEND", "\"ascend\"", "rank 3", "not compiled in", "feature `ascend`", "compiled in: sim"]
+        {
+            assert!(e.contains(part), "{part:?} missing from: {e}");
+        }
+    }
+    let e = BackendKind::select(Some("cuda"), Rank(3)).unwrap_err().to_string();
+    for part in ["SYMM_BACKEND", "\"cuda\"", "rank 3", "known: sim, ascend", "compiled in: sim"] {
         assert!(e.contains(part), "{part:?} missing from: {e}");
     }
     let mut c = config();

@@ -1,6 +1,6 @@
 //! A build without backends (`--no-default-features`): the crate builds, and making a
 //! communicator fails with an error that says why.
-#![cfg(not(feature = "sim"))]
+#![cfg(not(any(feature = "sim", feature = "ascend")))]
 
 use symm_core::Rank;
 use symm_registry::{run_in_process, BackendKind, Comm, CommConfig};

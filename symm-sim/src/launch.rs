@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use symm_core::bootstrap::{JobSecret, JOB_SECRET_VAR};
-use symm_core::config;
+use symm_core::config::{self, Config};
 use symm_core::{AtRank, Bootstrap, BootstrapError, Error, Rank, Result, Store};
 
 use crate::comm::{SimComm, SimConfig};
@@ -66,69 +66,88 @@ impl SimComm {
     /// whose settings are bad tells its peers through the store (when it can reach it), so
     /// that they fail at once too.
     pub fn from_env() -> Result<SimComm> {
-        // An error names the rank when `SYMM_RANK` says it, else an unknown one.
-        let said = config::environment(RANK_VAR).and_then(|v| v.trim().parse::<u32>().ok()).map_or(Rank::UNKNOWN, Rank);
-        let rendezvous = config::rendezvous(&config::environment).map_err(BootstrapError::from);
-        // A launcher's store outlives one start-up: there every start-up of this process (the
-        // same sequence on every rank) takes its own keys, so a second one cannot read the
-        // first's. Rank 0's own store is new for every start-up.
-        let prefix = if matches!(rendezvous, Ok((_, true))) {
-            // Relaxed: only distinct, ordered numbers are needed.
-            format!("symm.{}", HOSTED_START_UPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-        } else {
-            "symm".to_string()
-        };
-        let secret = JobSecret::from_env();
-        let (addr, hosted) = rendezvous.at(said)?;
-        // Without a valid secret this rank could not reach an authenticated store anyway.
-        let noticed = secret.as_ref().ok().cloned().flatten();
-        let meeting = Meeting { addr: &addr, hosted, prefix: &prefix, secret: noticed.as_ref() };
-        let (rank, n) = config::rank_and_world_size(&config::environment)
-            .map_err(BootstrapError::from)
-            .at(said)
-            .map_err(|e| meeting.fail(said, 1, e))?;
-        let rank_id = Rank(rank as u32);
-        let secret = secret.at(rank_id)?;
-        let config = SimConfig::from_env().at(rank_id).map_err(|e| meeting.fail(rank_id, n, e))?;
-        let server = if rank == 0 && !hosted {
-            Some(TcpStoreServer::bind_with(&addr, secret.clone(), StoreLimits::default()).map_err(|e| {
-                Error::Bootstrap {
-                    rank: rank_id,
-                    source: BootstrapError::Io { what: format!("serving the rendezvous at {addr}"), source: e },
-                }
-            })?)
-        } else {
-            None
-        };
-        let store: Arc<dyn Store> =
-            Arc::new(TcpStore::connect_with(&addr, config.timeout, secret.as_ref()).at(rank_id)?);
-        let boot = Bootstrap::new(rank_id, n, store.clone(), &prefix, config.timeout).with_secret(secret);
-        let comm = SimComm::init(&boot, config)?;
-        if let Some(server) = server {
-            // Rank 0's server must outlive every rank's last read: wait until all are done.
-            boot.allgather("done", b"").at(rank_id)?;
-            drop(server);
-        } else if !hosted {
-            // The other ranks' half of that wait.
-            boot.allgather("done", b"").at(rank_id)?;
-        }
-        Ok(comm)
+        start_from_env(|boot, settings| SimComm::init(boot, SimConfig::from_settings(settings)))
     }
+}
+
+/// Starts this process as a rank by the launcher's conventions ([`SimComm::from_env`]'s
+/// variables and store), with `start` making the backend's communicator from the start-up
+/// exchange and the environment's settings: every backend starts its ranks this way.
+pub fn start_from_env<C>(start: impl FnOnce(&Bootstrap, Config) -> Result<C>) -> Result<C> {
+    // An error names the rank when `SYMM_RANK` says it, else an unknown one.
+    let said = config::environment(RANK_VAR).and_then(|v| v.trim().parse::<u32>().ok()).map_or(Rank::UNKNOWN, Rank);
+    let rendezvous = config::rendezvous(&config::environment).map_err(BootstrapError::from);
+    // A launcher's store outlives one start-up: there every start-up of this process (the
+    // same sequence on every rank) takes its own keys, so a second one cannot read the
+    // first's. Rank 0's own store is new for every start-up.
+    let prefix = if matches!(rendezvous, Ok((_, true))) {
+        // Relaxed: only distinct, ordered numbers are needed.
+        format!("symm.{}", HOSTED_START_UPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    } else {
+        "symm".to_string()
+    };
+    let secret = JobSecret::from_env();
+    let (addr, hosted) = rendezvous.at(said)?;
+    // Without a valid secret this rank could not reach an authenticated store anyway.
+    let noticed = secret.as_ref().ok().cloned().flatten();
+    let meeting = Meeting { addr: &addr, hosted, prefix: &prefix, secret: noticed.as_ref() };
+    let (rank, n) = config::rank_and_world_size(&config::environment)
+        .map_err(BootstrapError::from)
+        .at(said)
+        .map_err(|e| meeting.fail(said, 1, e))?;
+    let rank_id = Rank(rank as u32);
+    let secret = secret.at(rank_id)?;
+    let settings =
+        Config::from_env().map_err(BootstrapError::from).at(rank_id).map_err(|e| meeting.fail(rank_id, n, e))?;
+    let server = if rank == 0 && !hosted {
+        Some(TcpStoreServer::bind_with(&addr, secret.clone(), StoreLimits::default()).map_err(|e| {
+            Error::Bootstrap {
+                rank: rank_id,
+                source: BootstrapError::Io { what: format!("serving the rendezvous at {addr}"), source: e },
+            }
+        })?)
+    } else {
+        None
+    };
+    let store: Arc<dyn Store> = Arc::new(TcpStore::connect_with(&addr, settings.timeout, secret.as_ref()).at(rank_id)?);
+    let boot = Bootstrap::new(rank_id, n, store.clone(), &prefix, settings.timeout).with_secret(secret);
+    let comm = start(&boot, settings)?;
+    if let Some(server) = server {
+        // Rank 0's server must outlive every rank's last read: wait until all are done.
+        boot.allgather("done", b"").at(rank_id)?;
+        drop(server);
+    } else if !hosted {
+        // The other ranks' half of that wait.
+        boot.allgather("done", b"").at(rank_id)?;
+    }
+    Ok(comm)
 }
 
 /// Runs `f` on `n` ranks that are threads of this process (in-process mode); returns each
 /// rank's result in rank order. Uses the same code paths as separate processes.
 pub fn run_in_process<R: Send>(n: usize, config: SimConfig, f: impl Fn(SimComm) -> R + Sync) -> Vec<Result<R>> {
+    let timeout = config.timeout;
+    run_in_process_with(n, timeout, |boot| SimComm::init(boot, config.clone()), f)
+}
+
+/// [`run_in_process`] for any backend: each rank thread makes its communicator with `start`
+/// from a start-up exchange through one in-memory store (its waits bounded by `timeout`).
+pub fn run_in_process_with<C, R: Send>(
+    n: usize,
+    timeout: Duration,
+    start: impl Fn(&Bootstrap) -> Result<C> + Sync,
+    f: impl Fn(C) -> R + Sync,
+) -> Vec<Result<R>> {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|r| {
-                let (store, config, f) = (store.clone(), config.clone(), &f);
+                let (store, start, f) = (store.clone(), &start, &f);
                 std::thread::Builder::new()
                     .name(format!("symm-rank-{r}"))
                     .spawn_scoped(s, move || {
-                        let boot = Bootstrap::new(Rank(r as u32), n, store, "symm", config.timeout);
-                        SimComm::init(&boot, config).map(f)
+                        let boot = Bootstrap::new(Rank(r as u32), n, store, "symm", timeout);
+                        start(&boot).map(f)
                     })
                     .expect("spawning a rank thread")
             })

@@ -8,15 +8,17 @@ use symm_core::{
     SymmBuffer,
 };
 
+use symm_core::stream::{StreamBackend, StreamCommunicator};
+
 use crate::coll_cases::{ring, world_of};
 use crate::gen::{draw, seed};
 
 /// Every case, by name (the multi-process binary takes one of these).
-pub const CASES: &[&str] = &["primitives", "signals", "ordering", "groups", "bad_input", "heap"];
+pub const CASES: &[&str] = &["primitives", "signals", "ordering", "groups", "bad_input", "heap", "heap_sources"];
 
 /// Runs case `name` (a primitive case or one of [`COLL_CASES`](crate::COLL_CASES)) on this
 /// rank.
-pub fn run_case<C: symm_core::Collectives>(name: &str, comm: &C) {
+pub fn run_case<C: symm_core::Collectives + StreamBackend>(name: &str, comm: &C) {
     if crate::coll_cases::run_coll_case(name, comm).is_some() {
         return;
     }
@@ -27,6 +29,7 @@ pub fn run_case<C: symm_core::Collectives>(name: &str, comm: &C) {
         "groups" => groups(comm),
         "bad_input" => bad_input(comm),
         "heap" => heap(comm),
+        "heap_sources" => heap_sources(comm),
         other => panic!("unknown conformance case {other:?}; known: {CASES:?} and {:?}", crate::COLL_CASES),
     }
 }
@@ -63,6 +66,71 @@ fn fill_mine<C: Communicator>(comm: &C, buf: &SymmBuffer, byte: u8) {
     let src = vec![byte; buf.bytes()];
     // SAFETY: as in `my_bytes`.
     unsafe { comm.copy_to_heap(buf.heap_offset(), src.as_ptr(), src.len()) }.expect("copy_to_heap");
+}
+
+/// The primitives with every local buffer in the heap (a symmetric buffer's own copy is the
+/// source of the puts and the destination of the gets), the data written and read only
+/// through the backend's copies, int32 signals: what runs unchanged where the heap and the local
+/// buffers are device memory (`scripts/ascend-check.sh` runs it on the Ascend backend). Host and
+/// stream forms.
+pub fn heap_sources<C: Communicator + StreamBackend>(comm: &C) {
+    let (me, world, n) = world_of(comm);
+    let (right, left) = ring(me, n);
+    let (len, dtype) = (1027, DType::F32);
+    let bytes_of = |r: usize, round: usize| -> Vec<u8> { (0..len * 4).map(|i| pattern(r, round, i, dtype)).collect() };
+    let src = comm.alloc(&world, len, dtype).expect("alloc src");
+    let land = comm.alloc(&world, len, dtype).expect("alloc land");
+    let back = comm.alloc(&world, len, dtype).expect("alloc back");
+    // Word j: rank j's arrival; word n: the sum every rank adds to.
+    let sig = comm.alloc(&world, n + 1, DType::I32).expect("alloc signals");
+    let fill = |buf: &SymmBuffer, data: &[u8]| {
+        // SAFETY: `data` holds the buffer's bytes; written before the barrier that lets peers in.
+        unsafe { comm.copy_to_heap(buf.heap_offset(), data.as_ptr(), data.len()) }.expect("copy_to_heap")
+    };
+    fill(&src, &bytes_of(me, 1));
+    fill_mine(comm, &land, SENTINEL);
+    fill_mine(comm, &back, SENTINEL);
+    fill_mine(comm, &sig, 0);
+    comm.barrier(&world).expect("barrier");
+
+    // Host forms: put_with_signal to the right, get from the right, a sum of signal adds at rank 0.
+    let from_heap = comm.local_ref(&src).expect("local_ref");
+    comm.put_with_signal(&world, &land, 0, from_heap, 0, len, &sig, me, 1, SignalOp::Set, right)
+        .expect("put_with_signal");
+    assert_eq!(comm.wait_until(&sig, left, CmpOp::Eq, 1, None).expect("wait_until"), 1);
+    assert_eq!(my_bytes(comm, &land), bytes_of(left, 1), "rank {me}: what rank {left} put from its heap");
+    let into_heap = comm.local_ptr(&back).expect("local_ptr");
+    // SAFETY: `back`'s own copy holds `len` elements, written by nothing else until the barrier.
+    let into = unsafe { LocalMut::from_raw(into_heap, len, dtype) };
+    comm.get(&world, into, 0, &src, 0, len, right).expect("get");
+    assert_eq!(my_bytes(comm, &back), bytes_of(right, 1), "rank {me}: what it got from rank {right}'s heap");
+    comm.signal_op(&world, &sig, n, me as i64 + 1, SignalOp::Add, 0).expect("signal_op add");
+    if me == 0 {
+        let total = (n * (n + 1) / 2) as i64;
+        assert_eq!(comm.wait_until(&sig, n, CmpOp::Eq, total, None).expect("wait for the sum"), total);
+    }
+    comm.barrier(&world).expect("barrier");
+
+    // Stream forms: to the left this time, each rank's stream waiting for its own arrival.
+    fill(&src, &bytes_of(me, 2));
+    fill_mine(comm, &land, SENTINEL);
+    comm.barrier(&world).expect("barrier");
+    let stream = comm.create_stream().expect("create_stream");
+    let from_heap = comm.local_ref(&src).expect("local_ref");
+    // SAFETY: `src` lives and is not written until the work has completed (waited below).
+    let put = unsafe {
+        comm.put_with_signal_on(&stream, &world, &land, 0, from_heap, 0, len, &sig, me, 2, SignalOp::Set, left)
+    }
+    .expect("put_with_signal_on");
+    let arrived = comm.wait_until_on(&stream, &sig, right, CmpOp::Eq, 2, None).expect("wait_until_on");
+    arrived.wait(None).expect("the stream's wait");
+    put.wait(None).expect("the stream's put");
+    assert_eq!(my_bytes(comm, &land), bytes_of(right, 2), "rank {me}: what rank {right} put on its stream");
+    comm.barrier_on(&stream, &world).expect("barrier_on").wait(None).expect("the stream's barrier");
+    comm.barrier(&world).expect("barrier");
+    for buf in [src, land, back, sig] {
+        comm.free(buf).expect("free");
+    }
 }
 
 #[derive(Clone, Debug)]

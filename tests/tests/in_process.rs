@@ -47,6 +47,7 @@ case!(ordering);
 case!(groups);
 case!(bad_input);
 case!(heap);
+case!(heap_sources);
 case!(allreduce);
 case!(reduce_scatter);
 case!(allgather);

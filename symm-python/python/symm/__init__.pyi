@@ -16,6 +16,7 @@ from ._symm import (
     InvalidArgument as InvalidArgument,
     Mismatch as Mismatch,
     ConcurrentUse as ConcurrentUse,
+    DeviceError as DeviceError,
     PeerExited as PeerExited,
     PeerLost as PeerLost,
     PeerRejected as PeerRejected,

@@ -1,0 +1,249 @@
+//! The aclnn operators on 1-D device vectors: their descriptors, their workspace, and the
+//! elementwise operations the collectives need.
+
+use std::ffi::c_void;
+use std::time::Duration;
+
+use super::runtime::{synchronize_stream, DeviceBuffer, Stream};
+use super::{acl, nnopbase, opapi};
+use crate::result::{AscendError, Result};
+use crate::sys::acl::{aclDataType, ACL_DOUBLE, ACL_FLOAT, ACL_FORMAT_ND};
+use crate::sys::aclnn::{aclOpExecutor, aclScalar, aclTensor, aclnnStatus};
+
+/// An operator's view of a contiguous 1-D vector in device memory; destroyed on drop (the
+/// memory stays the caller's).
+#[derive(Debug)]
+pub struct Tensor {
+    raw: *mut aclTensor,
+}
+
+impl Tensor {
+    /// The vector of `len` elements of `dtype` at device address `data`.
+    ///
+    /// # Safety
+    /// `data` holds `len` elements of `dtype` for as long as operators enqueued on the tensor
+    /// run.
+    pub unsafe fn vector(data: *mut c_void, len: usize, dtype: aclDataType) -> Result<Tensor> {
+        let api = nnopbase()?;
+        let dims = [len as i64];
+        let strides = [1i64];
+        // SAFETY: one dimension, its stride and storage shape, all valid for the call; the
+        // descriptor keeps copies of them.
+        let raw = unsafe {
+            (api.aclCreateTensor)(dims.as_ptr(), 1, dtype, strides.as_ptr(), 0, ACL_FORMAT_ND, dims.as_ptr(), 1, data)
+        };
+        if raw.is_null() {
+            return Err(AscendError::Null {
+                function: "aclCreateTensor",
+                what: format!("no descriptor of {len} elements of aclDataType {dtype}"),
+            });
+        }
+        Ok(Tensor { raw })
+    }
+}
+
+impl Drop for Tensor {
+    fn drop(&mut self) {
+        if let Ok(api) = nnopbase() {
+            // SAFETY: created by this value; an operator planned with it has already been
+            // enqueued (the executor holds what it needs).
+            let _ = unsafe { (api.aclDestroyTensor)(self.raw) };
+        }
+    }
+}
+
+/// A host scalar argument of an operator; destroyed on drop.
+#[derive(Debug)]
+pub struct Scalar {
+    raw: *mut aclScalar,
+}
+
+impl Scalar {
+    /// A float32 scalar.
+    pub fn f32(value: f32) -> Result<Scalar> {
+        let mut v = value;
+        Scalar::new((&raw mut v).cast(), ACL_FLOAT)
+    }
+
+    /// A float64 scalar.
+    pub fn f64(value: f64) -> Result<Scalar> {
+        let mut v = value;
+        Scalar::new((&raw mut v).cast(), ACL_DOUBLE)
+    }
+
+    fn new(value: *mut c_void, dtype: aclDataType) -> Result<Scalar> {
+        let api = nnopbase()?;
+        // SAFETY: `value` points to one element of `dtype`, which the call copies.
+        let raw = unsafe { (api.aclCreateScalar)(value, dtype) };
+        if raw.is_null() {
+            return Err(AscendError::Null { function: "aclCreateScalar", what: format!("aclDataType {dtype}") });
+        }
+        Ok(Scalar { raw })
+    }
+}
+
+impl Drop for Scalar {
+    fn drop(&mut self) {
+        if let Ok(api) = nnopbase() {
+            // SAFETY: created by this value.
+            let _ = unsafe { (api.aclDestroyScalar)(self.raw) };
+        }
+    }
+}
+
+/// The device memory the operators of one stream plan into: grown when an operator needs more,
+/// never shrunk. Growing first waits for the stream, since operators enqueued earlier may still
+/// use the old memory.
+#[derive(Debug, Default)]
+pub struct Workspace {
+    buffer: Option<DeviceBuffer>,
+    /// The bound of the wait before a growth.
+    timeout: Duration,
+}
+
+impl Workspace {
+    /// An empty workspace whose growth waits at most `timeout` for its stream.
+    pub fn new(timeout: Duration) -> Workspace {
+        Workspace { buffer: None, timeout }
+    }
+
+    /// The size a workspace of `current` bytes grows to when `need` bytes are asked of it:
+    /// `None` when it suffices, else at least double (growths stay few) in 64 KiB units.
+    pub fn grown(current: usize, need: usize) -> Option<usize> {
+        (need > current).then(|| need.max(current.saturating_mul(2)).div_ceil(64 << 10) * (64 << 10))
+    }
+
+    /// At least `bytes` of workspace for an operator about to be enqueued on `stream` (null and
+    /// 0 for none).
+    fn reserve(&mut self, bytes: u64, stream: &Stream) -> Result<(*mut c_void, u64)> {
+        if bytes == 0 {
+            return Ok((std::ptr::null_mut(), 0));
+        }
+        let current = self.buffer.as_ref().map_or(0, DeviceBuffer::bytes);
+        if let Some(size) = Workspace::grown(current, bytes as usize) {
+            if self.buffer.is_some() && !synchronize_stream(stream, self.timeout)? {
+                return Err(AscendError::Refused {
+                    function: "Workspace::reserve",
+                    argument: "timeout",
+                    value: format!("{:?}", self.timeout),
+                    reason: "the stream's earlier operators did not complete in time to free the old workspace",
+                });
+            }
+            self.buffer = None;
+            self.buffer = Some(DeviceBuffer::new(size)?);
+        }
+        let b = self.buffer.as_ref().expect("reserved above");
+        Ok((b.ptr(), b.bytes() as u64))
+    }
+}
+
+/// The elementwise binary operators of the reductions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Elementwise {
+    Add,
+    Maximum,
+    Minimum,
+}
+
+/// A planned operator's executor, enqueued by `enqueue`.
+type Enqueue = unsafe extern "C" fn(*mut c_void, u64, *mut aclOpExecutor, *mut c_void) -> aclnnStatus;
+
+/// Plans an operator (`plan` fills the workspace size and executor) and enqueues it on
+/// `stream` with workspace from `ws`.
+fn run(
+    names: (&'static str, &'static str),
+    plan: impl FnOnce(*mut u64, *mut *mut aclOpExecutor) -> aclnnStatus,
+    enqueue: Enqueue,
+    ws: &mut Workspace,
+    stream: &Stream,
+) -> Result<()> {
+    let a = acl()?;
+    let (mut bytes, mut executor) = (0u64, std::ptr::null_mut());
+    a.check_aclnn(names.0, plan(&mut bytes, &mut executor))?;
+    let (memory, size) = ws.reserve(bytes, stream)?;
+    // SAFETY: the executor just planned, workspace of at least the size it asked for that
+    // lives until the stream has run the operator (`Workspace`), and a non-null stream.
+    a.check_aclnn(names.1, unsafe { enqueue(memory, size, executor, stream.raw()) })
+}
+
+/// Enqueues `out = a <op> b` on `stream` (all of one length; `out` may be `a`).
+pub fn binary(
+    op: Elementwise,
+    a: &Tensor,
+    b: &Tensor,
+    out: &Tensor,
+    ws: &mut Workspace,
+    stream: &Stream,
+) -> Result<()> {
+    let api = opapi()?;
+    match op {
+        Elementwise::Add => {
+            let one = Scalar::f32(1.0)?;
+            run(
+                ("aclnnAddGetWorkspaceSize", "aclnnAdd"),
+                // SAFETY: live descriptors and valid out-pointers.
+                |bytes, ex| unsafe { (api.aclnnAddGetWorkspaceSize)(a.raw, b.raw, one.raw, out.raw, bytes, ex) },
+                api.aclnnAdd,
+                ws,
+                stream,
+            )
+        }
+        Elementwise::Maximum => run(
+            ("aclnnMaximumGetWorkspaceSize", "aclnnMaximum"),
+            // SAFETY: as above.
+            |bytes, ex| unsafe { (api.aclnnMaximumGetWorkspaceSize)(a.raw, b.raw, out.raw, bytes, ex) },
+            api.aclnnMaximum,
+            ws,
+            stream,
+        ),
+        Elementwise::Minimum => run(
+            ("aclnnMinimumGetWorkspaceSize", "aclnnMinimum"),
+            // SAFETY: as above.
+            |bytes, ex| unsafe { (api.aclnnMinimumGetWorkspaceSize)(a.raw, b.raw, out.raw, bytes, ex) },
+            api.aclnnMinimum,
+            ws,
+            stream,
+        ),
+    }
+}
+
+/// Enqueues `out = a / divisor` on `stream` (the average's division).
+pub fn divide(a: &Tensor, divisor: &Scalar, out: &Tensor, ws: &mut Workspace, stream: &Stream) -> Result<()> {
+    let api = opapi()?;
+    run(
+        ("aclnnDivsGetWorkspaceSize", "aclnnDivs"),
+        // SAFETY: live descriptors and valid out-pointers.
+        |bytes, ex| unsafe { (api.aclnnDivsGetWorkspaceSize)(a.raw, divisor.raw, out.raw, bytes, ex) },
+        api.aclnnDivs,
+        ws,
+        stream,
+    )
+}
+
+/// Enqueues `out = a` converted to `out`'s dtype `dtype` on `stream` (low-precision transport).
+pub fn cast(a: &Tensor, dtype: aclDataType, out: &Tensor, ws: &mut Workspace, stream: &Stream) -> Result<()> {
+    let api = opapi()?;
+    run(
+        ("aclnnCastGetWorkspaceSize", "aclnnCast"),
+        // SAFETY: live descriptors and valid out-pointers.
+        |bytes, ex| unsafe { (api.aclnnCastGetWorkspaceSize)(a.raw, dtype, out.raw, bytes, ex) },
+        api.aclnnCast,
+        ws,
+        stream,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workspaces_grow_rarely_and_in_whole_units() {
+        assert_eq!(Workspace::grown(0, 0), None);
+        assert_eq!(Workspace::grown(0, 1), Some(64 << 10));
+        assert_eq!(Workspace::grown(64 << 10, 64 << 10), None);
+        assert_eq!(Workspace::grown(64 << 10, (64 << 10) + 1), Some(128 << 10));
+        assert_eq!(Workspace::grown(128 << 10, 1 << 20), Some(1 << 20));
+        assert_eq!(Workspace::grown(1 << 20, (1 << 20) + 5), Some(2 << 20));
+    }
+}

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# What a person with an Ascend node (CANN installed, its set_env.sh sourced) runs to check the
+# Ascend backend there:
+#   1. builds the workspace with the `ascend` feature and runs the tests of ascend-sys,
+#      symm-ascend and the registry (the loader finds CANN: the start-up test then has nothing to
+#      show and says so);
+#   2. runs the conformance cases that hold on a device today on 2, 4 and 8 ranks, one process
+#      per device, started by this script through the CPU backend's launcher conventions
+#      (SYMM_RANK, SYMM_WORLD_SIZE, SYMM_RENDEZVOUS);
+#   3. says what is not yet there to run: the collectives on device buffers, hence the
+#      collective cases and symm-bench's table (docs/ascend.md, "Not yet").
+# Each rank's output is kept under target/ascend-check/<ranks>/rank<r>.log.
+#
+# Variables: ASCEND_CHECK_DEVICES (devices to use, default: what `npu-smi` counts, else 8);
+# ASCEND_CHECK_BACKEND (default ascend; `sim` runs step 2 on the CPU backend, which is how the
+# script itself is tested where there is no device); ASCEND_CHECK_TIMEOUT (seconds per run,
+# default 300).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/common.sh
+ensure_cargo
+
+BACKEND="${ASCEND_CHECK_BACKEND:-ascend}"
+TIMEOUT="${ASCEND_CHECK_TIMEOUT:-300}"
+# The cases whose local buffers all live in the heap (what a device backend serves today).
+CASES=(heap_sources)
+OUT=target/ascend-check
+
+devices() {
+    if [ -n "${ASCEND_CHECK_DEVICES:-}" ]; then
+        echo "$ASCEND_CHECK_DEVICES"
+    elif command -v npu-smi >/dev/null; then
+        npu-smi info -l | grep -c "NPU ID" || echo 0
+    else
+        echo 8
+    fi
+}
+
+echo "== build and unit tests with the ascend feature"
+cargo build --release --features ascend -p symm-tests --bin symm-conformance-rank
+cargo test --release -p ascend-sys -p symm-ascend
+cargo test --release -p symm-registry --features ascend
+
+# Starts `n` ranks of the conformance binary on the given cases; rank 0 serves the store.
+run_ranks() {
+    local n=$1
+    shift
+    local dir="$OUT/$n" port=$((20000 + RANDOM % 20000)) pids=() failed=0
+    rm -rf "$dir" && mkdir -p "$dir"
+    for ((r = 0; r < n; r++)); do
+        SYMM_BACKEND="$BACKEND" SYMM_RANK=$r SYMM_WORLD_SIZE=$n SYMM_RENDEZVOUS="127.0.0.1:$port" \
+            SYMMETRIC_MEMORY_HEAP_SIZE="${SYMMETRIC_MEMORY_HEAP_SIZE:-64M}" SYMMETRIC_MEMORY_TIMEOUT=60 \
+            timeout "$TIMEOUT" target/release/symm-conformance-rank "$@" >"$dir/rank$r.log" 2>&1 &
+        pids+=($!)
+    done
+    for ((r = 0; r < n; r++)); do
+        wait "${pids[$r]}" || { failed=1; echo "rank $r of $n failed; its output ($dir/rank$r.log):" >&2; tail -n 20 "$dir/rank$r.log" >&2; }
+    done
+    return $failed
+}
+
+have=$(devices)
+status=0
+echo "== conformance cases (${CASES[*]}) on the $BACKEND backend, $have devices"
+for n in 2 4 8; do
+    if [ "$n" -gt "$have" ]; then
+        echo "$n ranks: skipped ($have devices)"
+        continue
+    fi
+    if run_ranks "$n" "${CASES[@]}"; then
+        echo "$n ranks: passed"
+    else
+        echo "$n ranks: FAILED"
+        status=1
+    fi
+done
+
+echo "== not yet on the Ascend backend"
+echo "collectives on device buffers (allreduce, reduce_scatter, allgather, alltoall, broadcast, send/recv)"
+echo "answer Unsupported, so the collective conformance cases and symm-bench's nccl-tests table do"
+echo "not run here yet: see docs/ascend.md."
+exit $status
