@@ -6,20 +6,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ascend_sys::safe::{self, CopyKind, ShmemHeap, Team};
+use ascend_sys::safe::{self, CopyKind, DeviceBuffer, Scalar, ShmemHeap, Team, Tensor, Workspace};
 use ascend_sys::sys::shmem::{ACLSHMEM_SIGNAL_ADD, ACLSHMEM_SIGNAL_SET};
 use ascend_sys::{AscendError, LoadError};
 use symm_core::backend::{DescribeWait, MemorySpace, SignalWidth};
+use symm_core::coll::by_reference::{self, ReferenceCache};
 use symm_core::config::Config;
 use symm_core::stream::{Event, HostTask, Stream, StreamBackend};
 use symm_core::{
-    AtRank, Backend, Bootstrap, BootstrapError, CmpOp, Error, Group, GroupError, GroupHeapStats, GroupId,
-    GroupRegistry, HeapError, HeapStats, HostMapped, Rank, Result, SignalOp, TimeoutError,
+    AtRank, Backend, Bootstrap, BootstrapError, CmpOp, DType, Error, Group, GroupError, GroupHeapStats, GroupId,
+    GroupRegistry, HeapError, HeapStats, HostMapped, Rank, ReduceOp, Result, SignalOp, TimeoutError,
 };
 
 use crate::alloc::{first_common_free, granular, Ranges, Request};
+use crate::dtype::acl_dtype;
 use crate::ledger::{Ledger, Lookup};
 use crate::pe::{pe_of, team_plan, TeamPlan};
+use crate::reduce::{self, Combine, Operand, Step};
 
 /// The backend's name in messages and `SYMM_BACKEND`.
 pub const NAME: &str = "ascend";
@@ -66,8 +69,35 @@ struct Inner {
     ranges: Mutex<Ranges>,
     /// Stream 0 is the communicator's own, on which the host forms of the primitives run.
     streams: Mutex<Vec<Arc<StreamSlot>>>,
+    /// The collectives' per-group state (the framework's reference collectives).
+    references: ReferenceCache,
+    /// The reductions' scratch vectors and operator workspace (one reduction at a time).
+    reducing: Mutex<Reducing>,
     /// Declared last: dropped after the streams (it finalizes SHMEM, collectively).
     heap: ShmemHeap,
+}
+
+/// What a reduction on the device keeps between calls: two scratch vectors of the accumulator
+/// type (grown, never shrunk) and the operators' workspace.
+struct Reducing {
+    acc: Option<DeviceBuffer>,
+    wide: Option<DeviceBuffer>,
+    workspace: Workspace,
+}
+
+impl Reducing {
+    /// Scratch vectors of at least `bytes` each (every earlier reduction has completed: each
+    /// drains its stream before it returns, so the old ones may go).
+    fn reserve(&mut self, bytes: usize) -> ascend_sys::Result<()> {
+        if bytes == 0 || self.acc.as_ref().is_some_and(|b| b.bytes() >= bytes) {
+            return Ok(());
+        }
+        let size = Workspace::grown(self.acc.as_ref().map_or(0, DeviceBuffer::bytes), bytes).unwrap_or(bytes);
+        (self.acc, self.wide) = (None, None);
+        self.acc = Some(DeviceBuffer::new(size)?);
+        self.wide = Some(DeviceBuffer::new(size)?);
+        Ok(())
+    }
 }
 
 struct StreamSlot {
@@ -155,7 +185,8 @@ impl AscendComm {
         let world_ranks: Vec<Rank> = (0..n as u32).map(Rank).collect();
         let world = Group::new(n, rank, &world_ranks, Ok(())).at(rank)?;
         let registry = GroupRegistry::new(n, rank);
-        Ok(AscendComm {
+        let timeout = settings.timeout;
+        let comm = AscendComm {
             inner: Arc::new(Inner {
                 rank,
                 world_size: n,
@@ -170,9 +201,22 @@ impl AscendComm {
                 rounds: Mutex::new(HashMap::new()),
                 ranges: Mutex::new(Ranges::default()),
                 streams: Mutex::new(vec![Arc::new(StreamSlot { stream: own, ledger: Mutex::new(Ledger::default()) })]),
+                references: ReferenceCache::default(),
+                reducing: Mutex::new(Reducing { acc: None, wide: None, workspace: Workspace::new(timeout) }),
                 heap,
             }),
-        })
+        };
+        // The world's collective workspace now, while every rank is here: send/recv in the world
+        // then never waits for ranks that take no part. A heap too small for it only defers it.
+        match by_reference::prepare(&comm, &comm.inner.references, &comm.inner.world) {
+            Ok(()) | Err(Error::Heap { .. }) => Ok(comm),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The state of the collectives, per group.
+    pub fn reference_cache(&self) -> &ReferenceCache {
+        &self.inner.references
     }
 
     /// Each rank's host identity, by global rank.
@@ -768,14 +812,83 @@ impl StreamBackend for AscendComm {
         self.record(stream, &slot)
     }
 
-    fn barrier_group_on(&self, stream: &Stream, group: &Group, _timeout: Duration) -> Result<Event> {
-        group.member().at(self.inner.rank)?;
-        if team_plan(group.ranks(), self.inner.world_size) != TeamPlan::World {
-            return self
-                .unsupported("a stream barrier of a group smaller than the world (a team per group is not made yet)");
-        }
+    /// The world's is SHMEM's barrier on the stream. A smaller group has no team of its own
+    /// yet: its barrier is the host's, once the stream has run what came before (the host
+    /// waits here), so the returned event is complete.
+    fn barrier_group_on(&self, stream: &Stream, group: &Group, timeout: Duration) -> Result<Event> {
+        let rank = self.inner.rank;
+        group.member().at(rank)?;
         let slot = self.slot(stream)?;
-        self.inner.heap.barrier_on_stream(&Team::WORLD, &slot.stream).map_err(self.dev("barrier"))?;
+        if team_plan(group.ranks(), self.inner.world_size) == TeamPlan::World {
+            self.inner.heap.barrier_on_stream(&Team::WORLD, &slot.stream).map_err(self.dev("barrier"))?;
+        } else {
+            self.drain(&slot, "barrier", timeout)?;
+            let tag = self.next_tag(group, "barrier");
+            self.inner.boot.exchange(&tag, group.ranks(), b"", timeout).at(rank)?;
+        }
         self.record(stream, &slot)
+    }
+
+    /// The reduction as a plan of aclnn operators ([`reduce::plan`]) on the communicator's
+    /// stream, drained before it returns.
+    unsafe fn reduce_local(
+        &self,
+        dtype: DType,
+        op: ReduceOp,
+        srcs: &[*const u8],
+        out: *mut u8,
+        len: usize,
+    ) -> Result<()> {
+        if len == 0 || srcs.is_empty() {
+            return Ok(());
+        }
+        let own = self.slot(&self.own_stream())?;
+        let mut r = self.inner.reducing.lock().unwrap_or_else(|p| p.into_inner());
+        r.reserve(reduce::scratch(dtype, len)).map_err(self.dev("reserving the reduction's scratch"))?;
+        let Reducing { acc, wide, workspace } = &mut *r;
+        let at = |o: Operand| -> *mut std::ffi::c_void {
+            match o {
+                Operand::Src(j) => srcs[j].cast_mut().cast(),
+                Operand::Out => out.cast(),
+                Operand::Acc => acc.as_ref().map_or(std::ptr::null_mut(), DeviceBuffer::ptr),
+                Operand::Wide => wide.as_ref().map_or(std::ptr::null_mut(), DeviceBuffer::ptr),
+            }
+        };
+        // SAFETY: every operand holds `len` elements of its step's dtype: the sources and `out`
+        // by this function's contract, the scratch vectors by `reserve`.
+        let vector = |o: Operand, d: DType| unsafe { Tensor::vector(at(o), len, acl_dtype(d)) };
+        let stream = &own.stream;
+        let run = |step: Step, workspace: &mut Workspace| -> ascend_sys::Result<()> {
+            match step {
+                Step::Copy { from, to, dtype } => {
+                    // SAFETY: both hold `len` elements of `dtype` (above), on the device.
+                    unsafe { safe::copy_async(at(to), at(from), len * dtype.size(), CopyKind::DeviceToDevice, stream) }
+                }
+                Step::Cast { from, from_dtype, to, to_dtype } => safe::cast(
+                    &vector(from, from_dtype)?,
+                    acl_dtype(to_dtype),
+                    &vector(to, to_dtype)?,
+                    workspace,
+                    stream,
+                ),
+                Step::Combine { combine, a, b, out, dtype } => {
+                    let kind = match combine {
+                        Combine::Add => safe::Elementwise::Add,
+                        Combine::Max => safe::Elementwise::Maximum,
+                        Combine::Min => safe::Elementwise::Minimum,
+                    };
+                    safe::binary(kind, &vector(a, dtype)?, &vector(b, dtype)?, &vector(out, dtype)?, workspace, stream)
+                }
+                Step::Divide { x, by, dtype } => {
+                    let divisor = if dtype == DType::F64 { Scalar::f64(by as f64)? } else { Scalar::f32(by as f32)? };
+                    let v = vector(x, dtype)?;
+                    safe::divide(&v, &divisor, &v, workspace, stream)
+                }
+            }
+        };
+        for step in reduce::plan(dtype, op, srcs.len()) {
+            run(step, workspace).map_err(self.dev(&format!("reducing {len} elements of {dtype} with {op}")))?;
+        }
+        self.drain(&own, "reduction", self.default_timeout())
     }
 }

@@ -14,10 +14,14 @@
 //! - Heap: collective allocation agreed through the store ([`alloc`]).
 //! - Primitives, host and stream forms: put, get, signal (int32), put with signal, wait (host:
 //!   polled from the host, bounded; stream: the device's wait kernel), quiet, host barriers of
-//!   any group, stream barriers of the world; streams and events ([`ledger`]).
-//! - Not yet: the collectives on device buffers ([`collectives`]: `Unsupported`), stream
-//!   barriers of sub-groups, host work on a stream. Nothing here has run on a device:
-//!   `docs/ascend.md` says what was checked where.
+//!   any group, stream barriers (SHMEM's for the world, the host's for a smaller group);
+//!   streams and events ([`ledger`]).
+//! - Collectives ([`collectives`]): the framework's reference collectives on these primitives,
+//!   their reductions as plans of aclnn operators ([`reduce`]), float32 accumulation for the
+//!   narrow floats as on CPU.
+//! - Not yet: the collectives' stream forms and other host work on a stream (no host callback
+//!   is bound), low-precision transport (its codec runs on the host). Nothing here has run on
+//!   a device: `docs/ascend.md` says what was checked where.
 
 pub mod alloc;
 pub mod collectives;
@@ -25,5 +29,6 @@ mod comm;
 pub mod dtype;
 pub mod ledger;
 pub mod pe;
+pub mod reduce;
 
 pub use comm::{AscendComm, AscendConfig, NAME};

@@ -128,6 +128,7 @@ vars! {
     PLATFORM = var("SYMM_PLATFORM", "the name of a registered platform (torch, ...)", "torch", false, P);
     TEST_SEED = var("SYMM_TEST_SEED", "a non-negative integer", "fixed per case", false, T);
     TEST_CASES = var("SYMM_TEST_CASES", "a non-negative integer", "64 and 24", false, T);
+    TEST_HEAP_ONLY = var("SYMM_TEST_HEAP_ONLY", "1 or 0", "0", false, T);
 }
 
 /// A setting that is not accepted.
@@ -315,7 +316,8 @@ pub fn environment_bytes(var: &Var) -> Option<Vec<u8>> {
     std::env::var_os(var.name).map(std::os::unix::ffi::OsStringExt::into_vec).filter(|v| !v.is_empty())
 }
 
-/// [`TEST_SEED`] or [`TEST_CASES`], the conformance suite's settings (`None`: unset).
+/// [`TEST_SEED`], [`TEST_CASES`] or [`TEST_HEAP_ONLY`], the conformance suite's settings
+/// (`None`: unset).
 pub fn test_number(get: &dyn Fn(&str) -> Option<String>, var: &Var) -> Result<Option<u64>, ConfigError> {
     read(get, var, |t| t.trim().parse::<u64>().map_err(|_| "not a non-negative integer".into()))
 }

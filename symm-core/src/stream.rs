@@ -42,6 +42,7 @@ use crate::buffer::{LocalMut, LocalRef, SymmBuffer};
 use crate::coll::{CollOptions, Collectives};
 use crate::comm::Communicator;
 use crate::dfx::Op;
+use crate::dtype::DType;
 use crate::error::{Error, Result, TimeoutError};
 use crate::group::Group;
 use crate::op::{CmpOp, ReduceOp, SignalOp};
@@ -264,6 +265,30 @@ pub trait StreamBackend: Backend + Sized {
     fn barrier_group_on(&self, stream: &Stream, group: &Group, timeout: Duration) -> Result<Event> {
         let g = group.clone();
         self.enqueue(stream, "barrier", Some(group), Box::new(move |b| b.barrier_group(&g, timeout)))
+    }
+
+    /// Reduces `srcs` element by element, in their order, into `out`, as the host kernel
+    /// [`kernels::reduce`](crate::coll::kernels::reduce) does (its accumulator types, `avg`
+    /// divided in the accumulator, one rounding to `dtype`): the local step of the reference
+    /// collectives' reductions. Sources and `out` are in the backend's memory space (this
+    /// rank's heap, or its local buffers); complete when it returns. Default: that host kernel,
+    /// for a backend whose memory is host memory; a device backend runs its own kernels.
+    ///
+    /// # Safety
+    /// Every source holds `len` elements of `dtype`, aligned for it; `out` is valid for `len`
+    /// writes and overlaps no source; nothing else writes them meanwhile. `op` is valid for
+    /// `dtype` (`avg` only for floating dtypes: checked by the caller).
+    unsafe fn reduce_local(
+        &self,
+        dtype: DType,
+        op: ReduceOp,
+        srcs: &[*const u8],
+        out: *mut u8,
+        len: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded (this function's contract is the kernel's).
+        unsafe { crate::coll::kernels::reduce(dtype, op, srcs, out, len) };
+        Ok(())
     }
 }
 

@@ -75,7 +75,7 @@ impl BackendControl for AscendComm {
     }
 
     fn reference_cache(&self) -> Option<&ReferenceCache> {
-        None
+        Some(AscendComm::reference_cache(self))
     }
 }
 

@@ -13,7 +13,9 @@ use symm_core::coll::{CollOptions, Collectives};
 use symm_core::config::Config;
 use symm_core::dfx::{FlightRing, Op, StatsTable};
 use symm_core::stream::{Event, HostTask, Stream, StreamBackend};
-use symm_core::{ArgError, Backend, CmpOp, Group, HostMapped, LocalMut, LocalRef, Rank, ReduceOp, Result, SignalOp};
+use symm_core::{
+    ArgError, Backend, CmpOp, DType, Group, HostMapped, LocalMut, LocalRef, Rank, ReduceOp, Result, SignalOp,
+};
 
 use crate::comm::Comm;
 
@@ -261,6 +263,14 @@ impl StreamBackend for Comm {
             timeout: Duration
         ) -> Result<Event>;
         fn barrier_group_on(&self, stream: &Stream, group: &Group, timeout: Duration) -> Result<Event>;
+        unsafe fn reduce_local(
+            &self,
+            dtype: DType,
+            op: ReduceOp,
+            srcs: &[*const u8],
+            out: *mut u8,
+            len: usize
+        ) -> Result<()>;
     }
 
     /// The task gets a `Comm` of its own: the variant's stream runs it with the backend's

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
+use symm_core::backend::MemorySpace;
 use symm_core::coll::lowp::FORMATS;
 use symm_core::coll::reference::ReferenceOptions;
 use symm_core::config::CollectiveEngine;
@@ -14,6 +15,24 @@ use symm_core::{
 use symm_host::{eager_max_bytes, Tunables};
 
 use crate::gen::{draw, seed};
+
+/// The cases that hold where the heap and the buffers are device memory ([`heap_only`]): every
+/// buffer they give a call is a [`Mem`], and they ask for no low-precision transport there
+/// (its codec runs on the host). `scripts/ascend-check.sh` runs them on Ascend.
+pub const DEVICE_CASES: &[&str] =
+    &["heap_sources", "allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall"];
+
+/// Whether every buffer of a [`Mem`] lives in the heap: where the heap is device memory (the
+/// local buffers must be too), or with `SYMM_TEST_HEAP_ONLY=1` (the same cases on the CPU).
+pub fn heap_only<C: Communicator>(comm: &C) -> bool {
+    comm.heap_space() == MemorySpace::Device || crate::gen::setting(&symm_core::config::TEST_HEAP_ONLY) == Some(1)
+}
+
+/// Whether a reduction may ask for low-precision transport (host memory: its codec runs on the
+/// host).
+fn lowp_served<C: Communicator>(comm: &C) -> bool {
+    comm.heap_space() == MemorySpace::Host
+}
 
 /// Collective cases, by name.
 pub const COLL_CASES: &[&str] = &[
@@ -262,6 +281,7 @@ impl<'c, C: Communicator> Mem<'c, C> {
     /// rank r): the allocation is collective, so every rank allocates when any bit is set,
     /// and ranks whose bit is clear use plain memory (mixing zero-copy and staged members).
     fn new(comm: &'c C, group: &Group, mask: u8, dtype: DType, len: usize) -> Self {
+        let mask = if heap_only(comm) { u8::MAX } else { mask };
         let alloc = (mask != 0).then(|| comm.alloc(group, len, dtype).expect("alloc"));
         let use_heap = mask & (1 << (comm.rank().index() % 8)) != 0;
         let host = (!use_heap).then(|| vec![0u8; len * dtype.size()]);
@@ -410,10 +430,14 @@ fn any_op() -> impl Strategy<Value = ReduceOp> {
 fn bit_identical<C: Collectives>(comm: &C, group: &Group, bytes: &[u8], what: &str) {
     let h =
         bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)) as i64;
-    let mine = [h];
-    let mut all = vec![0i64; group.size()];
-    comm.allgather(group, LocalMut::from(&mut all), LocalRef::from(&mine[..]), &CollOptions::default())
+    let n = group.size();
+    let mut mine = Mem::filled(comm, group, 0, DType::I64, 1, &h.to_le_bytes());
+    let mut gathered = Mem::new(comm, group, 0, DType::I64, n);
+    comm.allgather(group, gathered.local_mut(DType::I64, n), mine.local_ref(DType::I64, 1), &CollOptions::default())
         .expect("allgather of hashes");
+    mine.release();
+    let all: Vec<i64> =
+        gathered.into_bytes().chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap())).collect();
     assert!(all.iter().all(|&x| x == h), "rank {}: {what}: results differ between ranks: {all:?}", comm.rank());
 }
 
@@ -425,8 +449,9 @@ pub fn allreduce<C: Collectives>(comm: &C, cases: usize) {
         draw(strategy, cases, seed("allreduce")).into_iter().enumerate()
     {
         let op = if op == ReduceOp::Avg && !dtype.is_float() { ReduceOp::Sum } else { op };
-        let lp = (lp_sel < 4 && matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16))
-            .then(|| FORMATS[lp_sel]);
+        let lp =
+            (lp_sel < 4 && lowp_served(comm) && matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16))
+                .then(|| FORMATS[lp_sel]);
         let inputs: Vec<Vec<f64>> = (0..n).map(|r| rounded(dtype, (0..count).map(|i| value(dtype, r, k, i)))).collect();
         let (want, tol) = reference(dtype, op, &inputs, lp);
         let mut a = Mem::filled(comm, &world, heap, dtype, count, &encode(dtype, &inputs[me]));
@@ -487,8 +512,9 @@ pub fn reduce_scatter<C: Collectives>(comm: &C, cases: usize) {
     {
         let m = m / n.max(1);
         let op = if op == ReduceOp::Avg && !dtype.is_float() { ReduceOp::Max } else { op };
-        let lp = (lp_sel < 4 && matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16))
-            .then(|| FORMATS[lp_sel]);
+        let lp =
+            (lp_sel < 4 && lowp_served(comm) && matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16))
+                .then(|| FORMATS[lp_sel]);
         let inputs: Vec<Vec<f64>> = (0..n).map(|r| rounded(dtype, (0..n * m).map(|i| value(dtype, r, k, i)))).collect();
         let mine: Vec<Vec<f64>> = inputs.iter().map(|x| x[me * m..(me + 1) * m].to_vec()).collect();
         let (want, tol) = reference(dtype, op, &mine, lp);
@@ -843,7 +869,8 @@ pub fn alltoall<C: Collectives>(comm: &C, cases: usize) {
         recv.release();
         send.release();
     }
-    if n > 1 {
+    // Host buffers (the rejection itself is the same wherever the buffers are).
+    if n > 1 && !heap_only(comm) {
         // The last member rejects its own arguments (recv_counts of the wrong length): it fails
         // with them, the others at once with PeerRejected (in validation mode too, whose second
         // round only members without a rejecting peer take), and the group stays usable.

@@ -15,7 +15,7 @@ pub mod gen;
 pub mod report;
 
 pub use cases::{run_case, CASES};
-pub use coll_cases::{run_coll_case, COLL_CASES};
+pub use coll_cases::{heap_only, run_coll_case, COLL_CASES, DEVICE_CASES};
 
 /// Runs `f` on `n` ranks as threads of this process ([`symm_registry::run_in_process`]) and returns
 /// what each rank returned; a rank that fails to start fails the caller, named in the message

@@ -113,3 +113,12 @@ fn every_case_on_the_reference_collectives() {
     let streamed = [reference[0], reference[1], ("SYMM_EXECUTION", "stream"), ("SYMM_STREAM_DELAY_US", "20")];
     run_with(&all, 2, &streamed);
 }
+
+#[test]
+fn the_device_cases_with_every_buffer_in_the_heap_on_the_reference_collectives() {
+    // What scripts/ascend-check.sh runs on an Ascend node (where the heap is device memory and
+    // the collectives are the reference ones), here on the CPU backend.
+    for n in [2, 3] {
+        run_with(symm_tests::DEVICE_CASES, n, &[("SYMM_TEST_HEAP_ONLY", "1"), ("SYMM_COLLECTIVES", "reference")]);
+    }
+}

@@ -4,7 +4,7 @@
 //! Conventions (`../shared/reference/ascend-ffi.md`, §1): status codes are `i32`; every C enum
 //! is a 4-byte integer alias with its values as constants, never a Rust `enum` (a value a newer
 //! library adds must not be undefined behaviour); handles are raw pointers; `size_t` is
-//! `usize`. Each table is declared once with [`ffi_library!`]: the struct of pointers, its
+//! `usize`. Each table is declared once with `ffi_library!`: the struct of pointers, its
 //! loader, and [`Signature`]s spelling every declared type, from which the header check
 //! (`tests/headers.rs`) writes C assertions that the libraries' headers must satisfy.
 

@@ -4,14 +4,27 @@
 //! tested against.
 //!
 //! # What it uses
-//! Only the contract: [`StreamBackend`]'s on-stream `put_signal_bytes_on`, `signal_at_on`,
-//! `wait_signal_at_on`, `barrier_group_on`, events, `synchronize_event` and `query_event`, and
-//! [`Backend::copy_from_heap`](crate::Backend::copy_from_heap) to read what arrived in the
+//! Only the contract: [`StreamBackend`]'s on-stream `put_signal_bytes_on`, `put_bytes_on`,
+//! `get_bytes_on`, `signal_at_on`, `wait_signal_at_on`, `barrier_group_on`, events,
+//! `synchronize_event` and `query_event`, its `reduce_local`, and
+//! [`Backend::copy_to_heap`](crate::Backend::copy_to_heap) /
+//! [`Backend::copy_from_heap`](crate::Backend::copy_from_heap) between host memory and the
 //! caller's own heap. No [`HostMapped`](crate::backend::HostMapped), no peer pointers, no load
-//! or store into heap memory. Puts read the caller's buffers as "local memory" (host memory on the CPU backend).
-//! The local steps (copying arrived data out of the heap, the reduction, with this crate's
-//! kernels: [`super::kernels::reduce`], [`super::lowp::reduce_encoded`]) run on the host; a
-//! device backend would replace them by its kernels on the stream.
+//! or store into heap memory or into the caller's buffers, so the same code serves a backend
+//! whose heap and buffers are device memory:
+//! - puts read the caller's buffers, or the member's *staging slot* in its own heap, where what
+//!   the host makes (a descriptor, a chunk's header) is copied first; a chunk's payload joins
+//!   its header there by a put to itself, ahead on the same stream;
+//! - what arrived goes into the caller's buffers by a get from itself on the call's stream,
+//!   ahead of the acknowledgement that frees the slot; descriptors and headers, which the host
+//!   reads, by `copy_from_heap`;
+//! - reductions run where the pieces arrived, by the backend's `reduce_local` (on the CPU
+//!   backend the host kernel [`super::kernels::reduce`]; on a device its kernels), once every
+//!   piece is in and this member's own puts have completed, before the acknowledgements.
+//!
+//! Low-precision transport encodes and decodes on the host ([`super::lowp`]), so it is served
+//! where the backend's memory is the host's, and refused with `InvalidArgument` naming
+//! `transport` elsewhere.
 //!
 //! # Diagnostics
 //! Every call is an operation of the flight recorder, the statistics and the log, like the
@@ -48,6 +61,7 @@
 //! p2p_ack[j][k]   flag: member j has consumed this member's chunk in place k of j's mail[me]
 //! slot[0..n]      one slot per member (what member j sent this member in a round)
 //! mail[0..n]      one point-to-point mailbox per sender, of `mail_depth` places of a slot
+//! stage           one slot this member's puts send from (read by nobody else)
 //! ```
 //!
 //! # Algorithm
@@ -56,7 +70,8 @@
 //! holds epoch `e - 1` (p has consumed i's previous piece, so `slot[i]` at p is free), then
 //! puts its piece for p (possibly empty) into `slot[i]` at p with `data[i] := e`
 //! (`put_signal`, the data visible before the flag). Then for every member j it waits until
-//! `data[j] == e`, copies `slot[j]` out of its heap, and sets `ack[i] := e` at j. The first
+//! `data[j] == e` and copies `slot[j]` out of its heap (a reduction reduces the slots where
+//! they are once all are in), and sets `ack[i] := e` at j. The first
 //! round of every call exchanges a *descriptor* (the call, dtype, op, counts, root, format,
 //! alltoall's split sizes, or "rejected"): every member sees every member's, so a
 //! disagreement or a member's own rejection of its arguments fails the call on every member
@@ -116,8 +131,8 @@ use std::sync::{Mutex, TryLockError};
 use std::time::Duration;
 
 use super::checks::{self, Part};
-use super::{kernels, lowp, CollOptions};
-use crate::backend::SignalWidth;
+use super::{lowp, CollOptions};
+use crate::backend::{MemorySpace, SignalWidth};
 use crate::buffer::{LocalMut, LocalRef};
 use crate::dfx::{self, Op, OpEvent, Started};
 use crate::dtype::DType;
@@ -148,7 +163,8 @@ pub struct ReferenceOptions {
     /// Bound of every wait (`None`: the communicator's default).
     pub timeout: Option<Duration>,
     /// Bytes of each slot and mailbox (at least [`MIN_SLOT_BYTES`], a multiple of 8): the
-    /// workspace is `2 x members` of them; messages larger than a slot go in several rounds.
+    /// workspace is `(1 + mail_depth) x members + 1` of them; messages larger than a slot go in
+    /// several rounds.
     pub slot_bytes: usize,
     /// The epoch of the first round (flags start at `first_epoch - 1`): any value works,
     /// since epochs wrap safely (see the module's docs).
@@ -399,7 +415,8 @@ impl ReferenceGroup {
             return Err(ArgError::invalid("mail_depth", depth, why)).at(rank);
         }
         let timeout = opts.timeout.unwrap_or(b.default_timeout());
-        let bytes = flags_bytes(n, depth) + n * (1 + depth) * opts.slot_bytes;
+        // The slots, the mailboxes, and one staging slot of this member's own.
+        let bytes = flags_bytes(n, depth) + (n * (1 + depth) + 1) * opts.slot_bytes;
         let base = b.heap_alloc(group, bytes, timeout)?;
         let set_up = || -> Result<(Stream, Stream)> {
             let stream = b.create_stream()?;
@@ -539,7 +556,7 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
         op: ReduceOp,
         opts: &CollOptions,
     ) -> Result<()> {
-        let lp = match checks::reduction(&self.default_lp, dtype, op, opts.transport) {
+        let lp = match self.transport(dtype, op, opts) {
             Ok(lp) => lp,
             Err(e) => return self.reject(Op::AllReduce, e),
         };
@@ -566,7 +583,7 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
         op: ReduceOp,
         opts: &CollOptions,
     ) -> Result<()> {
-        let lp = match checks::reduction(&self.default_lp, input.dtype(), op, opts.transport) {
+        let lp = match self.transport(input.dtype(), op, opts) {
             Ok(lp) => lp,
             Err(e) => return self.reject(Op::ReduceScatter, e),
         };
@@ -612,7 +629,7 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
                 let sends = vec![(piece, bytes); n];
                 r.round(p, &sends, &vec![bytes; n], |j, at| {
                     // SAFETY: part j of `output` holds `m` elements at `j * m`.
-                    unsafe { r.b.copy_from_heap(at, out.add((j * m + lo) * size), bytes) }
+                    unsafe { r.take(&self.stream, at, out.add((j * m + lo) * size), bytes) }.map(Some)
                 })?;
                 lo += len;
             }
@@ -642,9 +659,9 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
                 r.round(p, &sends, &recvs, |j, from| {
                     if j == root && self.me != root {
                         // SAFETY: as above; the root's own buffer already holds its data.
-                        unsafe { r.b.copy_from_heap(from, piece, bytes) }
+                        unsafe { r.take(&self.stream, from, piece, bytes) }.map(Some)
                     } else {
-                        Ok(())
+                        Ok(None)
                     }
                 })?;
                 lo += bytes / size;
@@ -727,7 +744,7 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
                 r.round(p, &pieces, &lens, |j, from| {
                     // SAFETY: member j's piece lands at `displ[j]` and holds `recv_counts[j]`
                     // elements (checked to fit `recv`).
-                    unsafe { r.b.copy_from_heap(from, out.add((displ[j] + k * per) * size), lens[j]) }
+                    unsafe { r.take(&self.stream, from, out.add((displ[j] + k * per) * size), lens[j]) }.map(Some)
                 })?;
             }
             Ok(())
@@ -847,6 +864,26 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
         }
     }
 
+    /// The reduction's checks and its transport format: a low-precision one only where the
+    /// backend's memory is the host's (its codec runs on the host).
+    fn transport(
+        &self,
+        dtype: DType,
+        op: ReduceOp,
+        opts: &CollOptions,
+    ) -> std::result::Result<Option<DType>, ArgError> {
+        let lp = checks::reduction(&self.default_lp, dtype, op, opts.transport)?;
+        match lp {
+            Some(l) if self.b.heap_space() == MemorySpace::Device => Err(ArgError::invalid(
+                "transport",
+                l,
+                "low-precision transport is not served on device memory yet (its codec runs on the host): unset \
+                 SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE, or pass no transport",
+            )),
+            lp => Ok(lp),
+        }
+    }
+
     // ---- rounds ---------------------------------------------------------------------------
 
     /// Runs one collective call: the descriptor round, then `body`'s data rounds.
@@ -917,10 +954,10 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
             let bytes = mine.len() * 8;
             let mut descs = vec![vec![0u64; mine.len()]; n];
             let at = descs.iter_mut().map(|d| d.as_mut_ptr().cast::<u8>()).collect::<Vec<_>>();
-            let sends = vec![(mine.as_ptr().cast::<u8>(), bytes); n];
+            let sends = vec![r.staged(mine.as_ptr().cast(), bytes)?; n];
             r.round(&mut p, &sends, &vec![bytes; n], |j, from| {
                 // SAFETY: `descs[j]` holds `bytes` bytes.
-                unsafe { self.b.copy_from_heap(from, at[j], bytes) }
+                unsafe { self.b.copy_from_heap(from, at[j], bytes) }.map(|()| None)
             })?;
             if let Some(e) = self.disagreement(&r, &descs, rejected) {
                 return Err(e);
@@ -1254,7 +1291,22 @@ impl<B: StreamBackend> Round<'_, '_, B> {
         p: &mut Progress,
         sends: &[Piece],
         lens: &[usize],
-        mut consume: impl FnMut(usize, usize) -> Result<()>,
+        consume: impl FnMut(usize, usize) -> Result<Option<Event>>,
+    ) -> Result<()> {
+        self.round_with(p, sends, lens, consume, None::<fn() -> Result<()>>)
+    }
+
+    /// [`Round::round`], where `consume` may enqueue its copy (its event is collected with the
+    /// round's), and `reduce`, when given, runs once every piece has arrived, before the
+    /// acknowledgements release the slots: it reads the pieces where they are. This member's
+    /// own puts complete first, since what `reduce` writes may be one of their sources.
+    fn round_with(
+        &self,
+        p: &mut Progress,
+        sends: &[Piece],
+        lens: &[usize],
+        mut consume: impl FnMut(usize, usize) -> Result<Option<Event>>,
+        reduce: Option<impl FnOnce() -> Result<()>>,
     ) -> Result<()> {
         let rf = self.rf;
         let (me, ranks, width) = (rf.me, rf.group.ranks(), rf.width);
@@ -1293,8 +1345,14 @@ impl<B: StreamBackend> Round<'_, '_, B> {
         for (j, &len) in lens.iter().enumerate() {
             self.wait(Flag::Data, j, e, "its piece of this round in this rank's slot")?;
             if len > 0 {
-                consume(j, self.slot(j))?;
+                if let Some(copy) = consume(j, self.slot(j))? {
+                    p.pending.push(copy);
+                }
             }
+        }
+        if let Some(reduce) = reduce {
+            self.collect(p)?;
+            reduce()?;
         }
         for &peer in ranks {
             let ev = self.b.signal_at_on(&rf.stream, peer, self.flag(Flag::Ack, me), width, SignalOp::Set, word)?;
@@ -1326,51 +1384,79 @@ impl<B: StreamBackend> Round<'_, '_, B> {
         let n = self.rf.n();
         let size = dtype.size();
         let piece = |q: usize| inp.wrapping_add(q * stride.unwrap_or(0) * size);
+        let Some(l) = lp else {
+            // The pieces are reduced in the slots they arrived in, by the backend (on a device,
+            // by its kernels): every slot is 8-byte aligned, and `out` is none of them.
+            let sends: Vec<Piece> = (0..n).map(|q| (piece(q), len * size)).collect();
+            let base = self.b.local_heap_base().cast_const();
+            let srcs: Vec<*const u8> = (0..n).map(|j| base.wrapping_add(self.slot(j))).collect();
+            let reduce = || {
+                // SAFETY: every slot holds this round's `len` elements until the acks that
+                // follow; `out` holds `len` (this function's contract) and lies outside the
+                // workspace.
+                unsafe { self.b.reduce_local(dtype, op, &srcs, out, len) }
+            };
+            return self.round_with(p, &sends, &vec![len * size; n], |_, _| Ok(None), Some(reduce));
+        };
+        // Low-precision pieces are encoded and decoded on the host (host memory only: a device
+        // backend's calls were refused before the descriptor round).
         // Whole 8-byte words, so that every typed view of the scratch is aligned.
         let words = |bytes: usize| bytes.div_ceil(8);
-        let bytes = match lp {
-            Some(l) => lowp::encoded_bytes(l, len),
-            None => len * size,
-        };
+        let bytes = lowp::encoded_bytes(l, len);
         let mut arrived = vec![0u64; n * words(bytes)];
         let base = arrived.as_mut_ptr().cast::<u8>();
         let at = |j: usize| base.wrapping_add(j * words(bytes) * 8);
         // Encoded pieces, one per member (all the same in an allreduce).
-        let mut encoded: Vec<Vec<u64>> = Vec::new();
-        let sends: Vec<Piece> = match lp {
-            None => (0..n).map(|q| (piece(q), bytes)).collect(),
-            Some(l) => {
-                let distinct = if stride.is_none() { 1 } else { n };
-                for q in 0..distinct {
-                    let mut e = vec![0u64; words(bytes)];
-                    let exps = e.as_mut_ptr().cast::<i32>();
-                    let payload = e.as_mut_ptr().cast::<u8>().wrapping_add(4 * len.div_ceil(lowp::SCALE_BLOCK));
-                    // SAFETY: the piece holds `len` elements (this function's contract); the
-                    // run's exponents and payload fit `encoded_bytes`.
-                    unsafe { lowp::encode(dtype, l, piece(q), len, exps, payload) };
-                    encoded.push(e);
-                }
-                (0..n).map(|q| (encoded[q.min(distinct - 1)].as_ptr().cast::<u8>(), bytes)).collect()
-            }
-        };
+        let distinct = if stride.is_none() { 1 } else { n };
+        let mut encoded: Vec<Vec<u64>> = Vec::with_capacity(distinct);
+        for q in 0..distinct {
+            let mut e = vec![0u64; words(bytes)];
+            let exps = e.as_mut_ptr().cast::<i32>();
+            let payload = e.as_mut_ptr().cast::<u8>().wrapping_add(4 * len.div_ceil(lowp::SCALE_BLOCK));
+            // SAFETY: the piece holds `len` elements (this function's contract); the run's
+            // exponents and payload fit `encoded_bytes`.
+            unsafe { lowp::encode(dtype, l, piece(q), len, exps, payload) };
+            encoded.push(e);
+        }
+        let sends: Vec<Piece> = (0..n).map(|q| (encoded[q.min(distinct - 1)].as_ptr().cast::<u8>(), bytes)).collect();
         self.round(p, &sends, &vec![bytes; n], |j, from| {
             // SAFETY: `arrived` holds `n` pieces of `bytes`.
-            unsafe { self.b.copy_from_heap(from, at(j), bytes) }
+            unsafe { self.b.copy_from_heap(from, at(j), bytes) }.map(|()| None)
         })?;
-        match lp {
-            None => {
-                let srcs: Vec<*const u8> = (0..n).map(|j| at(j).cast_const()).collect();
-                // SAFETY: every source holds `len` elements, aligned; `out` holds `len`
-                // (contract) and overlaps no source (they are this call's scratch).
-                unsafe { kernels::reduce(dtype, op, &srcs, out, len) };
-            }
-            Some(l) => {
-                let srcs: Vec<lowp::SubRun> = (0..n).map(|j| lowp::sub_run(at(j), l, len, 0, len)).collect();
-                // SAFETY: as above, for runs of `len` encoded elements.
-                unsafe { lowp::reduce_encoded(dtype, l, op, &srcs, len, out) };
-            }
-        }
+        let srcs: Vec<lowp::SubRun> = (0..n).map(|j| lowp::sub_run(at(j), l, len, 0, len)).collect();
+        // SAFETY: every source holds a run of `len` encoded elements, aligned; `out` holds `len`
+        // (contract) and overlaps no source (they are this call's scratch).
+        unsafe { lowp::reduce_encoded(dtype, l, op, &srcs, len, out) };
         Ok(())
+    }
+
+    /// This member's staging slot (its own, at the end of the workspace): where what a put
+    /// sends from the host (a descriptor, a chunk's header) is placed first, since a put reads
+    /// the backend's memory, which on a device is not the host's.
+    fn stage(&self) -> usize {
+        self.slot(self.rf.n() * (1 + self.rf.depth))
+    }
+
+    /// Copies `bytes` of host memory `src` into the staging slot and returns it as a put's
+    /// piece. No put of an earlier round still reads the slot (every round collects its puts).
+    fn staged(&self, src: *const u8, bytes: usize) -> Result<Piece> {
+        debug_assert!(bytes <= self.rf.slot, "a staged piece fits the slot");
+        // SAFETY: `src` holds `bytes` (the caller's), the staging slot holds a slot's bytes and
+        // only this member's own puts read it.
+        unsafe { self.b.copy_to_heap(self.stage(), src, bytes)? };
+        Ok((self.b.local_heap_base().wrapping_add(self.stage()).cast_const(), bytes))
+    }
+
+    /// Enqueues on `stream` the copy of `bytes` at `from` in this member's heap into local
+    /// memory `dst`: a get from itself, so that a device backend copies on the device. What is
+    /// enqueued on `stream` afterwards (the acknowledgement that frees the slot) follows it.
+    ///
+    /// # Safety
+    /// `dst` is valid for `bytes` writes, untouched by others, until the returned event completes.
+    unsafe fn take(&self, stream: &Stream, from: usize, dst: *mut u8, bytes: usize) -> Result<Event> {
+        let me = self.rf.group.ranks()[self.rf.me];
+        // SAFETY: forwarded; `from + bytes` lies in the workspace.
+        unsafe { self.b.get_bytes_on(stream, me, from, dst, bytes) }
     }
 }
 
@@ -1417,20 +1503,28 @@ impl Outgoing {
         let e = p.send_epoch[self.dst];
         let lo = self.sent * self.payload;
         let len = (self.bytes - lo).min(self.payload);
-        // Header and payload go in one put, so that the flag publishes both.
-        let mut chunk = vec![0u8; MAIL_HEADER + len];
-        chunk[..8].copy_from_slice(&(self.bytes as u64).to_le_bytes());
-        chunk[8..16].copy_from_slice(&u64::from(self.dtype.code()).to_le_bytes());
-        if len > 0 {
-            // SAFETY: `lo + len <= bytes` of the caller's buffer.
-            unsafe { std::ptr::copy_nonoverlapping(self.src.add(lo), chunk[MAIL_HEADER..].as_mut_ptr(), len) };
-        }
+        // Header and payload go in one put from the staging slot, so that the flag publishes
+        // both: the header from the host, the payload from the caller's buffer by a put to
+        // itself, ahead on the same stream.
+        let mut header = [0u8; MAIL_HEADER];
+        header[..8].copy_from_slice(&(self.bytes as u64).to_le_bytes());
+        header[8..].copy_from_slice(&u64::from(self.dtype.code()).to_le_bytes());
+        let (chunk, _) = r.staged(header.as_ptr(), MAIL_HEADER)?;
         let (me, peer) = (rf.me, rf.group.ranks()[self.dst]);
+        if len > 0 {
+            // SAFETY: `lo + len <= bytes` of the caller's buffer, valid until the call returns
+            // (it collects this event); the payload fits the slot after the header.
+            let copy = unsafe {
+                r.b.put_bytes_on(stream, rf.group.ranks()[me], r.stage() + MAIL_HEADER, self.src.add(lo), len)?
+            };
+            p.pending.push(copy);
+        }
         let k = r.mail_chunk(e);
         let (at, flag, word) = (r.mail(me, k), r.mail_flag(Flag::MailData, me, k), rf.width.word_of(e));
-        // SAFETY: `chunk` lives until the put's event has completed (synchronized below).
+        // SAFETY: the staging slot is not written again until the put's event has completed
+        // (synchronized below).
         let ev = unsafe {
-            r.b.put_signal_bytes_on(stream, peer, at, chunk.as_ptr(), chunk.len(), flag, rf.width, SignalOp::Set, word)?
+            r.b.put_signal_bytes_on(stream, peer, at, chunk, MAIL_HEADER + len, flag, rf.width, SignalOp::Set, word)?
         };
         r.b.synchronize_event(&ev, r.timeout + SYNC_GRACE)?;
         p.send_epoch[self.dst] = e.wrapping_add(1);
@@ -1495,8 +1589,9 @@ impl Incoming {
         if self.mismatch.is_none() {
             let lo = self.taken * payload;
             let len = (self.bytes - lo).min(payload);
-            // SAFETY: `lo + len <= bytes` of the caller's buffer (the sizes agree).
-            unsafe { r.b.copy_from_heap(at + MAIL_HEADER, self.dst.add(lo), len)? };
+            // SAFETY: `lo + len <= bytes` of the caller's buffer (the sizes agree), valid until
+            // the call returns (it collects this event).
+            p.pending.push(unsafe { r.take(stream, at + MAIL_HEADER, self.dst.add(lo), len)? });
         }
         let peer = rf.group.ranks()[self.src];
         let (flag, word) = (r.mail_flag(Flag::MailAck, rf.me, k), rf.width.word_of(e));

@@ -15,6 +15,11 @@ use symm_registry::Comm;
 
 fn main() {
     let cases: Vec<String> = std::env::args().skip(1).collect();
+    if cases.first().map(String::as_str) == Some("--device-cases") {
+        // For scripts/ascend-check.sh: the cases that hold where the heap is device memory.
+        println!("{}", symm_tests::DEVICE_CASES.join(" "));
+        return;
+    }
     for (by_rank, var) in
         [("SYMM_TEST_LL_MAX_BY_RANK", "SYMM_LL_MAX"), ("SYMM_TEST_LIGHT_SIGNALS_BY_RANK", "SYMM_LIGHT_SIGNALS")]
     {
