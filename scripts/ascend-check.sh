@@ -8,7 +8,9 @@
 #      collectives, `symm-conformance-rank --device-cases`) on 2, 4 and 8 ranks, one process per
 #      device, started by this script through the CPU backend's launcher conventions
 #      (SYMM_RANK, SYMM_WORLD_SIZE, SYMM_RENDEZVOUS);
-#   3. says what is not yet there to run (docs/ascend.md, "Not yet").
+#   3. prints symm-bench's nccl-tests table of each collective on 2, 4 and 8 ranks
+#      (`ASCEND_CHECK_MAX_BYTES`, default 64M, the largest size), every result checked;
+#   4. says what is not yet there to run (docs/ascend.md, "Not yet").
 # Each rank's output is kept under target/ascend-check/<ranks>/rank<r>.log.
 #
 # Variables: ASCEND_CHECK_DEVICES (devices to use, default: what `npu-smi` counts, else 8);
@@ -35,7 +37,7 @@ devices() {
 }
 
 echo "== build and unit tests with the ascend feature"
-cargo build --release --features ascend -p symm-tests --bin symm-conformance-rank
+cargo build --release --features ascend -p symm-tests --bin symm-conformance-rank -p symm-benches --bin symm-bench
 cargo test --release -p ascend-sys -p symm-ascend
 cargo test --release -p symm-registry --features ascend
 
@@ -79,7 +81,17 @@ for n in 2 4 8; do
     fi
 done
 
+echo "== symm-bench on the $BACKEND backend (nccl-tests columns; every result checked)"
+for n in 2 4 8; do
+    [ "$n" -le "$have" ] || continue
+    for op in all_reduce reduce_scatter all_gather alltoall broadcast sendrecv; do
+        SYMM_BACKEND="$BACKEND" SYMMETRIC_MEMORY_TIMEOUT=60 timeout "$TIMEOUT" \
+            target/release/symm-bench "$op" -g "$n" -b 8 -e "${ASCEND_CHECK_MAX_BYTES:-64M}" -f 4 -d float32 \
+            --copies 1 || { echo "symm-bench $op on $n ranks: FAILED"; status=1; }
+    done
+done
+
 echo "== not yet on the Ascend backend (docs/ascend.md, \"Not yet\")"
-echo "symm-bench's nccl-tests table (its buffers are host memory), the collectives' stream forms,"
-echo "low-precision transport, and the conformance cases that keep buffers in host memory."
+echo "the collectives' stream forms, low-precision transport, and the conformance cases that"
+echo "keep buffers in host memory."
 exit $status

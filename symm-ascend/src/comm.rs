@@ -886,9 +886,13 @@ impl StreamBackend for AscendComm {
                 }
             }
         };
-        for step in reduce::plan(dtype, op, srcs.len()) {
-            run(step, workspace).map_err(self.dev(&format!("reducing {len} elements of {dtype} with {op}")))?;
-        }
-        self.drain(&own, "reduction", self.default_timeout())
+        let issued = reduce::plan(dtype, op, srcs.len())
+            .into_iter()
+            .try_for_each(|step| run(step, workspace))
+            .map_err(self.dev(&format!("reducing {len} elements of {dtype} with {op}")));
+        // Drained even after a failure: the scratch and workspace must be free before the next
+        // reduction may grow them.
+        let drained = self.drain(&own, "reduction", self.default_timeout());
+        issued.and(drained)
     }
 }

@@ -56,6 +56,9 @@ pub enum Step {
 pub fn plan(dtype: DType, op: ReduceOp, n: usize) -> Vec<Step> {
     assert!(n > 0, "a reduction has a source");
     let combine = match op {
+        // On 0/1 bytes a sum is "any", which is the maximum: no boolean addition is asked of
+        // the device's operators.
+        ReduceOp::Sum if dtype == DType::Bool => Combine::Max,
         ReduceOp::Sum | ReduceOp::Avg => Combine::Add,
         ReduceOp::Max => Combine::Max,
         ReduceOp::Min => Combine::Min,

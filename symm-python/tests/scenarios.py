@@ -391,6 +391,11 @@ def bad_input(rank, world):
     expect(inv, lambda: symm.shmem_get(t, 0, src.half(), 0, 4, peer), "src", "float16", rank=rank)
     expect(inv, lambda: symm.shmem_put(t, 0, [1.0, 2.0], 0, 2, peer), "src", "expected a torch tensor", rank=rank)
     expect(inv, lambda: symm.shmem_put(None, 0, src, 0, 2, peer), "target", rank=rank)
+    # devices: npu says what it needs (torch_npu is not installed here), others are refused
+    expect(symm.DeviceError, lambda: symm.empty(4, torch.float32, device="npu"), "npu", "torch_npu", rank=rank)
+    expect(symm.DeviceError, lambda: symm.empty(4, torch.float32, device="npu:1"), "npu:1", "ascend.md", rank=rank)
+    expect(inv, lambda: symm.empty(4, torch.float32, device="cuda:0"), "device", "cuda:0", "cpu or npu", rank=rank)
+    assert symm.empty(4, torch.float32, device=torch.device("cpu")).device.type == "cpu"
     meta = torch.zeros(4, device="meta")
     expect(symm.Unsupported, lambda: symm.shmem_put(t, 0, meta, 0, 2, peer), "src", "meta", rank=rank)
     expect(inv, lambda: symm.shmem_put(t, 0, src.to_sparse(), 0, 2, peer), "src", "sparse", rank=rank)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::runtime::{synchronize_stream, DeviceBuffer, Stream};
 use super::{acl, nnopbase, opapi};
 use crate::result::{AscendError, Result};
-use crate::sys::acl::{aclDataType, ACL_DOUBLE, ACL_FLOAT, ACL_FORMAT_ND};
+use crate::sys::acl::{aclDataType, ACL_DOUBLE, ACL_FLOAT, ACL_FORMAT_ND, ACL_INT64};
 use crate::sys::aclnn::{aclOpExecutor, aclScalar, aclTensor, aclnnStatus};
 
 /// An operator's view of a contiguous 1-D vector in device memory; destroyed on drop (the
@@ -69,6 +69,12 @@ impl Scalar {
     pub fn f64(value: f64) -> Result<Scalar> {
         let mut v = value;
         Scalar::new((&raw mut v).cast(), ACL_DOUBLE)
+    }
+
+    /// An int64 scalar (what torch_npu passes as `add`'s default `alpha` for every dtype).
+    pub fn i64(value: i64) -> Result<Scalar> {
+        let mut v = value;
+        Scalar::new((&raw mut v).cast(), ACL_INT64)
     }
 
     fn new(value: *mut c_void, dtype: aclDataType) -> Result<Scalar> {
@@ -178,7 +184,8 @@ pub fn binary(
     let api = opapi()?;
     match op {
         Elementwise::Add => {
-            let one = Scalar::f32(1.0)?;
+            // An integer alpha, as torch's default `alpha=1`: it promotes no dtype.
+            let one = Scalar::i64(1)?;
             run(
                 ("aclnnAddGetWorkspaceSize", "aclnnAdd"),
                 // SAFETY: live descriptors and valid out-pointers.

@@ -1,8 +1,10 @@
-//! `symm-bench`: an nccl-tests-style benchmark of symm's collectives on the CPU backend.
+//! `symm-bench`: an nccl-tests-style benchmark of symm's collectives, on the backend
+//! `SYMM_BACKEND` names (the CPU backend by default; `ascend` on an Ascend node, in a build with
+//! that feature).
 //!
 //! ```text
 //! symm-bench <op> [-b minbytes] [-e maxbytes] [-f factor] [-g ranks] [-d dtype] [-o redop]
-//!                 [-n iters] [-w warmup] [-c 0|1] [--pin 0|1] [--host 0|1] [--csv]
+//!                 [-n iters] [-w warmup] [-c 0|1] [--pin 0|1] [--host 0|1] [--copies 0|1] [--csv]
 //! ```
 //! `<op>`: `all_reduce`, `reduce_scatter`, `all_gather`, `alltoall`, `sendrecv`, `broadcast`
 //! (the collectives of nccl-tests), and the primitives `put` (rank 0 puts into rank 1's heap)
@@ -16,7 +18,9 @@
 //! # What is measured
 //! Buffers live in the symmetric heap (allocated once, in the world group, for the largest
 //! size), which is the library's zero-copy path; `--host 1` uses ordinary vectors instead (the
-//! staged path). Per size, every rank runs `-w` untimed warm-ups and then `-n` timed iterations
+//! staged path). Where the heap is device memory the buffers are filled and checked through the
+//! backend's copies, never loaded from or stored into (`--copies 1` does the same on the CPU),
+//! and `--host` and `--touch` are refused. Per size, every rank runs `-w` untimed warm-ups and then `-n` timed iterations
 //! of the out-of-place form, then the same for the in-place form; the time of a form is the
 //! average per iteration, the maximum over ranks (gathered with an allreduce after the timed
 //! loop). Large sizes run fewer iterations (see [`iters_for`]) so that one size stays well under
@@ -65,6 +69,7 @@ use std::time::Instant;
 
 use clap::{ArgAction, CommandFactory, Parser};
 
+use symm_core::backend::{MemorySpace, SignalWidth};
 use symm_core::coll::lowp;
 use symm_core::{
     bf16, f16, AtRank, Backend, CmpOp, CollOptions, Collectives, Communicator, DType, Element, Group, LocalMut,
@@ -206,6 +211,11 @@ struct Options {
     /// 1: ordinary host vectors instead of symmetric-heap buffers
     #[arg(long, value_name = "0|1", default_value = "0", value_parser = zero_one, action = ArgAction::Set)]
     host: bool,
+    /// 1: heap buffers are filled and read only through the backend's copies, never loaded
+    /// from or stored into (what a backend whose heap is device memory needs, and gets
+    /// without asking)
+    #[arg(long, value_name = "0|1", default_value = "0", value_parser = zero_one, action = ArgAction::Set)]
+    copies: bool,
     /// 1: rewrite one byte per 64-byte line of this rank's input before every call, as a
     /// training step produces new inputs (timed; 0 is like nccl-tests)
     #[arg(long, value_name = "0|1", default_value = "0", value_parser = zero_one, action = ArgAction::Set)]
@@ -526,7 +536,7 @@ enum Form {
 
 /// Memory of one buffer role on this rank, sized for the largest size.
 #[derive(Debug)]
-struct Region {
+struct Region<'c> {
     ptr: *mut u8,
     /// Elements.
     cap: usize,
@@ -534,20 +544,31 @@ struct Region {
     sym: Option<SymmBuffer>,
     /// Backing store of a host region (8-byte aligned for every dtype).
     _host: Vec<u64>,
+    /// The communicator whose copies fill and read a heap region this rank does not load from
+    /// or store into (a device's heap, or `--copies 1`).
+    copies: Option<&'c Comm>,
 }
 
-impl Region {
-    fn heap(comm: &Comm, world: &Group, cap: usize, dtype: DType) -> symm_core::Result<Region> {
+impl<'c> Region<'c> {
+    fn heap(comm: &'c Comm, world: &Group, cap: usize, dtype: DType, copies: bool) -> symm_core::Result<Region<'c>> {
         let buf = comm.alloc(world, cap, dtype)?;
         let ptr = comm.local_ptr(&buf)?;
-        Ok(Region { ptr, cap, dtype, sym: Some(buf), _host: Vec::new() })
+        Ok(Region { ptr, cap, dtype, sym: Some(buf), _host: Vec::new(), copies: copies.then_some(comm) })
     }
 
-    fn host(cap: usize, dtype: DType) -> Region {
+    fn host(cap: usize, dtype: DType) -> Region<'c> {
         let mut v = vec![0u64; (cap * dtype.size()).div_ceil(8)];
         // The vector's heap memory does not move when the vector is moved into the region.
         let ptr = v.as_mut_ptr().cast::<u8>();
-        Region { ptr, cap, dtype, sym: None, _host: v }
+        Region { ptr, cap, dtype, sym: None, _host: v, copies: None }
+    }
+
+    /// Writes `bytes` at element `at` through the backend's copy into the heap.
+    fn copy_in(&self, comm: &Comm, at: usize, bytes: &[u8]) -> symm_core::Result<()> {
+        let _ = self.at(at, bytes.len() / self.dtype.size());
+        // SAFETY: the range lies in the region's allocation (checked by `at`), which no
+        // operation uses now.
+        unsafe { comm.copy_to_heap(self.sym().heap_offset() + at * self.dtype.size(), bytes.as_ptr(), bytes.len()) }
     }
 
     fn at(&self, at: usize, len: usize) -> *mut u8 {
@@ -588,28 +609,51 @@ impl Region {
     }
 
     /// Writes `f(i)` into elements `at + i`, `i < len`.
-    fn fill<T: Val>(&self, at: usize, len: usize, f: impl Fn(usize) -> T) {
+    fn fill<T: Val>(&self, at: usize, len: usize, f: impl Fn(usize) -> T) -> symm_core::Result<()> {
         assert_eq!(T::DTYPE, self.dtype);
+        if let Some(comm) = self.copies {
+            let values: Vec<T> = (0..len).map(f).collect();
+            // SAFETY: `T` is a plain element type of `len * size` bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), len * self.dtype.size()) };
+            return self.copy_in(comm, at, bytes);
+        }
         let p = self.at(at, len).cast::<T>();
         for i in 0..len {
             // SAFETY: within the region (checked by `at`), aligned (heap offsets and vectors are
             // 8-byte aligned, and T matches the dtype); no operation uses the memory now.
             unsafe { p.add(i).write(f(i)) };
         }
+        Ok(())
     }
 
-    fn poison(&self, at: usize, len: usize) {
+    fn poison(&self, at: usize, len: usize) -> symm_core::Result<()> {
+        if let Some(comm) = self.copies {
+            return self.copy_in(comm, at, &vec![POISON; len * self.dtype.size()]);
+        }
         let p = self.at(at, len);
         // SAFETY: within the region (checked by `at`); no operation uses the memory now.
         unsafe { p.write_bytes(POISON, len * self.dtype.size()) };
+        Ok(())
     }
 
     /// Number of elements `at + i`, `i < len`, that differ from `f(i)`.
-    fn count_wrong<T: Val>(&self, at: usize, len: usize, f: impl Fn(usize) -> T) -> u64 {
+    fn count_wrong<T: Val>(&self, at: usize, len: usize, f: impl Fn(usize) -> T) -> symm_core::Result<u64> {
         assert_eq!(T::DTYPE, self.dtype);
         let p = self.at(at, len).cast::<T>();
+        if let Some(comm) = self.copies {
+            let mut got: Vec<T> = Vec::with_capacity(len);
+            // SAFETY: the range lies in the allocation (checked by `at`); `got` has room for
+            // `len` elements, which the copy initialises before `set_len`; the operation that
+            // wrote them has completed.
+            unsafe {
+                let offset = self.sym().heap_offset() + at * self.dtype.size();
+                comm.copy_from_heap(offset, got.as_mut_ptr().cast(), len * self.dtype.size())?;
+                got.set_len(len);
+            }
+            return Ok(got.iter().enumerate().filter(|&(i, &g)| g != f(i)).count() as u64);
+        }
         // SAFETY: as in `fill`; the operation that wrote the memory has completed.
-        (0..len).filter(|&i| unsafe { p.add(i).read() } != f(i)).count() as u64
+        Ok((0..len).filter(|&i| unsafe { p.add(i).read() } != f(i)).count() as u64)
     }
 }
 
@@ -712,8 +756,8 @@ struct Bench<'c> {
     /// Roles by op: all_reduce send/recv; reduce_scatter input/output; all_gather
     /// input/output; alltoall send/recv; broadcast buffer/-; sendrecv send/recv; put and
     /// pingpong target (heap)/source.
-    a: Region,
-    b: Region,
+    a: Region<'c>,
+    b: Region<'c>,
     /// Pingpong's signal word.
     sig: Option<SymmBuffer>,
     /// Pingpong's round trips so far (the signal's next value).
@@ -739,11 +783,33 @@ impl<'c> Bench<'c> {
         let (ca, cb) = capacities(o.op, max, n);
         let d = o.dtype;
         let targets_in_heap = matches!(o.op, Op::Put | Op::PingPong);
-        let a = if o.host && !targets_in_heap { Region::host(ca, d) } else { Region::heap(comm, &world, ca, d)? };
-        let b = if o.host { Region::host(cb, d) } else { Region::heap(comm, &world, cb, d)? };
+        // A device's heap is reached through the backend's copies alone, and its buffers live
+        // there: no host regions, no touching of cache lines.
+        let device = comm.heap_space() == MemorySpace::Device;
+        let copies = device || o.copies;
+        if (device && o.host) || (copies && o.touch) {
+            let what = "--host 1 or --touch 1 (host memory options) with buffers reached only through copies \
+                        (a device's heap, or --copies 1)";
+            return Err(symm_core::Error::Unsupported {
+                rank: comm.rank(),
+                backend: comm.backend_name(),
+                what: what.into(),
+            });
+        }
+        let a =
+            if o.host && !targets_in_heap { Region::host(ca, d) } else { Region::heap(comm, &world, ca, d, copies)? };
+        let b = if o.host { Region::host(cb, d) } else { Region::heap(comm, &world, cb, d, copies)? };
         let sig = if o.op == Op::PingPong {
-            let s = comm.alloc(&world, 1, DType::I64)?;
-            comm.write_local(&s, 0, &[0i64])?;
+            // Of the backend's signal width (Ascend SHMEM's signals are int32).
+            let s = if comm.signal_width() == SignalWidth::W32 {
+                let s = comm.alloc(&world, 1, DType::I32)?;
+                comm.write_local(&s, 0, &[0i32])?;
+                s
+            } else {
+                let s = comm.alloc(&world, 1, DType::I64)?;
+                comm.write_local(&s, 0, &[0i64])?;
+                s
+            };
             Some(s)
         } else {
             None
@@ -892,7 +958,7 @@ impl<'c> Bench<'c> {
 
     /// The input of one call of `form` at count `c` on this rank (region, first element,
     /// elements), if it has one.
-    fn input(&self, form: Form, c: usize) -> Option<(&Region, usize, usize)> {
+    fn input(&self, form: Form, c: usize) -> Option<(&Region<'c>, usize, usize)> {
         let (a, b, n, me) = (&self.a, &self.b, self.n, self.me);
         match (self.o.op, form) {
             (Op::AllReduce | Op::SendRecv, _) | (Op::AllGather, Form::OutOfPlace) => Some((a, 0, c)),
@@ -981,13 +1047,13 @@ impl<'c> Bench<'c> {
 
     /// Fills every buffer used at count `c` with rank-dependent values (untimed; also faults
     /// the pages in before the warm-ups).
-    fn prepare(&self, c: usize) {
+    fn prepare(&self, c: usize) -> symm_core::Result<()> {
         by_dtype!(self.o.dtype, T => {
             let m = self.modulus::<T>();
             let (ca, cb) = capacities(self.o.op, c, self.n);
             let me = self.me;
-            self.a.fill::<T>(0, ca, |i| T::of(self.value::<T>(m, 0, me, i)));
-            self.b.fill::<T>(0, cb, |i| T::of(self.value::<T>(m, 0, me, i)));
+            self.a.fill::<T>(0, ca, |i| T::of(self.value::<T>(m, 0, me, i)))?;
+            self.b.fill::<T>(0, cb, |i| T::of(self.value::<T>(m, 0, me, i)))
         })
     }
 
@@ -1004,35 +1070,35 @@ impl<'c> Bench<'c> {
         let red = |i: usize| reduced::<T>(redop, n, |r| v(r, i));
         match (self.o.op, form) {
             (Op::AllReduce, Form::OutOfPlace) | (Op::ReduceScatter, Form::OutOfPlace) => {
-                a.fill(0, capacities(self.o.op, c, n).0, |i| pat(me, i));
-                b.poison(0, c);
+                a.fill(0, capacities(self.o.op, c, n).0, |i| pat(me, i))?;
+                b.poison(0, c)?;
             }
-            (Op::AllReduce, Form::InPlace) => a.fill(0, c, |i| pat(me, i)),
-            (Op::ReduceScatter, Form::InPlace) => a.fill(0, n * c, |i| pat(me, i)),
+            (Op::AllReduce, Form::InPlace) => a.fill(0, c, |i| pat(me, i))?,
+            (Op::ReduceScatter, Form::InPlace) => a.fill(0, n * c, |i| pat(me, i))?,
             (Op::AllGather, Form::OutOfPlace) => {
-                a.fill(0, c, |j| pat(me, j));
-                b.poison(0, n * c);
+                a.fill(0, c, |j| pat(me, j))?;
+                b.poison(0, n * c)?;
             }
             (Op::AllGather, Form::InPlace) => {
-                b.poison(0, n * c);
-                b.fill(me * c, c, |j| pat(me, j));
+                b.poison(0, n * c)?;
+                b.fill(me * c, c, |j| pat(me, j))?;
             }
             (Op::AllToAll, _) => {
-                a.fill(0, n * c, |i| pat(me, i));
-                b.poison(0, n * c);
+                a.fill(0, n * c, |i| pat(me, i))?;
+                b.poison(0, n * c)?;
             }
-            (Op::Broadcast, _) if me == 0 => a.fill(0, c, |i| pat(0, i)),
-            (Op::Broadcast, _) => a.poison(0, c),
+            (Op::Broadcast, _) if me == 0 => a.fill(0, c, |i| pat(0, i))?,
+            (Op::Broadcast, _) => a.poison(0, c)?,
             (Op::SendRecv, _) | (Op::PingPong, _) => {
                 let (src, dst) = if self.o.op == Op::SendRecv { (a, b) } else { (b, a) };
-                src.fill(0, c, |i| pat(me, i));
-                dst.poison(0, c);
+                src.fill(0, c, |i| pat(me, i))?;
+                dst.poison(0, c)?;
             }
             (Op::Put, _) => {
                 if me == 0 {
-                    b.fill(0, c, |i| pat(0, i));
+                    b.fill(0, c, |i| pat(0, i))?;
                 }
-                a.poison(0, c);
+                a.poison(0, c)?;
             }
         }
         // Every rank's inputs and poisoned outputs are in place before anyone starts.
@@ -1040,7 +1106,7 @@ impl<'c> Bench<'c> {
         self.once(form, c)?;
         self.comm.quiet()?;
         self.comm.barrier(&self.world)?;
-        Ok(match (self.o.op, form) {
+        match (self.o.op, form) {
             (Op::AllReduce, Form::OutOfPlace) => b.count_wrong(0, c, red),
             (Op::AllReduce, Form::InPlace) => a.count_wrong(0, c, red),
             (Op::ReduceScatter, Form::OutOfPlace) => b.count_wrong(0, c, |j| red(me * c + j)),
@@ -1051,8 +1117,8 @@ impl<'c> Bench<'c> {
             (Op::SendRecv, _) => b.count_wrong(0, c, |i| pat((me + n - 1) % n, i)),
             (Op::Put, _) if me == 1 => a.count_wrong(0, c, |i| pat(0, i)),
             (Op::PingPong, _) if me < 2 => a.count_wrong(0, c, |i| pat(1 - me, i)),
-            (Op::Put | Op::PingPong, _) => 0,
-        })
+            (Op::Put | Op::PingPong, _) => Ok(0),
+        }
     }
 
     /// Measures one size on every rank; the row (agreed by all ranks).
@@ -1060,7 +1126,7 @@ impl<'c> Bench<'c> {
         let shape = shape(self.o.op, size, self.n, self.o.dtype);
         let (iters, warmup) = (iters_for(&self.o, shape.bytes), warmup_for(&self.o, shape.bytes));
         let c = shape.count;
-        self.prepare(c);
+        self.prepare(c)?;
         let forms: &[Form] =
             if self.o.op.has_in_place() { &[Form::OutOfPlace, Form::InPlace] } else { &[Form::OutOfPlace] };
         let (mut times, mut wrong) = (vec![0.0f64; 2], vec![0i64; 2]);
@@ -1350,10 +1416,12 @@ mod tests {
 
     #[test]
     fn every_op_checks_clean_on_heap_and_host_buffers() {
+        // Heap buffers loaded and stored directly, host vectors, and heap buffers reached only
+        // through the backend's copies (as on a device).
         for op in Op::ALL {
-            for host in ["0", "1"] {
-                let rows = run(op.name(), &["--host", host], 2);
-                assert_all_right(&rows, &format!("{} host {host}", op.name()));
+            for args in [["--host", "0"], ["--host", "1"], ["--copies", "1"]] {
+                let rows = run(op.name(), &args, 2);
+                assert_all_right(&rows, &format!("{} {args:?}", op.name()));
                 assert_eq!(rows[0].wrong[1].is_some(), op.has_in_place(), "{}", op.name());
             }
         }
@@ -1394,10 +1462,10 @@ mod tests {
     fn a_wrong_result_is_counted() {
         // The check's own counter: a poisoned region compares wrong everywhere.
         let r = Region::host(16, DType::F32);
-        r.poison(0, 16);
-        assert_eq!(r.count_wrong::<f32>(0, 16, |_| 0.0), 16);
-        r.fill::<f32>(0, 16, |i| i as f32);
-        assert_eq!(r.count_wrong::<f32>(0, 16, |i| i as f32), 0);
+        r.poison(0, 16).unwrap();
+        assert_eq!(r.count_wrong::<f32>(0, 16, |_| 0.0).unwrap(), 16);
+        r.fill::<f32>(0, 16, |i| i as f32).unwrap();
+        assert_eq!(r.count_wrong::<f32>(0, 16, |i| i as f32).unwrap(), 0);
     }
 
     #[test]

@@ -303,7 +303,7 @@ def _signal(st: _State, signal: Any, offset: Any, value: Any) -> List[Any]:
 
 
 @_profiled("alloc", lambda st, a: f"{a['shape']} x {a['dtype']}, {_group_text(st, a['group'])}")
-def empty(shape: Any, dtype: Any, group: Any = None) -> Any:
+def empty(shape: Any, dtype: Any, group: Any = None, device: Any = None) -> Any:
     """A tensor in symmetric memory: the same heap offset on every member of ``group``.
 
     Collective over ``group``: every member calls it, in the same order, with the same size.
@@ -323,15 +323,20 @@ def empty(shape: Any, dtype: Any, group: Any = None) -> Any:
         dtype: a ``torch.dtype`` (float32/64, float16, bfloat16, float8_e4m3fn, float8_e5m2,
             int8/16/32/64, uint8, bool).
         group: the members (``None``: every rank).
+        device: ``None`` or ``"cpu"``: the CPU backend's heap. ``"npu"`` names the Ascend
+            backend, which this package does not serve yet (docs/ascend.md): ``DeviceError``
+            saying what is missing (torch_npu and CANN, or the Python side of the backend).
 
     Returns:
         torch.Tensor: this rank's copy.
 
     Raises:
-        InvalidArgument: a bad shape or dtype. HeapError: sizes differ between members.
+        InvalidArgument: a bad shape, dtype or device. HeapError: sizes differ between members.
         HeapExhausted: no common free range. GroupError: not a member, or the group spans hosts.
+        DeviceError: ``device="npu"``.
     """
     st = _current()
+    _check_device(st.comm.rank, device)
     g = _native_group(st, group)
     name = st.platform.dtype_name(dtype)
     if name is None:
@@ -339,6 +344,32 @@ def empty(shape: Any, dtype: Any, group: Any = None) -> Any:
     block = st.comm.alloc(g, shape, name)
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
     return st.platform.wrap(block, dims, dtype)
+
+
+def _check_device(rank: int, device: Any) -> None:
+    """Refuses every device but the CPU: ``npu`` with what it would need, others by name."""
+    if device is None:
+        return
+    kind = str(getattr(device, "type", device)).split(":")[0]
+    if kind == "cpu":
+        return
+    if kind != "npu":
+        raise _invalid(rank, "device", repr(device), "expected cpu or npu")
+    try:
+        import torch_npu  # noqa: F401 - only whether it loads
+    except Exception as e:  # noqa: BLE001 - any failure to load says the same
+        raise _error(
+            _symm.DeviceError,
+            rank,
+            f"device = {device!r}: npu tensors need torch_npu and the CANN toolkit (import torch_npu failed: "
+            f"{type(e).__name__}: {e}); and symm's Python side of the Ascend backend, not written yet (docs/ascend.md)",
+        ) from None
+    raise _error(
+        _symm.DeviceError,
+        rank,
+        f"device = {device!r}: torch_npu loads, but symm's Python package does not serve npu tensors yet "
+        "(the Ascend backend runs from Rust: docs/ascend.md)",
+    )
 
 
 @_profiled("free", lambda st, a: _size(st, a["tensor"]))
