@@ -285,6 +285,11 @@ def validate(rank, world):
     """SYMM_VALIDATE=1: an operation on a tensor overlapping one of an operation still in flight
     raises InvalidArgument naming both; a completed one's tensors are free again."""
     assert world == 2
+    # symm starts at its first call, collectively: started here, so that in the first round
+    # below rank 1's second of sleep keeps the allreduce in flight (started by that round's
+    # first call instead, the start-up would pair the ranks and the allreduce could complete
+    # before rank 0's refused call)
+    symm.barrier()
     t = torch.ones(64)
     view = t[10:20]
     # each refused call rejects its round (after this rank's stream work on the group, which
