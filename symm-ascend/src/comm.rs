@@ -127,11 +127,6 @@ fn device_error(rank: Rank, what: &str, e: AscendError) -> Error {
     }
 }
 
-fn host_identity() -> String {
-    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
-    format!("{}/{}", read("/proc/sys/kernel/hostname"), read("/proc/sys/kernel/random/boot_id"))
-}
-
 impl AscendComm {
     /// Starts this rank: exchanges host identities and heap sizes through `boot`, sets its
     /// device, starts SHMEM with the unique id rank 0 makes (passed through `boot`) and maps its
@@ -151,7 +146,7 @@ impl AscendComm {
         let rank = boot.rank();
         let n = boot.world_size();
         let settings = config.settings;
-        let host = settings.host_id.clone().unwrap_or_else(host_identity);
+        let host = settings.host_id.clone().unwrap_or_else(symm_core::group::host_identity);
         let hello = format!("{host}\n{}", settings.heap_size);
         let replies = boot.allgather("ascend-hello", hello.as_bytes()).at(rank)?;
         let mut hosts = Vec::with_capacity(n);

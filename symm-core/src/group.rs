@@ -13,6 +13,14 @@ use crate::error::{AtRank, GroupError};
 use crate::rank::{GroupRank, Rank};
 use crate::stream::PendingStreamOps;
 
+/// This machine's identity for the one-node rule: its host name and boot id, which ranks
+/// exchange at start-up (`SYMM_HOST_ID` overrides it); ranks with the same identity share a
+/// host.
+pub fn host_identity() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
+    format!("{}/{}", read("/proc/sys/kernel/hostname"), read("/proc/sys/kernel/random/boot_id"))
+}
+
 /// A group's identity: a hash of its ordered rank list, never 0 (0 marks a free slot in
 /// backend tables).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -258,11 +258,6 @@ fn random_u64() -> u64 {
     u64::from_le_bytes(b)
 }
 
-fn host_identity() -> String {
-    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
-    format!("{}/{}", read("/proc/sys/kernel/hostname"), read("/proc/sys/kernel/random/boot_id"))
-}
-
 fn socket_name(job: u64, rank: usize) -> String {
     format!("symm-{job:016x}-{rank}")
 }
@@ -296,7 +291,7 @@ impl SimComm {
         let layout = Layout::new(config.heap_size, config.recorder_entries);
         // The heap size as the ranks use it (rounded up to whole pages) is what they compare.
         let settings = Config { heap_size: layout.heap_size, ..config.effective() };
-        let host = config.host_id.clone().unwrap_or_else(host_identity);
+        let host = config.host_id.clone().unwrap_or_else(symm_core::group::host_identity);
         let pid = std::process::id();
         let nonce = random_u64();
         let hello = format!("{host}\n{pid}\n{nonce}\n{}\n{}", layout.heap_size, layout.recorder_entries);
