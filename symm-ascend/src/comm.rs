@@ -355,6 +355,14 @@ impl AscendComm {
     }
 }
 
+/// SHMEM's code of a signal operation.
+fn shmem_signal_op(op: SignalOp) -> i32 {
+    match op {
+        SignalOp::Set => ACLSHMEM_SIGNAL_SET,
+        SignalOp::Add => ACLSHMEM_SIGNAL_ADD,
+    }
+}
+
 /// Reads the int32 at device address `at` (a blocking copy through `stream`).
 fn read_word(at: *const std::ffi::c_void, stream: &safe::Stream, timeout: Duration) -> ascend_sys::Result<Option<i32>> {
     let mut word = 0i32;
@@ -537,7 +545,7 @@ impl Backend for AscendComm {
     fn signal_at(&self, peer: Rank, offset: usize, width: SignalWidth, op: SignalOp, value: i64) -> Result<()> {
         self.width_check(width)?;
         let own = self.slot(&self.own_stream())?;
-        let op = if op == SignalOp::Set { ACLSHMEM_SIGNAL_SET } else { ACLSHMEM_SIGNAL_ADD };
+        let op = shmem_signal_op(op);
         // A 32-bit value fits in i32 (the contract).
         self.inner
             .heap
@@ -750,7 +758,7 @@ impl StreamBackend for AscendComm {
     ) -> Result<Event> {
         self.width_check(width)?;
         let slot = self.slot(stream)?;
-        let op = if op == SignalOp::Set { ACLSHMEM_SIGNAL_SET } else { ACLSHMEM_SIGNAL_ADD };
+        let op = shmem_signal_op(op);
         self.inner
             .heap
             .signal_on_stream(pe_of(peer), offset, op, value as i32, &slot.stream)
@@ -776,7 +784,7 @@ impl StreamBackend for AscendComm {
         // is a blocking kernel: the data is in place before the signal changes.
         unsafe { self.inner.heap.put_on_stream(pe_of(peer), dst_offset, src.cast(), bytes, &slot.stream) }
             .map_err(self.dev("put_with_signal"))?;
-        let op = if op == SignalOp::Set { ACLSHMEM_SIGNAL_SET } else { ACLSHMEM_SIGNAL_ADD };
+        let op = shmem_signal_op(op);
         self.inner
             .heap
             .signal_on_stream(pe_of(peer), signal_offset, op, value as i32, &slot.stream)
