@@ -29,6 +29,9 @@ pub enum AscendError {
     /// byte count the kernels would truncate).
     #[error("{function}: argument {argument} = {value} is refused: {reason}")]
     Refused { function: &'static str, argument: &'static str, value: String, reason: &'static str },
+    /// A thread of ours that the bindings need (the one that runs host callbacks) did not start.
+    #[error("{what}: {detail}")]
+    Thread { what: &'static str, detail: String },
 }
 
 impl AscendError {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ascend_sys::safe::{self, CopyKind, DeviceBuffer, Scalar, ShmemHeap, Team, Tensor, Workspace};
+use ascend_sys::safe::{self, CopyKind, DeviceBuffer, Reporter, Scalar, ShmemHeap, Team, Tensor, Workspace};
 use ascend_sys::sys::shmem::{ACLSHMEM_SIGNAL_ADD, ACLSHMEM_SIGNAL_SET};
 use ascend_sys::{AscendError, LoadError};
 use symm_core::backend::{DescribeWait, MemorySpace, SignalWidth};
@@ -20,6 +20,7 @@ use symm_core::{
 
 use crate::alloc::{first_common_free, granular, Ranges, Request};
 use crate::dtype::acl_dtype;
+use crate::host_work::{run_job, HostJob, Outcomes};
 use crate::ledger::{Ledger, Lookup};
 use crate::pe::{pe_of, team_plan, TeamPlan};
 use crate::reduce::{self, Combine, Operand, Step};
@@ -101,8 +102,24 @@ impl Reducing {
 }
 
 struct StreamSlot {
+    /// The thread that runs the stream's host callbacks, started by its first host task.
+    /// Declared before the stream: it unsubscribes before the stream is destroyed.
+    reporter: Mutex<Option<Reporter>>,
     stream: safe::Stream,
     ledger: Mutex<Ledger<safe::Event>>,
+    /// The errors of its failed host tasks.
+    outcomes: Arc<Outcomes>,
+}
+
+impl StreamSlot {
+    fn new(stream: safe::Stream) -> StreamSlot {
+        StreamSlot {
+            reporter: Mutex::new(None),
+            stream,
+            ledger: Mutex::new(Ledger::default()),
+            outcomes: Arc::default(),
+        }
+    }
 }
 
 /// Instance numbers of communicators in this process.
@@ -195,7 +212,7 @@ impl AscendComm {
                 boot: boot.handle(),
                 rounds: Mutex::new(HashMap::new()),
                 ranges: Mutex::new(Ranges::default()),
-                streams: Mutex::new(vec![Arc::new(StreamSlot { stream: own, ledger: Mutex::new(Ledger::default()) })]),
+                streams: Mutex::new(vec![Arc::new(StreamSlot::new(own))]),
                 references: ReferenceCache::default(),
                 reducing: Mutex::new(Reducing { acc: None, wide: None, workspace: Workspace::new(timeout) }),
                 heap,
@@ -222,6 +239,31 @@ impl AscendComm {
     /// The device this rank runs on.
     pub fn device(&self) -> i32 {
         self.inner.device
+    }
+
+    /// The caller's ACL stream `raw` (an `aclrtStream`, e.g. torch_npu's
+    /// `current_stream().npu_stream`) as a stream of this communicator, so that symm's work is
+    /// ordered with the caller's on it. The same handle always gives the same stream; null is
+    /// refused (it means SHMEM's internal stream). The stream stays the caller's: it is never
+    /// destroyed here.
+    ///
+    /// # Safety
+    /// `raw` is a live stream of this rank's device for as long as the communicator lives.
+    pub unsafe fn adopt_stream(&self, raw: *mut std::ffi::c_void) -> Result<Stream> {
+        let mut streams = self.inner.streams.lock().unwrap_or_else(|p| p.into_inner());
+        let id = match streams.iter().position(|s| s.stream.raw() == raw) {
+            Some(id) => id,
+            None => {
+                // SAFETY: live for the communicator's life (the contract).
+                let borrowed = unsafe { safe::Stream::borrowed(raw) }.map_err(|e| Error::InvalidArgument {
+                    rank: self.inner.rank,
+                    source: symm_core::ArgError::invalid("stream", format!("{raw:p}"), e.to_string()),
+                })?;
+                streams.push(Arc::new(StreamSlot::new(borrowed)));
+                streams.len() - 1
+            }
+        };
+        Ok(Stream::from_parts(self.inner.instance_id, id as u32))
     }
 
     /// This rank's use of its heap.
@@ -350,8 +392,19 @@ impl AscendComm {
         self.drain(&own, op, timeout)
     }
 
-    fn unsupported<T>(&self, what: &str) -> Result<T> {
-        Err(Error::Unsupported { rank: self.inner.rank, backend: NAME, what: what.to_string() })
+    /// Starts `stream`'s callback thread, once.
+    fn subscribe(&self, stream: &Stream, slot: &StreamSlot) -> Result<()> {
+        let mut reporter = slot.reporter.lock().unwrap_or_else(|p| p.into_inner());
+        if reporter.is_none() {
+            let name = format!("symm-acl-callbacks-{}.{}", self.inner.rank, stream.id());
+            // The thread is a stream's executor: host calls it makes never wait for its own
+            // group's stream work (symm_core::stream).
+            let r = Reporter::start(name, self.inner.device, symm_core::stream::mark_executor_thread)
+                .map_err(self.dev("starting a stream's callback thread"))?;
+            r.subscribe(&slot.stream).map_err(self.dev("subscribing the callback thread to its stream"))?;
+            *reporter = Some(r);
+        }
+        Ok(())
     }
 }
 
@@ -642,18 +695,58 @@ impl StreamBackend for AscendComm {
     fn create_stream(&self) -> Result<Stream> {
         let stream = safe::Stream::create().map_err(self.dev("creating a stream"))?;
         let mut streams = self.inner.streams.lock().unwrap_or_else(|p| p.into_inner());
-        streams.push(Arc::new(StreamSlot { stream, ledger: Mutex::new(Ledger::default()) }));
+        streams.push(Arc::new(StreamSlot::new(stream)));
         Ok(Stream::from_parts(self.inner.instance_id, (streams.len() - 1) as u32))
     }
 
-    fn enqueue(
-        &self,
-        _stream: &Stream,
-        op: &'static str,
-        _group: Option<&Group>,
-        _task: HostTask<Self>,
-    ) -> Result<Event> {
-        self.unsupported(&format!("{op}: host work on an ACL stream (a host callback is not bound yet)"))
+    /// A blocking host callback on the stream ([`crate::host_work`]): the task runs on the
+    /// stream's callback thread once the stream's earlier work has completed, and the stream's
+    /// later work waits for it. The communicator's own stream (number 0) carries none: the
+    /// host collectives the tasks run issue their work there and wait for it.
+    fn enqueue(&self, stream: &Stream, op: &'static str, group: Option<&Group>, task: HostTask<Self>) -> Result<Event> {
+        let rank = self.inner.rank;
+        if stream.id() == 0 {
+            return Err(Error::InvalidArgument {
+                rank,
+                source: symm_core::ArgError::invalid(
+                    "stream",
+                    "stream 0 (the communicator's own)",
+                    format!("{op} runs host work, which issues its device work on that stream and waits for it: use a stream of create_stream"),
+                ),
+            });
+        }
+        let slot = self.slot(stream)?;
+        self.subscribe(stream, &slot)?;
+        let ev = safe::Event::create().map_err(self.dev("creating an event"))?;
+        // The number is the job's before it is launched (it may run at once): the ledger stays
+        // locked until the event after it is counted.
+        let mut ledger = slot.ledger.lock().unwrap_or_else(|p| p.into_inner());
+        let seq = ledger.last() + 1;
+        if let Some(g) = group {
+            g.stream_op_enqueued();
+        }
+        let job = Box::new(HostJob {
+            comm: self.clone(),
+            task,
+            op,
+            seq,
+            stream_id: stream.id(),
+            rank,
+            group: group.cloned(),
+            outcomes: slot.outcomes.clone(),
+        });
+        let data = Box::into_raw(job);
+        // SAFETY: the job is the callback's to take back, once, when the stream reaches it; a
+        // thread is subscribed to the stream (above); `run_job` does not unwind.
+        if let Err(e) = unsafe { safe::launch_callback(&slot.stream, run_job::<AscendComm>, data.cast(), true) } {
+            // SAFETY: not launched: the box is still ours.
+            unsafe { Box::from_raw(data) }.abandon();
+            return Err(self.dev(op)(e));
+        }
+        // Counted even if the record fails, so that later numbers stay those of their jobs.
+        let recorded = ev.record(&slot.stream).map_err(self.dev("recording an event"));
+        ledger.push(ev, |e| e.query().unwrap_or(false));
+        recorded.map(|()| Event::from_parts(*stream, seq))
     }
 
     fn record_event(&self, stream: &Stream) -> Result<Event> {
@@ -683,12 +776,14 @@ impl StreamBackend for AscendComm {
         let slot = self.slot(&event.stream())?;
         let mut ledger = slot.ledger.lock().unwrap_or_else(|p| p.into_inner());
         let done = match ledger.lookup(event.seq()) {
-            Lookup::Complete => return Ok(true),
+            Lookup::Complete => true,
             Lookup::Pending(ev) => ev.query().map_err(self.dev("querying an event"))?,
             Lookup::Future => false,
         };
         if done {
             ledger.completed(event.seq());
+            drop(ledger);
+            slot.outcomes.of(event.seq())?;
         }
         Ok(done)
     }

@@ -19,14 +19,17 @@
 //! - Collectives ([`collectives`]): the framework's reference collectives on these primitives,
 //!   their reductions as plans of aclnn operators ([`reduce`]), float32 accumulation for the
 //!   narrow floats as on CPU.
-//! - Not yet: the collectives' stream forms and other host work on a stream (no host callback
-//!   is bound), low-precision transport (its codec runs on the host). Nothing here has run on
-//!   a device: `docs/ascend.md` says what was checked where.
+//! - Host work in stream order (the collectives' stream forms): blocking ACL host callbacks run
+//!   by a thread of each stream ([`host_work`]); the caller's own ACL streams adopted
+//!   ([`AscendComm::adopt_stream`]).
+//! - Not yet: low-precision transport (its codec runs on the host). Nothing here has run on a
+//!   device: `docs/ascend.md` says what was checked where.
 
 pub mod alloc;
 pub mod collectives;
 mod comm;
 pub mod dtype;
+pub mod host_work;
 pub mod ledger;
 pub mod pe;
 pub mod reduce;

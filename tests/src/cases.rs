@@ -8,13 +8,15 @@ use symm_core::{
     SymmBuffer,
 };
 
-use symm_core::stream::{StreamBackend, StreamCommunicator};
+use symm_core::stream::{StreamBackend, StreamCollectives, StreamCommunicator};
+use symm_core::{CollOptions, Collectives};
 
 use crate::coll_cases::{ring, world_of};
 use crate::gen::{draw, seed};
 
 /// Every case, by name (the multi-process binary takes one of these).
-pub const CASES: &[&str] = &["primitives", "signals", "ordering", "groups", "bad_input", "heap", "heap_sources"];
+pub const CASES: &[&str] =
+    &["primitives", "signals", "ordering", "groups", "bad_input", "heap", "heap_sources", "collectives_on_stream"];
 
 /// Runs case `name` (a primitive case or one of [`COLL_CASES`](crate::COLL_CASES)) on this
 /// rank.
@@ -30,6 +32,7 @@ pub fn run_case<C: symm_core::Collectives + StreamBackend>(name: &str, comm: &C)
         "bad_input" => bad_input(comm),
         "heap" => heap(comm),
         "heap_sources" => heap_sources(comm),
+        "collectives_on_stream" => collectives_on_stream(comm),
         other => panic!("unknown conformance case {other:?}; known: {CASES:?} and {:?}", crate::COLL_CASES),
     }
 }
@@ -129,6 +132,67 @@ pub fn heap_sources<C: Communicator + StreamBackend>(comm: &C) {
     comm.barrier_on(&stream, &world).expect("barrier_on").wait(None).expect("the stream's barrier");
     comm.barrier(&world).expect("barrier");
     for buf in [src, land, back, sig] {
+        comm.free(buf).expect("free");
+    }
+}
+
+/// The collectives' stream forms with every buffer in the heap, read and written only through
+/// the backend's copies (what a device backend runs as host work in stream order): an
+/// allreduce, then an allreduce that every member refuses (`avg` of int32), whose own work
+/// reports it while the stream goes on; an allgather on a second stream ordered after the first
+/// stream's work by an event (a group's collectives run one at a time on a rank); then a host
+/// allreduce of the group.
+pub fn collectives_on_stream<C: Collectives + StreamBackend>(comm: &C) {
+    let (me, world, n) = world_of(comm);
+    let len = 1000;
+    let opts = CollOptions::default();
+    let part = comm.alloc(&world, len, DType::F32).expect("alloc part");
+    let gathered = comm.alloc(&world, len * n, DType::F32).expect("alloc gathered");
+    let ints = comm.alloc(&world, 16, DType::I32).expect("alloc ints");
+    let fill = |buf: &SymmBuffer, data: &[u8]| {
+        // SAFETY: `data` holds the buffer's bytes; written before the barrier.
+        unsafe { comm.copy_to_heap(buf.heap_offset(), data.as_ptr(), data.len()) }.expect("copy_to_heap")
+    };
+    let f32_bytes = |v: f32, count: usize| -> Vec<u8> { (0..count).flat_map(|_| v.to_le_bytes()).collect() };
+    fill(&part, &f32_bytes(me as f32 + 1.0, len));
+    fill_mine(comm, &gathered, 0);
+    fill(&ints, &(0..16).flat_map(|_| (me as i32 + 1).to_le_bytes()).collect::<Vec<u8>>());
+    comm.barrier(&world).expect("barrier");
+
+    let (first, second) = (comm.create_stream().expect("create_stream"), comm.create_stream().expect("create_stream"));
+    let mine = |buf: &SymmBuffer| {
+        let ptr = comm.local_ptr(buf).expect("local_ptr");
+        // SAFETY: the caller's own copy of `buf`, which only the stream work below touches until
+        // it has completed (every work is waited for before the buffers are read or freed).
+        unsafe { LocalMut::from_raw(ptr, buf.len(), buf.dtype()) }
+    };
+    // SAFETY: as in `mine`.
+    let sum = unsafe { comm.allreduce_on(&first, &world, mine(&part), ReduceOp::Sum, &opts) }.expect("allreduce_on");
+    // SAFETY: as in `mine`.
+    let refused = unsafe { comm.allreduce_on(&first, &world, mine(&ints), ReduceOp::Avg, &opts) }.expect("enqueued");
+    comm.stream_wait_event(&second, &refused.event()).expect("stream_wait_event");
+    let input = comm.local_ref(&part).expect("local_ref");
+    // SAFETY: as in `mine`; `part` is only read from here on.
+    let gather = unsafe { comm.allgather_on(&second, &world, mine(&gathered), input, &opts) }.expect("allgather_on");
+    gather.wait(None).expect("the allgather after the event");
+    assert!(sum.is_completed().expect("allreduce"), "rank {me}: the event did not order the allgather after it");
+    let e = refused.wait(None).expect_err("an avg of int32 is refused");
+    assert!(
+        matches!(e, Error::InvalidArgument { .. } | Error::PeerRejected { .. }),
+        "rank {me}: the refused allreduce's work reports {e}"
+    );
+    assert_eq!(refused.wait(None).expect_err("again").to_string(), e.to_string(), "every wait says the same");
+    let total = (n * (n + 1) / 2) as f32;
+    assert_eq!(my_bytes(comm, &part), f32_bytes(total, len), "rank {me}: the stream's allreduce");
+    assert_eq!(my_bytes(comm, &gathered), f32_bytes(total, len * n), "rank {me}: the allgather after the event");
+    let ptr = comm.local_ptr(&ints).expect("local_ptr");
+    // SAFETY: `ints` is the caller's copy, untouched by the streams now that their work is over.
+    let host = unsafe { LocalMut::from_raw(ptr, 16, DType::I32) };
+    comm.allreduce(&world, host, ReduceOp::Max, &opts).expect("host allreduce after the streams");
+    let max: Vec<u8> = (0..16).flat_map(|_| (n as i32).to_le_bytes()).collect();
+    assert_eq!(my_bytes(comm, &ints), max, "rank {me}: the host allreduce (the refused one left the data alone)");
+    comm.barrier(&world).expect("barrier");
+    for buf in [part, gathered, ints] {
         comm.free(buf).expect("free");
     }
 }

@@ -20,7 +20,7 @@ use crate::gen::{draw, seed};
 /// buffer they give a call is a [`Mem`], and they ask for no low-precision transport there
 /// (its codec runs on the host). `scripts/ascend-check.sh` runs them on Ascend.
 pub const DEVICE_CASES: &[&str] =
-    &["heap_sources", "allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall"];
+    &["heap_sources", "collectives_on_stream", "allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall"];
 
 /// Whether every buffer of a [`Mem`] lives in the heap: where the heap is device memory (the
 /// local buffers must be too), or with `SYMM_TEST_HEAP_ONLY=1` (the same cases on the CPU).

@@ -9,12 +9,14 @@
 //! finalize ACL (torch_npu owns both in a PyTorch process, R13); a thread that issues work calls
 //! [`set_device`] first.
 
+mod callback;
 mod heap;
 mod ops;
 mod runtime;
 
 use std::sync::OnceLock;
 
+pub use callback::{launch as launch_callback, Reporter};
 pub use heap::{heap_request, ShmemHeap, Team};
 pub use ops::{binary, cast, divide, Elementwise, Scalar, Tensor, Workspace};
 pub use runtime::{

@@ -27,9 +27,13 @@ pub type aclrtEventRecordedStatus = u32;
 pub type aclDataType = i32;
 /// `enum aclFormat` (4 bytes, signed: `ACL_FORMAT_UNDEFINED` is -1).
 pub type aclFormat = i32;
+/// `enum aclrtCallbackBlockType` (4 bytes).
+pub type aclrtCallbackBlockType = u32;
+/// `typedef void (*aclrtCallback)(void *userData);` (nullable, as C's function pointers are).
+pub type aclrtCallback = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
 
 ffi_aliases!(ALIASES: aclError, aclrtStream, aclrtEvent, aclrtContext, aclrtMemcpyKind, aclrtMemMallocPolicy,
-    aclrtEventRecordedStatus, aclDataType, aclFormat);
+    aclrtEventRecordedStatus, aclDataType, aclFormat, aclrtCallbackBlockType, aclrtCallback);
 
 ffi_consts! { CONSTANTS:
     aclError {
@@ -59,6 +63,8 @@ ffi_consts! { CONSTANTS:
         /// `aclrtSynchronizeStreamWithTimeout` whose time ran out.
         ACL_ERROR_RT_STREAM_SYNC_TIMEOUT = 507046,
         ACL_ERROR_RT_EVENT_SYNC_TIMEOUT = 507047,
+        /// `aclrtProcessReport` whose time ran out with no callback to run.
+        ACL_ERROR_RT_REPORT_TIMEOUT = 507012,
     }
     aclrtMemcpyKind {
         ACL_MEMCPY_HOST_TO_HOST = 0,
@@ -74,6 +80,11 @@ ffi_consts! { CONSTANTS:
     aclrtEventRecordedStatus {
         ACL_EVENT_RECORDED_STATUS_NOT_READY = 0,
         ACL_EVENT_RECORDED_STATUS_COMPLETE = 1,
+    }
+    aclrtCallbackBlockType {
+        ACL_CALLBACK_NO_BLOCK = 0,
+        /// The stream's later work waits until the callback has returned.
+        ACL_CALLBACK_BLOCK = 1,
     }
     aclDataType {
         ACL_FLOAT = 0,
@@ -137,6 +148,18 @@ ffi_library! {
                 max_count: usize,
                 value: i32,
                 count: usize,
+                stream: aclrtStream,
+            ) -> aclError;
+            /// Binds the thread `thread_id` (a `pthread_t`) to run the host callbacks of `stream`.
+            fn aclrtSubscribeReport(thread_id: u64, stream: aclrtStream) -> aclError;
+            fn aclrtUnSubscribeReport(thread_id: u64, stream: aclrtStream) -> aclError;
+            /// Runs, on the calling (subscribed) thread, the callbacks whose streams reached them;
+            /// waits at most `timeout_ms` (-1: forever) for one.
+            fn aclrtProcessReport(timeout_ms: i32) -> aclError;
+            fn aclrtLaunchCallback(
+                f: aclrtCallback,
+                user_data: *mut c_void,
+                block_type: aclrtCallbackBlockType,
                 stream: aclrtStream,
             ) -> aclError;
         }
