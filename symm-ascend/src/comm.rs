@@ -241,31 +241,6 @@ impl AscendComm {
         self.inner.device
     }
 
-    /// The caller's ACL stream `raw` (an `aclrtStream`, e.g. torch_npu's
-    /// `current_stream().npu_stream`) as a stream of this communicator, so that symm's work is
-    /// ordered with the caller's on it. The same handle always gives the same stream; null is
-    /// refused (it means SHMEM's internal stream). The stream stays the caller's: it is never
-    /// destroyed here.
-    ///
-    /// # Safety
-    /// `raw` is a live stream of this rank's device for as long as the communicator lives.
-    pub unsafe fn adopt_stream(&self, raw: *mut std::ffi::c_void) -> Result<Stream> {
-        let mut streams = self.inner.streams.lock().unwrap_or_else(|p| p.into_inner());
-        let id = match streams.iter().position(|s| s.stream.raw() == raw) {
-            Some(id) => id,
-            None => {
-                // SAFETY: live for the communicator's life (the contract).
-                let borrowed = unsafe { safe::Stream::borrowed(raw) }.map_err(|e| Error::InvalidArgument {
-                    rank: self.inner.rank,
-                    source: symm_core::ArgError::invalid("stream", format!("{raw:p}"), e.to_string()),
-                })?;
-                streams.push(Arc::new(StreamSlot::new(borrowed)));
-                streams.len() - 1
-            }
-        };
-        Ok(Stream::from_parts(self.inner.instance_id, id as u32))
-    }
-
     /// This rank's use of its heap.
     pub fn heap_stats(&self) -> HeapStats {
         let ranges = self.inner.ranges.lock().unwrap_or_else(|p| p.into_inner());
@@ -697,6 +672,25 @@ impl StreamBackend for AscendComm {
         let mut streams = self.inner.streams.lock().unwrap_or_else(|p| p.into_inner());
         streams.push(Arc::new(StreamSlot::new(stream)));
         Ok(Stream::from_parts(self.inner.instance_id, (streams.len() - 1) as u32))
+    }
+
+    /// `raw` is an `aclrtStream` (torch_npu's `current_stream().npu_stream`); null is refused
+    /// (it means SHMEM's internal stream, unordered with the caller's work).
+    unsafe fn adopt_stream(&self, raw: *mut std::ffi::c_void) -> Result<Stream> {
+        let mut streams = self.inner.streams.lock().unwrap_or_else(|p| p.into_inner());
+        let id = match streams.iter().position(|s| s.stream.raw() == raw) {
+            Some(id) => id,
+            None => {
+                // SAFETY: live for the communicator's life (the contract).
+                let borrowed = unsafe { safe::Stream::borrowed(raw) }.map_err(|e| Error::InvalidArgument {
+                    rank: self.inner.rank,
+                    source: symm_core::ArgError::invalid("stream", format!("{raw:p}"), e.to_string()),
+                })?;
+                streams.push(Arc::new(StreamSlot::new(borrowed)));
+                streams.len() - 1
+            }
+        };
+        Ok(Stream::from_parts(self.inner.instance_id, id as u32))
     }
 
     /// A blocking host callback on the stream ([`crate::host_work`]): the task runs on the

@@ -21,7 +21,7 @@
 //!   narrow floats as on CPU.
 //! - Host work in stream order (the collectives' stream forms): blocking ACL host callbacks run
 //!   by a thread of each stream ([`host_work`]); the caller's own ACL streams adopted
-//!   ([`AscendComm::adopt_stream`]).
+//!   (`StreamBackend::adopt_stream`).
 //! - Not yet: low-precision transport (its codec runs on the host). Nothing here has run on a
 //!   device: `docs/ascend.md` says what was checked where.
 

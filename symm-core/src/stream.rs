@@ -106,6 +106,23 @@ pub trait StreamBackend: Backend + Sized {
     /// A new stream of this rank.
     fn create_stream(&self) -> Result<Stream>;
 
+    /// The platform's own queue `raw` (a device stream handle the caller's framework owns, such
+    /// as torch_npu's current stream) as a stream of this rank, so that work enqueued on it is
+    /// ordered with the framework's. The same handle gives the same stream; the backend never
+    /// destroys it. Optional: a backend without device queues answers `Unsupported` (the
+    /// default).
+    ///
+    /// # Safety
+    /// `raw` is a live queue of this rank's device for as long as the communicator lives.
+    unsafe fn adopt_stream(&self, raw: *mut std::ffi::c_void) -> Result<Stream> {
+        let _ = raw;
+        Err(Error::Unsupported {
+            rank: self.rank(),
+            backend: self.backend_name(),
+            what: "adopting a platform stream (this backend's streams are its own: use create_stream)".into(),
+        })
+    }
+
     /// Enqueues `task` as operation `op` (its name in messages) on `stream`; returns its
     /// completion event. `group`: the group of a collective or barrier, whose host collectives
     /// and barriers then wait for it (see the module's contract); `None` for one-sided work.

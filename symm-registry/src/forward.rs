@@ -207,6 +207,7 @@ impl Collectives for Comm {
 impl StreamBackend for Comm {
     forward! {
         fn create_stream(&self) -> Result<Stream>;
+        unsafe fn adopt_stream(&self, raw: *mut std::ffi::c_void) -> Result<Stream>;
         fn record_event(&self, stream: &Stream) -> Result<Event>;
         fn stream_wait_event(&self, stream: &Stream, event: &Event) -> Result<()>;
         fn query_event(&self, event: &Event) -> Result<bool>;

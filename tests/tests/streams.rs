@@ -227,3 +227,14 @@ fn a_stream_of_another_communicator_is_refused() {
     });
     assert_eq!(streams.get_mut().unwrap().len(), 2);
 }
+
+#[test]
+fn a_platform_stream_is_unsupported_on_the_cpu_backend() {
+    ranks(1, 0, |c| {
+        let mut queue = 0u8;
+        // SAFETY: the backend refuses before it could use the handle.
+        let e = unsafe { c.adopt_stream((&raw mut queue).cast()) }.unwrap_err();
+        assert!(matches!(e, Error::Unsupported { backend: "sim", .. }), "{e}");
+        assert!(e.to_string().contains("adopting a platform stream"), "{e}");
+    });
+}
