@@ -5,18 +5,19 @@
 //! second framework (MindSpore) needs no change here. Every check that can name an argument is
 //! done here, with the names of the Python API, so every framework gets the same messages.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple, PyType};
+use symm_core::backend::MemorySpace;
 use symm_core::bootstrap::JobSecret;
 use symm_core::buffer::{check_dtype, check_range};
 use symm_core::{
-    ArgError, AtRank, Backend, Bootstrap, CmpOp, Communicator, DType, Error, Group, GroupError, HeapError, LocalMut,
-    LocalRef, Rank, SignalOp, StreamCommunicator, SymmBuffer, SymmetricHeap,
+    ArgError, AtRank, Backend, Bootstrap, CmpOp, Communicator, DType, Error, Event, Group, GroupError, HeapError,
+    LocalMut, LocalRef, Rank, SignalOp, Stream, StreamBackend, StreamCommunicator, SymmBuffer, SymmetricHeap,
 };
 use symm_registry::{BackendControl, Comm, CommConfig};
 
@@ -225,6 +226,73 @@ impl PyCommunicator {
         &self.sh.comm
     }
 
+    /// The device type of the memory this communicator moves, as the platform names it: `"cpu"`
+    /// for a host heap, `"npu"` for the Ascend backend's device heap.
+    pub(crate) fn device_type(&self) -> &'static str {
+        match (self.comm().heap_space(), self.comm().backend_name()) {
+            (MemorySpace::Host, _) => "cpu",
+            (MemorySpace::Device, "ascend") => "npu",
+            (MemorySpace::Device, other) => other,
+        }
+    }
+
+    /// The stream a call runs on: for a device communicator, the caller's `stream` (the
+    /// platform's current stream as an address, which every call on device memory passes),
+    /// adopted, so that the call is ordered with the caller's own device work; `None` for the
+    /// CPU backend, whose calls take no stream.
+    pub(crate) fn caller_stream(&self, py: Python<'_>, stream: Option<usize>) -> PyResult<Option<Stream>> {
+        let me = self.rank_id();
+        match (self.comm().heap_space(), stream) {
+            (MemorySpace::Host, None) => Ok(None),
+            (MemorySpace::Host, Some(raw)) => Err(invalid(
+                py,
+                me,
+                "stream",
+                format!("{raw:#x}"),
+                "the CPU backend runs its calls on its own streams: pass no stream",
+            )),
+            (MemorySpace::Device, None) => Err(invalid(
+                py,
+                me,
+                "stream",
+                "None",
+                "a call on device memory runs on the caller's stream (the platform's current stream): pass it",
+            )),
+            (MemorySpace::Device, Some(raw)) => {
+                // SAFETY: the platform's streams (torch_npu's default and pooled streams) live as
+                // long as the process's device context, which outlives the communicator; a null
+                // handle is refused by the backend.
+                unsafe { self.comm().adopt_stream(raw as *mut c_void) }.map(Some).py(py)
+            }
+        }
+    }
+
+    /// A call on device memory, enqueued by `enqueue` on the caller's `stream`: with `held`
+    /// (`async_op`), an asynchronous operation whose work holds those tensors; otherwise the
+    /// call waits for it with the GIL released and raises its error, so that it returns once
+    /// the data has moved, as on the CPU, and in the caller's stream order.
+    #[allow(clippy::too_many_arguments)] // the operation, its stream, tensors and enqueue
+    pub(crate) fn run_on_stream(
+        slf: &Bound<'_, Self>,
+        py: Python<'_>,
+        stream: Stream,
+        op: &'static str,
+        held: Option<Vec<Held>>,
+        outputs: &[&str],
+        enqueue: impl FnOnce(&Comm, &Stream) -> symm_core::Result<Event>,
+    ) -> PyResult<Option<Py<PyWork>>> {
+        let this = slf.get();
+        if let Some(held) = held {
+            return this.asyncs().start_on(slf, Some(stream), op, held, outputs, enqueue).map(Some);
+        }
+        let comm = this.comm();
+        let event = enqueue(comm, &stream).py(py)?;
+        // Twice the bound of the operation's own waits, which fail first with what they waited
+        // for: this one only catches a stream that never reaches the operation.
+        let bound = comm.default_timeout().saturating_mul(2);
+        py.detach(|| comm.synchronize_event(&event, bound)).py(py).map(|()| None)
+    }
+
     pub(crate) fn rank_id(&self) -> Rank {
         self.sh.comm.rank()
     }
@@ -267,12 +335,18 @@ impl PyCommunicator {
         let rank = self.rank_id();
         let Desc(ptr, len, dtype, contiguous, device, layout, storage) = d;
         let at = entry.map(|i| format!("entry {i}: ")).unwrap_or_default();
-        if device != "cpu" {
+        let mine = self.device_type();
+        if device != mine {
+            let moves = if mine == "cpu" {
+                "this backend moves host memory: pass CPU tensors".to_string()
+            } else {
+                format!("this communicator moves {mine} memory: every tensor of a call on one device")
+            };
             let err = Error::Unsupported {
                 rank,
                 backend: self.comm().backend_name(),
                 what: format!(
-                    "{arg}{} on device {device:?} (this backend moves host memory: pass CPU tensors)",
+                    "{arg}{} on device {device:?} ({moves})",
                     entry.map(|i| format!("[{i}]")).unwrap_or_default()
                 ),
             };
@@ -406,10 +480,16 @@ impl PyCommunicator {
         self.comm().heap_size()
     }
 
-    /// The backend's name (`"sim"`: CPU shared memory).
+    /// The backend's name (`"sim"`: CPU shared memory; `"ascend"`).
     #[getter]
     fn backend(&self) -> &'static str {
         self.comm().backend_name()
+    }
+
+    /// The device type of the tensors it moves, as the platform names it (`"cpu"`, `"npu"`).
+    #[getter]
+    fn device(&self) -> &'static str {
+        self.device_type()
     }
 
     /// The bound of waits given no timeout, in seconds (`SYMMETRIC_MEMORY_TIMEOUT`).
@@ -566,9 +646,20 @@ impl PyCommunicator {
 
     /// Blocks until every member of `group` has called `barrier`; everything issued before it
     /// by any member is then visible to every member.
-    fn barrier(&self, py: Python<'_>, group: &Bound<'_, PyGroup>) -> PyResult<()> {
+    #[pyo3(signature = (group, stream=None))]
+    fn barrier(
+        slf: &Bound<'_, Self>,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        stream: Option<usize>,
+    ) -> PyResult<()> {
+        let this = slf.get();
         let g = &group.get().g;
-        let comm = self.comm();
+        if let Some(s) = this.caller_stream(py, stream)? {
+            let enqueue = |c: &Comm, s: &Stream| c.barrier_on(s, g).map(|w| w.event());
+            return Self::run_on_stream(slf, py, s, "barrier", None, &[], enqueue).map(drop);
+        }
+        let comm = this.comm();
         py.detach(|| comm.barrier(g)).py(py)
     }
 
@@ -577,7 +668,7 @@ impl PyCommunicator {
     /// with `hold` (the tensors `src`, then `target`, which the work holds), at once with the
     /// work of the copy, enqueued on the communicator's stream.
     #[allow(clippy::too_many_arguments)] // shmem_put's six arguments plus the group and hold
-    #[pyo3(signature = (group, target, target_offset, src, src_offset, size, target_rank, hold=None))]
+    #[pyo3(signature = (group, target, target_offset, src, src_offset, size, target_rank, hold=None, stream=None))]
     fn put(
         slf: &Bound<'_, Self>,
         py: Python<'_>,
@@ -589,22 +680,25 @@ impl PyCommunicator {
         size: &Bound<'_, PyAny>,
         target_rank: &Bound<'_, PyAny>,
         hold: Option<Vec<Bound<'_, PyAny>>>,
+        stream: Option<usize>,
     ) -> PyResult<Option<Py<PyWork>>> {
         let this = slf.get();
         let g = &group.get().g;
         let x = this.transfer(py, g, &target, target_offset, &src, src_offset, size, target_rank)?;
         let comm = this.comm();
+        let (to, so, n, tr) = (x.target_offset, x.src_offset, x.size, x.target_rank as usize);
+        let enqueue = |c: &Comm, s: &Stream| {
+            // SAFETY: `x.src` describes the `src` tensor, which the work holds (or the caller,
+            // while the call waits for it) until the copy has completed (the caller neither
+            // writes nor resizes it meanwhile: the contract of an operation in flight); the copy
+            // only reads it.
+            unsafe { c.put_on(s, g, &x.target, to, x.src.reader(), so, n, tr) }.map(|w| w.event())
+        };
+        if let Some(s) = this.caller_stream(py, stream)? {
+            return Self::run_on_stream(slf, py, s, "put", hold.map(|h| this.held(h, x.src)), &["src"], enqueue);
+        }
         if let Some(hold) = hold {
-            let (to, so, n, tr) = (x.target_offset, x.src_offset, x.size, x.target_rank as usize);
-            return this
-                .asyncs()
-                .start(slf, "put", this.held(hold, x.src), &["src"], |c, s| {
-                    // SAFETY: `x.src` describes the `src` tensor, which the work holds until the copy
-                    // has completed (the caller neither writes nor resizes it meanwhile: the
-                    // contract of an operation in flight); the copy only reads it.
-                    unsafe { c.put_on(s, g, &x.target, to, x.src.reader(), so, n, tr) }.map(|w| w.event())
-                })
-                .map(Some);
+            return this.asyncs().start(slf, "put", this.held(hold, x.src), &["src"], enqueue).map(Some);
         }
         py.detach(|| {
             // SAFETY: `x.src` describes the `src` tensor, held by the caller for this call (the
@@ -621,7 +715,7 @@ impl PyCommunicator {
     /// HyperParallel's `shmem_get`). Returns once the data is in `src`; with `hold`, at once
     /// with its work (as `put`).
     #[allow(clippy::too_many_arguments)] // shmem_get's six arguments plus the group and hold
-    #[pyo3(signature = (group, target, target_offset, src, src_offset, size, target_rank, hold=None))]
+    #[pyo3(signature = (group, target, target_offset, src, src_offset, size, target_rank, hold=None, stream=None))]
     fn get(
         slf: &Bound<'_, Self>,
         py: Python<'_>,
@@ -633,22 +727,24 @@ impl PyCommunicator {
         size: &Bound<'_, PyAny>,
         target_rank: &Bound<'_, PyAny>,
         hold: Option<Vec<Bound<'_, PyAny>>>,
+        stream: Option<usize>,
     ) -> PyResult<Option<Py<PyWork>>> {
         let this = slf.get();
         let g = &group.get().g;
         let x = this.transfer(py, g, &target, target_offset, &src, src_offset, size, target_rank)?;
         let comm = this.comm();
+        let (to, so, n, tr) = (x.target_offset, x.src_offset, x.size, x.target_rank as usize);
+        let enqueue = |c: &Comm, s: &Stream| {
+            // SAFETY: `x.src` describes the `src` tensor, which the work holds (or the caller,
+            // while the call waits for it), and which nothing else uses, until the copy into it
+            // has completed (the contract of an operation in flight).
+            unsafe { c.get_on(s, g, x.src.writer(), so, &x.target, to, n, tr) }.map(|w| w.event())
+        };
+        if let Some(s) = this.caller_stream(py, stream)? {
+            return Self::run_on_stream(slf, py, s, "get", hold.map(|h| this.held(h, x.src)), &["src"], enqueue);
+        }
         if let Some(hold) = hold {
-            let (to, so, n, tr) = (x.target_offset, x.src_offset, x.size, x.target_rank as usize);
-            return this
-                .asyncs()
-                .start(slf, "get", this.held(hold, x.src), &["src"], |c, s| {
-                    // SAFETY: `x.src` describes the `src` tensor, which the work holds, and which
-                    // nothing else uses, until the copy into it has completed (the contract of an
-                    // operation in flight).
-                    unsafe { c.get_on(s, g, x.src.writer(), so, &x.target, to, n, tr) }.map(|w| w.event())
-                })
-                .map(Some);
+            return this.asyncs().start(slf, "get", this.held(hold, x.src), &["src"], enqueue).map(Some);
         }
         py.detach(|| {
             // SAFETY: `x.src` describes the `src` tensor, held by the caller for this call (the
@@ -664,9 +760,9 @@ impl PyCommunicator {
     /// Atomically sets (`signal_op` 0 / `"set"`) or adds (1 / `"add"`) `signal_value` to
     /// `target_rank`'s word `signal[signal_offset]` (an int32 or int64 symmetric tensor).
     #[allow(clippy::too_many_arguments)] // shmem_signal_op's five arguments plus the group
-    #[pyo3(signature = (group, signal, signal_offset, signal_value, signal_op, target_rank))]
+    #[pyo3(signature = (group, signal, signal_offset, signal_value, signal_op, target_rank, stream=None))]
     fn signal_op(
-        &self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         group: &Bound<'_, PyGroup>,
         signal: Desc,
@@ -674,23 +770,29 @@ impl PyCommunicator {
         signal_value: &Bound<'_, PyAny>,
         signal_op: &Bound<'_, PyAny>,
         target_rank: &Bound<'_, PyAny>,
+        stream: Option<usize>,
     ) -> PyResult<()> {
-        let me = self.rank_id();
+        let this = slf.get();
+        let me = this.rank_id();
         let g = &group.get().g;
-        let sig = self.symmetric(py, &signal, "signal")?;
+        let sig = this.symmetric(py, &signal, "signal")?;
         let off = count_arg(py, me, "signal_offset", signal_offset)?;
         let value = int_arg(py, me, "signal_value", signal_value)?;
         let op = code_arg(py, me, "signal_op", signal_op, SignalOp::from_code)?;
         let tr = int_arg(py, me, "target_rank", target_rank)?;
         let tr = group_rank(py, me, g, tr)?;
-        self.comm().signal_op(g, &sig, off, value, op, tr).py(py)
+        if let Some(s) = this.caller_stream(py, stream)? {
+            let enqueue = |c: &Comm, s: &Stream| c.signal_op_on(s, g, &sig, off, value, op, tr).map(|w| w.event());
+            return Self::run_on_stream(slf, py, s, "signal_op", None, &[], enqueue).map(drop);
+        }
+        this.comm().signal_op(g, &sig, off, value, op, tr).py(py)
     }
 
     /// `put`, then `signal_op` on the same target rank; the data is visible to the target
     /// before the signal is. With `hold` (`src`, `target`, `signal`), at once with its work
     /// (as `put`).
     #[allow(clippy::too_many_arguments)] // shmem_put_with_signal's ten arguments plus the group and hold
-    #[pyo3(signature = (group, target, target_offset, src, src_offset, size, signal, signal_offset, signal_value, signal_op, target_rank, hold=None))]
+    #[pyo3(signature = (group, target, target_offset, src, src_offset, size, signal, signal_offset, signal_value, signal_op, target_rank, hold=None, stream=None))]
     fn put_with_signal(
         slf: &Bound<'_, Self>,
         py: Python<'_>,
@@ -706,6 +808,7 @@ impl PyCommunicator {
         signal_op: &Bound<'_, PyAny>,
         target_rank: &Bound<'_, PyAny>,
         hold: Option<Vec<Bound<'_, PyAny>>>,
+        stream: Option<usize>,
     ) -> PyResult<Option<Py<PyWork>>> {
         let this = slf.get();
         let me = this.rank_id();
@@ -716,18 +819,18 @@ impl PyCommunicator {
         let value = int_arg(py, me, "signal_value", signal_value)?;
         let op = code_arg(py, me, "signal_op", signal_op, SignalOp::from_code)?;
         let comm = this.comm();
+        let (to, so, n, tr) = (x.target_offset, x.src_offset, x.size, x.target_rank as usize);
+        let enqueue = |c: &Comm, s: &Stream| {
+            // SAFETY: as in `put`.
+            unsafe { c.put_with_signal_on(s, g, &x.target, to, x.src.reader(), so, n, &sig, off, value, op, tr) }
+                .map(|w| w.event())
+        };
+        if let Some(s) = this.caller_stream(py, stream)? {
+            let held = hold.map(|h| this.held(h, x.src));
+            return Self::run_on_stream(slf, py, s, "put_with_signal", held, &["src"], enqueue);
+        }
         if let Some(hold) = hold {
-            let (to, so, n, tr) = (x.target_offset, x.src_offset, x.size, x.target_rank as usize);
-            return this
-                .asyncs()
-                .start(slf, "put_with_signal", this.held(hold, x.src), &["src"], |c, s| {
-                    // SAFETY: as in `put`.
-                    unsafe {
-                        c.put_with_signal_on(s, g, &x.target, to, x.src.reader(), so, n, &sig, off, value, op, tr)
-                    }
-                    .map(|w| w.event())
-                })
-                .map(Some);
+            return this.asyncs().start(slf, "put_with_signal", this.held(hold, x.src), &["src"], enqueue).map(Some);
         }
         py.detach(|| {
             // SAFETY: as in `put`: `x.src` describes the caller's tensor `src`, only read.
@@ -742,9 +845,9 @@ impl PyCommunicator {
     /// Blocks until this rank's `signal[signal_offset] <compare_op> compare_value` holds, or
     /// `timeout` passes (Timeout). Does not change the signal. Returns the value seen.
     #[allow(clippy::too_many_arguments)] // shmem_wait_for_signal's arguments plus group and timeout
-    #[pyo3(signature = (group, signal, signal_offset, compare_value, compare_op, timeout=None))]
+    #[pyo3(signature = (group, signal, signal_offset, compare_value, compare_op, timeout=None, stream=None))]
     fn wait_for_signal(
-        &self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         group: &Bound<'_, PyGroup>,
         signal: Desc,
@@ -752,16 +855,33 @@ impl PyCommunicator {
         compare_value: &Bound<'_, PyAny>,
         compare_op: &Bound<'_, PyAny>,
         timeout: Option<&Bound<'_, PyAny>>,
+        stream: Option<usize>,
     ) -> PyResult<i64> {
-        let me = self.rank_id();
+        let this = slf.get();
+        let me = this.rank_id();
         let g = &group.get().g;
         g.member().at(me).py(py)?;
-        let sig = self.symmetric(py, &signal, "signal")?;
+        let sig = this.symmetric(py, &signal, "signal")?;
         let off = count_arg(py, me, "signal_offset", signal_offset)?;
         let value = int_arg(py, me, "compare_value", compare_value)?;
         let cmp = code_arg(py, me, "compare_op", compare_op, CmpOp::from_code)?;
         let timeout = timeout_arg(py, me, timeout)?;
-        let comm = self.comm();
+        if let Some(s) = this.caller_stream(py, stream)? {
+            // On the caller's stream, then the word as it stands once the stream has passed.
+            let enqueue = |c: &Comm, s: &Stream| c.wait_until_on(s, &sig, off, cmp, value, timeout).map(|w| w.event());
+            Self::run_on_stream(slf, py, s, "wait_until", None, &[], enqueue)?;
+            let mut seen = [0u8; 8];
+            let bytes = sig.dtype().size();
+            let at = sig.heap_offset() + off * bytes;
+            // SAFETY: `seen` holds `bytes` (4 or 8) bytes; the word lies in this rank's heap.
+            unsafe { this.comm().copy_from_heap(at, seen.as_mut_ptr(), bytes) }.py(py)?;
+            return Ok(if bytes == 4 {
+                i64::from(i32::from_le_bytes([seen[0], seen[1], seen[2], seen[3]]))
+            } else {
+                i64::from_le_bytes(seen)
+            });
+        }
+        let comm = this.comm();
         py.detach(|| comm.wait_until(&sig, off, cmp, value, timeout)).py(py)
     }
 
@@ -932,7 +1052,14 @@ impl HeapBlock {
         PyGroup { g: self.group.clone() }
     }
 
-    /// Exports this rank's copy as writable bytes (format `B`).
+    /// The device type of its memory, as the platform names it (`"cpu"`, `"npu"`).
+    #[getter]
+    fn device(&self) -> &'static str {
+        PyCommunicator { sh: self.sh.clone() }.device_type()
+    }
+
+    /// Exports this rank's copy as writable bytes (format `B`); host memory only (a device's
+    /// memory is wrapped by the platform from `ptr`).
     ///
     /// # Safety
     /// Called by the interpreter with a `view` to fill (or null).
@@ -942,6 +1069,12 @@ impl HeapBlock {
             return Err(PyBufferError::new_err("the buffer view is null"));
         }
         let this = slf.get();
+        if this.sh.comm.heap_space() != MemorySpace::Host {
+            return Err(PyBufferError::new_err(format!(
+                "{} is device memory: the host cannot read it through a buffer",
+                this.__repr__()
+            )));
+        }
         let len = isize::try_from(this.nbytes()).map_err(|_| PyBufferError::new_err("block too large"))?;
         let buf = this.addr();
         // SAFETY: `view` is non-null and points to a Py_buffer the interpreter gives us to fill.
@@ -1015,12 +1148,17 @@ impl Drop for HeapBlock {
 ///         new for every `init` on the same store.
 ///     secret: the job secret that authenticates the records (the same on every rank, at
 ///         least 16 bytes); `SYMM_JOB_SECRET`, when set, takes its place. None: unauthenticated.
+///     backend: the backend by name (`"sim"`, `"ascend"`; see `BACKENDS`); None: `SYMM_BACKEND`,
+///         else the first compiled in.
+///     device: the device a device backend runs on (the framework's current device); None: the
+///         rank's place among the ranks of its host.
 ///
 /// Returns:
 ///     Communicator: heap size from `SYMMETRIC_MEMORY_HEAP_SIZE`, wait bound from
 ///     `SYMMETRIC_MEMORY_TIMEOUT`.
 #[pyfunction]
-#[pyo3(signature = (rank, world_size, store, *, prefix = "symm", secret = None))]
+#[pyo3(signature = (rank, world_size, store, *, prefix = "symm", secret = None, backend = None, device = None))]
+#[allow(clippy::too_many_arguments)] // the job, the store and the communicator's options
 pub fn init(
     py: Python<'_>,
     rank: i64,
@@ -1028,6 +1166,8 @@ pub fn init(
     store: &Bound<'_, PyAny>,
     prefix: &str,
     secret: Option<&[u8]>,
+    backend: Option<&str>,
+    device: Option<i32>,
 ) -> PyResult<PyCommunicator> {
     let n = usize::try_from(world_size).ok().filter(|&n| n > 0 && u32::try_from(n).is_ok());
     let Some(n) = n else {
@@ -1047,7 +1187,13 @@ pub fn init(
         }
     };
     let config = match CommConfig::from_env().at(me) {
-        Ok(c) => c,
+        Ok(mut c) => {
+            if let Some(name) = backend {
+                c.settings.backend = Some(name.to_string());
+            }
+            c.device = device;
+            c
+        }
         Err(e) => {
             // Tell the peers, whose waits would otherwise last their whole timeout.
             let boot = Bootstrap::new(me, n, store, prefix, symm_core::env::DEFAULT_TIMEOUT).with_secret(secret);

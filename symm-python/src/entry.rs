@@ -179,12 +179,20 @@ impl Kind {
     pub(crate) fn call(self, py: Python<'_>, a: &Args<'_, '_>) -> PyResult<Py<PyAny>> {
         static API: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
         let api = API.get_or_try_init(py, || py.import("symm._api").map(Bound::unbind))?.bind(py);
-        let st = api.call_method0(intern!(py, "_current"))?;
         let param = |name| self.params().iter().position(|p| *p == name).and_then(|i| a[i]).map(|v| v.to_owned());
+        // The runtime of the device the call's tensors are on (the CPU's, or a device's).
+        let st = api.call_method1(intern!(py, "_current_for"), (param(self.profiled()),))?;
         let group = param("group").unwrap_or_else(|| py.None().into_bound(py));
         let g = api.call_method1(intern!(py, "_native_group"), (&st, &group))?.cast_into::<PyGroup>()?;
         let comm = st.getattr(intern!(py, "comm"))?.cast_into::<PyCommunicator>()?;
         comm.get().member_of(py, g.get().group())?;
+        // A device communicator's calls run on the caller's current stream.
+        let stream = if comm.get().device_type() == "cpu" {
+            None
+        } else {
+            let raw = api.call_method1(intern!(py, "_device_stream"), (&st,))?.extract::<usize>()?;
+            comm.get().caller_stream(py, Some(raw))?
+        };
         let async_op = match param("async_op") {
             Some(v) => v.is_truthy()?,
             None => false,
@@ -201,7 +209,7 @@ impl Kind {
         if open {
             range.call_method0(intern!(py, "__enter__"))?;
         }
-        let full = Full { kind: self, api, st, comm, group: g, async_op, held: RefCell::new(Vec::new()) };
+        let full = Full { kind: self, api, st, comm, group: g, async_op, stream, held: RefCell::new(Vec::new()) };
         let r = self.full(py, &full, a);
         if open {
             range.call_method1(intern!(py, "__exit__"), (py.None(), py.None(), py.None()))?;
@@ -223,6 +231,8 @@ pub(crate) struct Full<'py> {
     group: Bound<'py, PyGroup>,
     /// `async_op=True`: the call enqueues the operation and returns its work.
     async_op: bool,
+    /// A device communicator's call: the caller's stream it runs on.
+    stream: Option<Stream>,
     /// The tensors converted so far, which an asynchronous call holds until it completes.
     held: RefCell<Vec<Held>>,
 }
@@ -257,6 +267,11 @@ impl<'py> Full<'py> {
         enqueue: impl FnOnce(&Comm, &Stream, &Group) -> symm_core::Result<Event>,
     ) -> PyResult<Option<Py<PyWork>>> {
         let (py, g) = (self.comm.py(), self.group());
+        if let Some(s) = self.stream {
+            let held = self.async_op.then(|| self.held.take());
+            let op = self.kind.op().name();
+            return PyCommunicator::run_on_stream(&self.comm, py, s, op, held, outputs, |c, s| enqueue(c, s, g));
+        }
         if !self.async_op {
             let (asyncs, comm) = (self.comm().asyncs(), self.comm().comm());
             if asyncs.any() {

@@ -48,6 +48,9 @@ use pyo3::prelude::*;
 fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("DTYPES", comm::dtype_names(m.py())?)?;
+    // The backends this build has (cargo features of symm-registry), in their default order.
+    let backends: Vec<&str> = symm_registry::BackendKind::COMPILED.iter().map(|k| k.name()).collect();
+    m.add("BACKENDS", backends)?;
     m.add("SHIM_FUNCTIONS", tensor::SHIM_FUNCTIONS.to_vec())?;
     m.add("COLLECTIVES", ops::table(m.py())?)?;
     m.add_class::<comm::PyCommunicator>()?;

@@ -170,9 +170,26 @@ impl AsyncOps {
         outputs: &[&str],
         enqueue: impl FnOnce(&Comm, &Stream) -> symm_core::Result<Event>,
     ) -> PyResult<Py<PyWork>> {
+        self.start_on(comm_obj, None, op, held, outputs, enqueue)
+    }
+
+    /// [`AsyncOps::start`] on `on` (a device communicator's caller stream), or on the
+    /// communicator's own stream when `None`.
+    pub(crate) fn start_on(
+        &self,
+        comm_obj: &Bound<'_, PyCommunicator>,
+        on: Option<Stream>,
+        op: &'static str,
+        held: Vec<Held>,
+        outputs: &[&str],
+        enqueue: impl FnOnce(&Comm, &Stream) -> symm_core::Result<Event>,
+    ) -> PyResult<Py<PyWork>> {
         let py = comm_obj.py();
         let comm = comm_obj.get().comm();
-        let stream = self.stream(comm).py(py)?;
+        let stream = match on {
+            Some(s) => s,
+            None => self.stream(comm).py(py)?,
+        };
         let event = enqueue(comm, &stream).py(py)?;
         let result: Vec<Py<PyAny>> = outputs
             .iter()

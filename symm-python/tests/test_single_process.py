@@ -85,6 +85,25 @@ def test_native_init_through_a_python_store(monkeypatch):
     assert all(k.startswith("t1/") for k in store.data), list(store.data)
 
 
+def test_the_backend_is_chosen_by_name_and_the_cpu_one_takes_no_stream(monkeypatch):
+    monkeypatch.setenv("SYMMETRIC_MEMORY_HEAP_SIZE", "1M")
+    monkeypatch.setenv("SYMMETRIC_MEMORY_TIMEOUT", "5")
+    assert _symm.BACKENDS[0] == "sim"
+    comm = _symm.init(0, 1, DictStore(), prefix="b1", backend="sim")
+    assert (comm.backend, comm.device) == ("sim", "cpu")
+    # Streams are a device communicator's (the caller's current stream): the CPU refuses one.
+    with pytest.raises(symm.InvalidArgument, match="stream = 0x10: the CPU backend runs its calls on its own"):
+        comm.barrier(comm.world, stream=0x10)
+    block = comm.alloc(comm.world, 4, "float32")
+    assert block.device == "cpu" and len(memoryview(block)) == 16
+    with pytest.raises(symm.BootstrapError) as e:
+        _symm.init(0, 1, DictStore(), prefix="b2", backend="nope")
+    assert "SYMM_BACKEND" in str(e.value) and "nope" in str(e.value) and "known: sim, ascend" in str(e.value)
+    if "ascend" not in _symm.BACKENDS:
+        with pytest.raises(symm.BootstrapError, match="backend ascend is not compiled in"):
+            _symm.init(0, 1, DictStore(), prefix="b3", backend="ascend")
+
+
 def test_store_waits_are_bounded_and_reported(monkeypatch):
     monkeypatch.setenv("SYMMETRIC_MEMORY_TIMEOUT", "0.5")
     t0 = time.monotonic()

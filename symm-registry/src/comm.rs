@@ -81,8 +81,8 @@ impl BackendControl for AscendComm {
 
 /// The Ascend backend's start-up settings: the device is the rank's place on its host.
 #[cfg(feature = "ascend")]
-pub(crate) fn ascend_config(settings: symm_core::config::Config) -> AscendConfig {
-    AscendConfig { settings, device: None }
+pub(crate) fn ascend_config(settings: symm_core::config::Config, device: Option<i32>) -> AscendConfig {
+    AscendConfig { settings, device }
 }
 
 impl Comm {
@@ -102,7 +102,9 @@ impl Comm {
             #[cfg(feature = "sim")]
             BackendKind::Sim => SimComm::init(boot, SimConfig::from_settings(config.settings)).map(Comm::Sim),
             #[cfg(feature = "ascend")]
-            BackendKind::Ascend => AscendComm::init(boot, ascend_config(config.settings)).map(Comm::Ascend),
+            BackendKind::Ascend => {
+                AscendComm::init(boot, ascend_config(config.settings, config.device)).map(Comm::Ascend)
+            }
         }
     }
 
@@ -120,7 +122,7 @@ impl Comm {
             BackendKind::Sim => SimComm::from_env().map(Comm::Sim),
             #[cfg(feature = "ascend")]
             BackendKind::Ascend => {
-                symm_sim::launch::start_from_env(|boot, settings| AscendComm::init(boot, ascend_config(settings)))
+                symm_sim::launch::start_from_env(|boot, settings| AscendComm::init(boot, ascend_config(settings, None)))
                     .map(Comm::Ascend)
             }
         }

@@ -40,7 +40,7 @@ pub fn run_in_process<R: Send>(n: usize, config: CommConfig, f: impl Fn(Comm) ->
         Ok(BackendKind::Ascend) => {
             let timeout = config.settings.timeout;
             let start = |boot: &symm_core::Bootstrap| {
-                symm_ascend::AscendComm::init(boot, crate::comm::ascend_config(config.settings.clone()))
+                symm_ascend::AscendComm::init(boot, crate::comm::ascend_config(config.settings.clone(), config.device))
             };
             symm_sim::launch::run_in_process_with(n, timeout, start, |c| f(Comm::Ascend(c)))
         }

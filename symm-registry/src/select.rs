@@ -90,6 +90,9 @@ impl BackendKind {
 pub struct CommConfig {
     /// The settings; a backend takes what it uses from them.
     pub settings: Config,
+    /// The device a device backend runs on (its index on the host); `None`: the rank's place
+    /// among the ranks of its host. The CPU backend has none and ignores it.
+    pub device: Option<i32>,
     /// A refused environment value [`CommConfig::with_heap_size`] met: start-up reports it.
     refused: Option<ConfigError>,
 }
@@ -103,7 +106,7 @@ impl CommConfig {
 
     /// From parsed settings.
     pub fn from_settings(settings: Config) -> CommConfig {
-        CommConfig { settings, refused: None }
+        CommConfig { settings, device: None, refused: None }
     }
 
     /// The given heap size and the environment's other settings. A refused value among those
@@ -112,7 +115,7 @@ impl CommConfig {
         let others = |name: &str| if name == config::HEAP_SIZE.name { None } else { config::environment(name) };
         let mut c = match Config::from_lookup(&others) {
             Ok(settings) => CommConfig::from_settings(settings),
-            Err(e) => CommConfig { settings: Config::default(), refused: Some(e) },
+            Err(e) => CommConfig { settings: Config::default(), device: None, refused: Some(e) },
         };
         c.settings.heap_size = heap_size;
         c

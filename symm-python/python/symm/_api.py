@@ -22,11 +22,29 @@ from .platform.base import Platform
 
 
 class _State:
-    """The runtime of this process: one communicator over the ranks ``init`` was called for."""
+    """The runtime of this process: one communicator over the ranks ``init`` was called for (the
+    CPU backend's), and one more per device type whose tensors were used (``devices``)."""
 
-    def __init__(self, platform: Platform, comm: _symm.Communicator, ranks: List[int], init_key: Hashable) -> None:
+    def __init__(
+        self,
+        platform: Platform,
+        comm: _symm.Communicator,
+        ranks: List[int],
+        init_key: Hashable,
+        store: Any = None,
+        secret: Optional[bytes] = None,
+    ) -> None:
         self.platform = platform
         self.comm = comm
+        #: The start-up store and secret, for the runtimes of devices started later.
+        self.store = store
+        self.secret = secret
+        #: The runtime of each device type used so far (``"npu"``: the Ascend backend), started
+        #: by the first call on its tensors.
+        self.devices: Dict[str, "_State"] = {}
+        #: A device runtime's heap blocks behind the tensors of ``empty``, by address: the
+        #: platform's device tensors cannot hold them, so they live until ``free``.
+        self.blocks: Dict[int, Any] = {}
         #: Global (framework) rank of each native rank.
         self.ranks = ranks
         self.native_of: Dict[int, int] = {g: n for n, g in enumerate(ranks)}
@@ -219,7 +237,7 @@ def init(group: Any = None) -> None:
                 e,
             )
         comm = _symm.init(ranks.index(me), len(ranks), store, prefix=f"boot{_attempts}", secret=secret)
-        state = _State(platform, comm, ranks, key)
+        state = _State(platform, comm, ranks, key, store, secret)
         # _symm.init refused any SYMM_FAST_PATH but an on/off value (symm_core::config).
         if os.environ.get("SYMM_FAST_PATH", "").strip().lower() not in ("0", "false", "no", "off"):
             try:
@@ -246,6 +264,84 @@ def _current() -> _State:
         state = _state
         assert state is not None
     return state
+
+
+def _device_type(st: _State, value: Any) -> str:
+    """The device type of a tensor, or of the first tensor of a list (``"cpu"`` for anything
+    else: the call then refuses it by name)."""
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else None
+    d = None if value is None else st.platform.describe(value)
+    return "cpu" if d is None else d[4]
+
+
+def _current_for(value: Any) -> _State:
+    """The runtime of the device ``value`` (a tensor or a list of tensors) is on, started by this
+    call when it is the first on that device (collectively: every member's first call on a
+    device is the same call)."""
+    st = _current()
+    return _on_device(st, _device_type(st, value))
+
+
+def _on_device(st: _State, device: str) -> _State:
+    """The runtime of ``device`` (``st`` itself for the CPU), started when it is not yet."""
+    if device == "cpu":
+        return st
+    dev = st.devices.get(device)
+    return dev if dev is not None else _start_device(st, device)
+
+
+#: The backend of each device type the platform's tensors can be on.
+_DEVICE_BACKENDS = {"npu": "ascend"}
+
+
+def _start_device(st: _State, device: str) -> _State:
+    """Starts the runtime of ``device`` over the ranks of ``st``, through the same store."""
+    global _attempts
+    with _lock:
+        dev = st.devices.get(device)
+        if dev is not None:
+            return dev
+        me = st.comm.rank
+        backend = _DEVICE_BACKENDS.get(device)
+        if backend is None:
+            # The CPU runtime refuses the tensor, naming its device (the native check).
+            return st
+        missing = st.platform.device_support(device)
+        if missing is not None:
+            raise _error(_symm.DeviceError, me, f"{device} tensors: {missing}")
+        if backend not in _symm.BACKENDS:
+            raise _error(
+                _symm.DeviceError,
+                me,
+                f"{device} tensors need symm's {backend} backend, which this build does not have (built with: "
+                f"{', '.join(_symm.BACKENDS) or 'none'}): rebuild it with the cargo feature, "
+                f"MATURIN_PEP517_ARGS='--features {backend}' pip install ./symm-python (docs/ascend.md)",
+            )
+        _attempts += 1
+        comm = _symm.init(
+            me,
+            st.comm.world_size,
+            st.store,
+            prefix=f"{device}{_attempts}",
+            secret=st.secret,
+            backend=backend,
+            device=st.platform.current_device(device),
+        )
+        dev = _State(st.platform, comm, st.ranks, st.init_key, st.store, st.secret)
+        st.devices[device] = dev
+        return dev
+
+
+def _device_stream(st: _State) -> int:
+    """The caller's current stream of ``st``'s device, as an address (read right before each
+    call: torch_npu submits its queued work to the stream when asked for it)."""
+    return st.platform.current_stream(st.comm.device)
+
+
+def _stream(st: _State) -> Optional[int]:
+    """The stream argument of a native call: the caller's stream on a device, None on the CPU."""
+    return None if st.comm.device == "cpu" else _device_stream(st)
 
 
 def _native_group(st: _State, group: Any) -> _symm.Group:
@@ -323,53 +419,45 @@ def empty(shape: Any, dtype: Any, group: Any = None, device: Any = None) -> Any:
         dtype: a ``torch.dtype`` (float32/64, float16, bfloat16, float8_e4m3fn, float8_e5m2,
             int8/16/32/64, uint8, bool).
         group: the members (``None``: every rank).
-        device: ``None`` or ``"cpu"``: the CPU backend's heap. ``"npu"`` names the Ascend
-            backend, which this package does not serve yet (docs/ascend.md): ``DeviceError``
-            saying what is missing (torch_npu and CANN, or the Python side of the backend).
+        device: ``None`` or ``"cpu"``: the CPU backend's heap; ``"npu"`` (or ``"npu:N"``,
+            ``torch.device("npu")``): the Ascend backend's heap on the caller's current NPU
+            (needs torch_npu, CANN and a build with the ``ascend`` feature: docs/ascend.md),
+            started by the first call on npu tensors (collective, like this one).
 
     Returns:
-        torch.Tensor: this rank's copy.
+        torch.Tensor: this rank's copy (on ``device``). An npu tensor's memory stays reserved
+        until ``symm.free`` (the framework's device tensors cannot hold the allocation).
 
     Raises:
         InvalidArgument: a bad shape, dtype or device. HeapError: sizes differ between members.
         HeapExhausted: no common free range. GroupError: not a member, or the group spans hosts.
-        DeviceError: ``device="npu"``.
+        DeviceError: ``device="npu"`` where torch_npu, CANN or the backend is missing.
     """
     st = _current()
-    _check_device(st.comm.rank, device)
+    st = _on_device(st, _check_device(st.comm.rank, device))
     g = _native_group(st, group)
     name = st.platform.dtype_name(dtype)
     if name is None:
         raise _invalid(st.comm.rank, "dtype", repr(dtype), f"expected a {st.platform.name} dtype")
     block = st.comm.alloc(g, shape, name)
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
-    return st.platform.wrap(block, dims, dtype)
+    if st.comm.device == "cpu":
+        return st.platform.wrap(block, dims, dtype)
+    tensor = st.platform.wrap_device(block, dims, dtype)
+    if block.nbytes:
+        st.blocks[block.ptr] = block
+    return tensor
 
 
-def _check_device(rank: int, device: Any) -> None:
-    """Refuses every device but the CPU: ``npu`` with what it would need, others by name."""
+def _check_device(rank: int, device: Any) -> str:
+    """The device type ``device`` names (``"cpu"`` for None): ``cpu`` or ``npu``, others refused
+    by name."""
     if device is None:
-        return
+        return "cpu"
     kind = str(getattr(device, "type", device)).split(":")[0]
-    if kind == "cpu":
-        return
-    if kind != "npu":
+    if kind not in ("cpu", "npu"):
         raise _invalid(rank, "device", repr(device), "expected cpu or npu")
-    try:
-        import torch_npu  # noqa: F401 - only whether it loads
-    except Exception as e:  # noqa: BLE001 - any failure to load says the same
-        raise _error(
-            _symm.DeviceError,
-            rank,
-            f"device = {device!r}: npu tensors need torch_npu and the CANN toolkit (import torch_npu failed: "
-            f"{type(e).__name__}: {e}); and symm's Python side of the Ascend backend, not written yet (docs/ascend.md)",
-        ) from None
-    raise _error(
-        _symm.DeviceError,
-        rank,
-        f"device = {device!r}: torch_npu loads, but symm's Python package does not serve npu tensors yet "
-        "(the Ascend backend runs from Rust: docs/ascend.md)",
-    )
+    return kind
 
 
 @_profiled("free", lambda st, a: _size(st, a["tensor"]))
@@ -384,11 +472,14 @@ def free(tensor: Any) -> None:
     (slices, ``view``) still alias the released range, which a later ``empty`` may reuse: do not
     keep any.
     """
-    st = _current()
+    st = _current_for(tensor)
     d = _desc(st, tensor, "tensor")
     if d[1] == 0:
         return  # a zero-element allocation reserves nothing (and is not heap memory)
     st.comm.free(d)
+    for ptr, block in list(st.blocks.items()):
+        if ptr <= d[0] < ptr + block.nbytes:
+            del st.blocks[ptr]
     st.platform.detach_storage(tensor)
 
 
@@ -416,18 +507,22 @@ def memory_stats() -> Dict[str, Any]:
 
 def is_symmetric(tensor: Any) -> bool:
     """Whether ``tensor``'s memory lies in a live symmetric allocation of this rank."""
-    st = _current()
+    st = _current_for(tensor)
     d = st.platform.describe(tensor)
-    return d is not None and d[4] == "cpu" and st.comm.is_symmetric(d[0])
+    return d is not None and d[4] == st.comm.device and st.comm.is_symmetric(d[0])
 
 
 @_profiled("barrier", lambda st, a: _group_text(st, a["group"]))
 def barrier(group: Any = None) -> None:
     """Blocks until every member of ``group`` has called it; everything any member issued
     before is then complete and visible to every member. Bounded by
-    ``SYMMETRIC_MEMORY_TIMEOUT`` (Timeout, naming the ranks that did not arrive)."""
+    ``SYMMETRIC_MEMORY_TIMEOUT`` (Timeout, naming the ranks that did not arrive). Where npu
+    tensors were used, also a barrier of the npu runtime, after the caller's work on its current
+    stream."""
     st = _current()
     st.comm.barrier(_native_group(st, group))
+    for dev in st.devices.values():
+        dev.comm.barrier(_native_group(dev, group), stream=_device_stream(dev))
 
 
 @_profiled("put", _on_count("src", "size"))
@@ -452,10 +547,11 @@ def shmem_put(
     stream and returns a ``symm.Work`` at once (its future's value: ``[src]``); ``src`` belongs
     to the copy until the work has completed (do not write it before ``wait()``).
     """
-    st = _current()
+    st = _current_for(target)
     g = _native_group(st, group)
     args = _transfer(st, target, target_offset, src, src_offset, size)
-    return st.comm.put(g, *args, st.platform.scalar(target_rank), [src, target] if async_op else None)
+    hold = [src, target] if async_op else None
+    return st.comm.put(g, *args, st.platform.scalar(target_rank), hold, stream=_stream(st))
 
 
 @_profiled("get", _on_count("src", "size"))
@@ -477,10 +573,11 @@ def shmem_get(
     ``async_op=True``: a ``symm.Work`` at once, as ``shmem_put`` (``src`` is written until it
     has completed; its future's value: ``[src]``).
     """
-    st = _current()
+    st = _current_for(target)
     g = _native_group(st, group)
     args = _transfer(st, target, target_offset, src, src_offset, size)
-    return st.comm.get(g, *args, st.platform.scalar(target_rank), [src, target] if async_op else None)
+    hold = [src, target] if async_op else None
+    return st.comm.get(g, *args, st.platform.scalar(target_rank), hold, stream=_stream(st))
 
 
 @_profiled("signal_op", _on_count("signal"))
@@ -497,9 +594,10 @@ def shmem_signal_op(
         target_rank: a rank of ``group`` (global when ``group`` is None).
         group: the group ``target_rank`` is counted in.
     """
-    st = _current()
+    st = _current_for(signal)
     g = _native_group(st, group)
-    st.comm.signal_op(g, *_signal(st, signal, signal_offset, signal_value), signal_op, st.platform.scalar(target_rank))
+    args = _signal(st, signal, signal_offset, signal_value)
+    st.comm.signal_op(g, *args, signal_op, st.platform.scalar(target_rank), stream=_stream(st))
 
 
 @_profiled("put_with_signal", _on_count("src", "size"))
@@ -520,7 +618,7 @@ def shmem_put_with_signal(
     """``shmem_put``, then ``shmem_signal_op`` on the same ``target_rank``: a peer that sees the
     signal also sees the data. With ``async_op=True``: a ``symm.Work`` at once, as
     ``shmem_put``."""
-    st = _current()
+    st = _current_for(target)
     return st.comm.put_with_signal(
         _native_group(st, group),
         *_transfer(st, target, target_offset, src, src_offset, size),
@@ -528,6 +626,7 @@ def shmem_put_with_signal(
         signal_op,
         st.platform.scalar(target_rank),
         [src, target, signal] if async_op else None,
+        stream=_stream(st),
     )
 
 
@@ -560,7 +659,7 @@ def shmem_wait_for_signal(
         Timeout: the condition did not hold in time (the message shows the last value seen).
         PeerLost: a member of the signal's group ended while this rank waited.
     """
-    st = _current()
+    st = _current_for(signal)
     p = st.platform
     if depend_tensor is not None and p.is_freed(depend_tensor):
         raise _freed(st, "depend_tensor")
@@ -569,7 +668,8 @@ def shmem_wait_for_signal(
             st.comm.rank, "depend_tensor", f"<{type(depend_tensor).__name__}>", f"expected a {p.name} tensor or None"
         )
     g = _native_group(st, group)
-    return st.comm.wait_for_signal(g, *_signal(st, signal, signal_offset, compare_value), compare_op, timeout)
+    args = _signal(st, signal, signal_offset, compare_value)
+    return st.comm.wait_for_signal(g, *args, compare_op, timeout, stream=_stream(st))
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ Index = Any  # an int, or anything with __index__
 
 __version__: str
 DTYPES: Tuple[str, ...]
+#: The backends this build has (``"sim"``, and ``"ascend"`` with the cargo feature).
+BACKENDS: List[str]
 #: The functions of torch's stable C shim the fast path calls (``aoti_torch_<name>``).
 SHIM_FUNCTIONS: List[str]
 #: The table of the public collectives (src/ops.rs): (function, full-path name, parameters,
@@ -51,7 +53,8 @@ class Group:
     def id(self) -> int: ...
 
 class HeapBlock:
-    """Exports this rank's copy through the buffer protocol (writable bytes)."""
+    """Exports this rank's copy through the buffer protocol (writable bytes; host memory only:
+    a device's block is wrapped by the platform from ``ptr``)."""
 
     @property
     def ptr(self) -> int: ...
@@ -65,6 +68,8 @@ class HeapBlock:
     def offset(self) -> int: ...
     @property
     def group(self) -> Group: ...
+    @property
+    def device(self) -> str: ...
     def __buffer__(self, flags: int) -> memoryview: ...
 
 class Work:
@@ -92,6 +97,8 @@ class Communicator:
     @property
     def backend(self) -> str: ...
     @property
+    def device(self) -> str: ...
+    @property
     def default_timeout(self) -> float: ...
     @property
     def world(self) -> Group: ...
@@ -100,7 +107,7 @@ class Communicator:
     def is_symmetric(self, ptr: int) -> bool: ...
     def alloc(self, group: Group, shape: Union[int, Sequence[int]], dtype: str) -> HeapBlock: ...
     def free(self, tensor: Desc) -> None: ...
-    def barrier(self, group: Group) -> None: ...
+    def barrier(self, group: Group, stream: Optional[int] = None) -> None: ...
     def put(
         self,
         group: Group,
@@ -111,6 +118,7 @@ class Communicator:
         size: Index,
         target_rank: Index,
         hold: Optional[Sequence[Any]] = None,
+        stream: Optional[int] = None,
     ) -> Optional[Work]: ...
     def get(
         self,
@@ -122,6 +130,7 @@ class Communicator:
         size: Index,
         target_rank: Index,
         hold: Optional[Sequence[Any]] = None,
+        stream: Optional[int] = None,
     ) -> Optional[Work]: ...
     def signal_op(
         self,
@@ -131,6 +140,7 @@ class Communicator:
         signal_value: Index,
         signal_op: Union[int, str],
         target_rank: Index,
+        stream: Optional[int] = None,
     ) -> None: ...
     def put_with_signal(
         self,
@@ -146,6 +156,7 @@ class Communicator:
         signal_op: Union[int, str],
         target_rank: Index,
         hold: Optional[Sequence[Any]] = None,
+        stream: Optional[int] = None,
     ) -> Optional[Work]: ...
     def wait_for_signal(
         self,
@@ -155,6 +166,7 @@ class Communicator:
         compare_value: Index,
         compare_op: Union[int, str],
         timeout: Union[None, float, datetime.timedelta] = None,
+        stream: Optional[int] = None,
     ) -> int: ...
     def rendezvous(self, group: Group, tensor: Desc, pad_bytes: int) -> Tuple[int, int]: ...
     def reject(self, group: Group) -> None: ...
@@ -169,7 +181,14 @@ class Communicator:
     ) -> Optional[str]: ...
 
 def init(
-    rank: int, world_size: int, store: Any, *, prefix: str = "symm", secret: Optional[bytes] = None
+    rank: int,
+    world_size: int,
+    store: Any,
+    *,
+    prefix: str = "symm",
+    secret: Optional[bytes] = None,
+    backend: Optional[str] = None,
+    device: Optional[int] = None,
 ) -> Communicator: ...
 
 # The public collectives (the table in src/ops.rs), native from entry to core.

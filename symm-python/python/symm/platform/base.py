@@ -144,6 +144,27 @@ class Platform(abc.ABC):
         """Whether ``tensor`` was released by ``symm.free`` (marked by ``detach_storage``)."""
         return False
 
+    # -- devices ---------------------------------------------------------------------------
+    def device_support(self, device: str) -> Optional[str]:
+        """What is missing for tensors of device type ``device`` (``"npu"``), or None when the
+        framework serves them. The default: no device but the CPU."""
+        return f"the {self.name} platform serves CPU tensors only"
+
+    def current_device(self, device: str) -> int:
+        """The index of the caller's current device of type ``device``."""
+        raise NotImplementedError(f"the {self.name} platform has no {device} devices")
+
+    def current_stream(self, device: str) -> int:
+        """The caller's current stream of device type ``device``, as an address (the device
+        runtime's handle), read right before each call that runs on it."""
+        raise NotImplementedError(f"the {self.name} platform has no {device} streams")
+
+    def wrap_device(self, block: Any, shape: Sequence[int], dtype: Any) -> Any:
+        """A tensor of ``shape`` and ``dtype`` on ``block``'s device (a native heap block of
+        device memory: ``ptr``, ``nbytes``, ``dtype``), without copying. It need not keep
+        ``block`` alive: the API holds the block until ``free``."""
+        raise NotImplementedError(f"the {self.name} platform has no device tensors")
+
     def fast_path(self) -> Optional[FastPath]:
         """What the native fast path needs to read this platform's tensors itself, or None
         (the default: every call takes the full path through ``describe``). Asked once, by

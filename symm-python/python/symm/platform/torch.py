@@ -159,6 +159,53 @@ class TorchPlatform(Platform):
         raw = torch.frombuffer(block, dtype=torch.uint8)
         return raw.view(torch_dtype).view(tuple(shape))
 
+    # -- npu tensors (torch_npu): not run on this project's machines, see docs/ascend.md -------
+    def device_support(self, device: str) -> Optional[str]:
+        if device != "npu":
+            return f"the torch platform serves cpu and npu tensors, not {device}"
+        try:
+            import torch_npu  # noqa: F401 - registers torch.npu
+        except Exception as e:  # noqa: BLE001 - any failure to load says the same
+            return (
+                f"npu tensors need torch_npu and the CANN toolkit (import torch_npu failed: {type(e).__name__}: "
+                f"{e}); see docs/ascend.md"
+            )
+        return None
+
+    def current_device(self, device: str) -> int:
+        return int(torch.npu.current_device())  # type: ignore[attr-defined]
+
+    def current_stream(self, device: str) -> int:
+        # `npu_stream` is the aclrtStream's address; reading it also submits the work torch_npu
+        # queued for the stream, so that symm's work lands after it (0 if that failed: the
+        # native side refuses it).
+        return int(torch.npu.current_stream().npu_stream)  # type: ignore[attr-defined]
+
+    def wrap_device(self, block: Any, shape: Sequence[int], dtype: Any) -> Any:
+        import torch_npu
+
+        torch_dtype = getattr(torch, block.dtype)
+        device = torch.device("npu", self.current_device("npu"))
+        dims = tuple(shape)
+        if block.nbytes == 0:
+            return torch.empty(dims, dtype=torch_dtype, device=device)
+        strides = [1] * len(dims)
+        for i in range(len(dims) - 2, -1, -1):
+            strides[i] = strides[i + 1] * dims[i + 1]
+        # torch_npu's own constructors of a tensor over memory it did not allocate (what Ascend
+        # SHMEM's Python package uses): a storage that does not own the memory, then the tensor.
+        storage = torch_npu._C._construct_storage_from_data_pointer(block.ptr, device, block.nbytes)
+        meta = {
+            "data_ptr": block.ptr,
+            "device": device,
+            "nbytes": block.nbytes,
+            "dtype": torch_dtype,
+            "size": dims,
+            "stride": tuple(strides),
+            "storage_offset": 0,
+        }
+        return torch_npu._C._construct_NPU_Tensor_From_Storage_And_Metadata(meta, storage)
+
     def detach_storage(self, tensor: Any) -> None:
         with torch.no_grad():
             tensor.set_()
