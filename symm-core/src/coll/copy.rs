@@ -131,13 +131,16 @@ mod tests {
 
     #[test]
     fn copies_every_alignment_and_length() {
-        let src: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
+        // Under miri (about a thousand times slower) shorter buffers, without the longest
+        // length (200 bytes already stream whole lines between a head and a tail).
+        let size = if cfg!(miri) { 300 } else { 1000 };
+        let src: Vec<u8> = (0..size as u32).map(|i| (i * 7 + 3) as u8).collect();
         for stores in [Stores::Cached, Stores::Streaming] {
-            // Under miri (about a thousand times slower) every fifth alignment.
+            // Under miri every fifth alignment.
             for dst_shift in (0..17).step_by(if cfg!(miri) { 5 } else { 1 }) {
-                for len in [0, 1, 15, 16, 17, 63, 64, 65, 200, 900] {
-                    let mut dst = vec![0xAAu8; 1000];
-                    // SAFETY: `len + 17 <= 1000` for both buffers; they are disjoint.
+                for len in [0, 1, 15, 16, 17, 63, 64, 65, 200, 900].into_iter().filter(|len| len + 17 <= size) {
+                    let mut dst = vec![0xAAu8; size];
+                    // SAFETY: `len + 17 <= size` for both buffers; they are disjoint.
                     unsafe { copy(src.as_ptr().add(3), dst.as_mut_ptr().add(dst_shift), len, stores) };
                     fence(stores);
                     assert_eq!(&dst[dst_shift..dst_shift + len], &src[3..3 + len], "{stores:?} {dst_shift} {len}");

@@ -419,18 +419,39 @@ mod tests {
 
     #[test]
     fn fan_out_writes_the_same_result_everywhere() {
-        let n = FAN_BLOCK_BYTES / 4 * 2 + 5;
-        let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
-        let b: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
-        for stores in [Stores::Cached, Stores::Streaming] {
+        let stores = [Stores::Cached, Stores::Streaming];
+        // Two blocks and a part of a third of f32. Under miri (about a thousand times slower)
+        // one block and a part of a second, of f64, which has the fewest elements per block,
+        // and streaming stores only: that run writes the destination that is a source with
+        // ordinary stores and the other one with streaming stores, so it takes both paths.
+        if cfg!(miri) {
+            fan_out_case(DType::F64, |i| i as f64, FAN_BLOCK_BYTES / 8 + 5, &stores[1..]);
+        } else {
+            fan_out_case(DType::F32, |i| i as f32, FAN_BLOCK_BYTES / 4 * 2 + 5, &stores);
+        }
+    }
+
+    /// [`reduce_fan_out`] of `n` elements of dtype `d` (Rust type `T`, `of(i)`: the value of
+    /// integer `i`) into a destination that is a source and one that is not, with each of
+    /// `all_stores`.
+    fn fan_out_case<T: Copy + PartialEq + std::fmt::Debug>(
+        d: DType,
+        of: fn(usize) -> T,
+        n: usize,
+        all_stores: &[Stores],
+    ) {
+        assert_eq!(d.size(), std::mem::size_of::<T>());
+        let a: Vec<T> = (0..n).map(of).collect();
+        let b: Vec<T> = (0..n).map(|i| of(i % 7)).collect();
+        for &stores in all_stores {
             let mut inout = a.clone();
-            let mut other = vec![0f32; n];
+            let mut other = vec![of(0); n];
             let srcs = [inout.as_ptr().cast::<u8>(), b.as_ptr().cast::<u8>()];
             let dsts = [inout.as_mut_ptr().cast::<u8>(), other.as_mut_ptr().cast::<u8>()];
-            // SAFETY: every buffer holds `n` elements; the first destination is exactly the
-            // first source, the second is disjoint from both.
-            unsafe { reduce_fan_out(DType::F32, ReduceOp::Sum, &srcs, &dsts, n, stores) };
-            let want: Vec<f32> = (0..n).map(|i| (i + i % 7) as f32).collect();
+            // SAFETY: every buffer holds `n` elements of `d`; the first destination is exactly
+            // the first source, the second is disjoint from both.
+            unsafe { reduce_fan_out(d, ReduceOp::Sum, &srcs, &dsts, n, stores) };
+            let want: Vec<T> = (0..n).map(|i| of(i + i % 7)).collect();
             assert_eq!(inout, want, "{stores:?}");
             assert_eq!(other, want, "{stores:?}");
         }

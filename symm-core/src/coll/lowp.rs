@@ -762,14 +762,18 @@ mod tests {
     #[test]
     fn fast_conversions_agree_with_the_reference_ones() {
         // Under miri (about a thousand times slower) a sample of the bit patterns.
-        conversions_agree(if cfg!(miri) { (1 << 20) + 1 } else { 4093 });
+        conversions_agree(if cfg!(miri) { (1 << 22) + 1 } else { 4093 });
         // At and around every fp8 value and every midpoint between neighbours (where rounding
         // turns), both signs, beyond the largest value too.
         for (table, max) in [(E4m3::table(), 448f32), (E5m2::table(), 57344.0)] {
             let mut values: Vec<f32> = table.iter().copied().filter(|v| v.is_finite() && *v >= 0.0).collect();
             values.sort_by(f32::total_cmp);
             values.extend([max * 1.03, max * 1.07, max * 1.5, max * 4.0]);
-            for w in values.windows(2) {
+            // Under miri every fourth pair of neighbours, and the top ones (around and beyond
+            // the largest value, where the conversions saturate).
+            let pairs = values.len() - 1;
+            let sample = |k: usize| !cfg!(miri) || k.is_multiple_of(4) || k + 6 >= pairs;
+            for (_, w) in values.windows(2).enumerate().filter(|&(k, _)| sample(k)) {
                 let mid = (w[0] + w[1]) / 2.0;
                 for y in [w[0], mid, w[1]] {
                     for x in [y.to_bits().saturating_sub(1), y.to_bits(), y.to_bits() + 1] {
@@ -805,8 +809,16 @@ mod tests {
 
     #[test]
     fn fp8_keeps_tiny_and_huge_magnitudes() {
-        for scale in [1e-30f32, 1e-8, 1.0, 1e4, 1e30] {
-            let data: Vec<f32> = (0..1000).map(|i| scale * (((i * 37) % 101) as f32 - 50.0) / 7.0).collect();
+        // Under miri (about a thousand times slower) the extreme scales and 1 (1e-30 takes
+        // bf16's blocks through the f64 scaling, the others through f32's), over a block and
+        // a part of one.
+        let (scales, n) = if cfg!(miri) {
+            (&[1e-30f32, 1.0, 1e30][..], SCALE_BLOCK as i32 + 44)
+        } else {
+            (&[1e-30f32, 1e-8, 1.0, 1e4, 1e30][..], 1000)
+        };
+        for &scale in scales {
+            let data: Vec<f32> = (0..n).map(|i| scale * (((i * 37) % 101) as f32 - 50.0) / 7.0).collect();
             for lp in FORMATS {
                 let out = roundtrip(lp, &data);
                 // Relative to the block's largest value (fp8 e4m3: 3 mantissa bits, and the
@@ -879,27 +891,37 @@ mod tests {
             .collect()
     }
 
-    /// `x` rounded once to dtype `d` (correctly: the reference `bits_of_f64` for 16-bit types),
-    /// as bytes, and the value stored.
-    fn narrow(d: DType, x: f64) -> (Vec<u8>, f64) {
+    /// `x` rounded once to dtype `d` (correctly: the reference `bits_of_f64` for 16-bit types):
+    /// its bytes appended to `bytes`, and the value stored. (Appended rather than returned: an
+    /// allocation per element would dominate the tests' time under miri.)
+    fn narrow(d: DType, x: f64, bytes: &mut Vec<u8>) -> f64 {
         match d {
-            DType::F32 => ((x as f32).to_le_bytes().to_vec(), f64::from(x as f32)),
-            DType::F64 => (x.to_le_bytes().to_vec(), x),
+            DType::F32 => {
+                bytes.extend_from_slice(&(x as f32).to_le_bytes());
+                f64::from(x as f32)
+            }
+            DType::F64 => {
+                bytes.extend_from_slice(&x.to_le_bytes());
+                x
+            }
             DType::F16 => {
                 let h = f16::from_bits(Fp16::bits_of_f64(x));
-                (h.to_le_bytes().to_vec(), h.to_f64())
+                bytes.extend_from_slice(&h.to_le_bytes());
+                h.to_f64()
             }
             _ => {
                 let h = bf16::from_bits(Bf16::bits_of_f64(x));
-                (h.to_le_bytes().to_vec(), h.to_f64())
+                bytes.extend_from_slice(&h.to_le_bytes());
+                h.to_f64()
             }
         }
     }
 
     /// `v` stored as dtype `d`, and the values stored.
     fn as_dtype(d: DType, v: &[f64]) -> (Vec<u8>, Vec<f64>) {
-        let (bytes, exact): (Vec<Vec<u8>>, Vec<f64>) = v.iter().map(|&x| narrow(d, x)).unzip();
-        (bytes.concat(), exact)
+        let mut bytes = Vec::with_capacity(v.len() * d.size());
+        let exact = v.iter().map(|&x| narrow(d, x, &mut bytes)).collect();
+        (bytes, exact)
     }
 
     /// Whether `a` and `b` hold the same elements of dtype `d`, bit for bit, a NaN matching
@@ -988,16 +1010,21 @@ mod tests {
     /// arithmetic on f32 values rounds like f64 arithmetic rounded to f32) and the decoding.
     #[test]
     fn kernels_match_the_plain_computation() {
-        // Under miri the widest and a narrowest type (the others differ only in element size;
-        // all four run natively): each one takes about a minute there.
+        // Under miri (about a thousand times slower) the widest and a narrowest type (the others
+        // differ only in element size; all four run natively), every format and op, two
+        // sources instead of three (the loop over the sources after the first still runs),
+        // and a block and one element for half of the pairs only: alternating, so that each
+        // format, and each type with a 1-byte and a 2-byte payload, crosses a block boundary.
         let dtypes = [DType::F64, DType::F16, DType::F32, DType::BF16];
-        for &d in if cfg!(miri) { &dtypes[..2] } else { &dtypes[..] } {
-            for lp in FORMATS {
+        let sources = if cfg!(miri) { 2 } else { 3 };
+        for (di, &d) in if cfg!(miri) { &dtypes[..2] } else { &dtypes[..] }.iter().enumerate() {
+            for (fi, lp) in FORMATS.into_iter().enumerate() {
                 let sizes = [(1000, 1), (257, 2), (1, 3)];
-                // Under miri a block and one element, and a single element.
-                for &(n, seed) in if cfg!(miri) { &sizes[1..] } else { &sizes[..] } {
+                // Under miri a block and one element, and a single element; or the latter only.
+                let miri_sizes = if (di + fi).is_multiple_of(2) { &sizes[1..] } else { &sizes[2..] };
+                for &(n, seed) in if cfg!(miri) { miri_sizes } else { &sizes[..] } {
                     let inputs: Vec<(Vec<u8>, Vec<f64>)> =
-                        (0..3).map(|k| as_dtype(d, &mixed_values(n, seed * 10 + k))).collect();
+                        (0..sources).map(|k| as_dtype(d, &mixed_values(n, seed * 10 + k))).collect();
                     let mut encoded = Vec::new();
                     for (bytes, exact) in &inputs {
                         let enc = vec![0u8; encoded_bytes(lp, n)];
@@ -1020,26 +1047,29 @@ mod tests {
                     let mut got = vec![0u8; n * d.size()];
                     // SAFETY: the run holds n elements; `got` n of d.
                     unsafe { decode(d, lp, runs[0], n, got.as_mut_ptr()) };
-                    let want: Vec<f64> = (0..n).map(|i| reference_value(d, lp, runs[0], i)).collect();
-                    assert!(same_values(d, &got, &as_dtype(d, &want).0), "{d} {lp} decode");
+                    // Every run decoded the plain way once, for the decoding and every op.
+                    let decoded: Vec<Vec<f64>> =
+                        runs.iter().map(|&r| (0..n).map(|i| reference_value(d, lp, r, i)).collect()).collect();
+                    assert!(same_values(d, &got, &as_dtype(d, &decoded[0]).0), "{d} {lp} decode");
                     for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min] {
                         // SAFETY: every run holds n elements; `got` n of d.
                         unsafe { reduce_encoded(d, lp, op, &runs, n, got.as_mut_ptr()) };
-                        assert!(same_values(d, &got, &reference_reduce(d, lp, op, &runs, n)), "{d} {lp} {op:?}");
+                        assert!(same_values(d, &got, &reference_reduce(d, op, &decoded)), "{d} {lp} {op:?}");
                     }
                 }
             }
         }
     }
 
-    /// The reduction the plain way: decoded exactly, rounded to the accumulator after every
-    /// step, then once into the dtype.
-    fn reference_reduce(d: DType, lp: DType, op: ReduceOp, runs: &[SubRun], n: usize) -> Vec<u8> {
+    /// The reduction the plain way, of runs decoded the plain way ([`reference_value`] of
+    /// every element of every run): rounded to the accumulator after every step, then once
+    /// into the dtype.
+    fn reference_reduce(d: DType, op: ReduceOp, decoded: &[Vec<f64>]) -> Vec<u8> {
         let round = |x: f64| if d == DType::F64 { x } else { f64::from(x as f32) };
-        let values: Vec<f64> = (0..n)
+        let values: Vec<f64> = (0..decoded[0].len())
             .map(|i| {
-                let a = runs[1..].iter().fold(reference_value(d, lp, runs[0], i), |a, &r| {
-                    let x = reference_value(d, lp, r, i);
+                let a = decoded[1..].iter().fold(decoded[0][i], |a, r| {
+                    let x = r[i];
                     round(match op {
                         ReduceOp::Sum | ReduceOp::Avg => a + x,
                         ReduceOp::Max if a > x || a.is_nan() => a,
@@ -1048,7 +1078,7 @@ mod tests {
                     })
                 });
                 if op == ReduceOp::Avg {
-                    round(a / runs.len() as f64)
+                    round(a / decoded.len() as f64)
                 } else {
                     a
                 }
@@ -1061,9 +1091,18 @@ mod tests {
     /// sizes around its block of blocks (one encoded run per source, with streaming stores too).
     #[test]
     fn fan_out_reduction_equals_the_reduction_in_every_destination() {
+        // Under miri (about a thousand times slower) two sources instead of three, and
+        // streaming stores only: with ordinary ones only the `copy` called differs, and
+        // `copy`'s own test runs both kinds there.
+        let sources = if cfg!(miri) { 2 } else { 3 };
+        let all_stores = [Stores::Cached, Stores::Streaming];
         for (d, lp) in [(DType::F32, DType::BF16), (DType::BF16, DType::F8E4M3), (DType::F64, DType::F16)] {
-            for len in [1, 255, 257, FAN_ELEMENTS - 1, FAN_ELEMENTS + 300, 3 * FAN_ELEMENTS] {
-                let inputs: Vec<Vec<u8>> = (0..3).map(|k| as_dtype(d, &mixed_values(len, 40 + k)).0).collect();
+            // Under miri one element, and one more than a block of blocks (two blocks there):
+            // a second pass, on a part that starts past the first exponents and payload,
+            // ending in a partial block.
+            let lens = [1, 255, 257, FAN_ELEMENTS - 1, FAN_ELEMENTS + 300, 3 * FAN_ELEMENTS];
+            for &len in if cfg!(miri) { &[1, FAN_ELEMENTS + 1][..] } else { &lens[..] } {
+                let inputs: Vec<Vec<u8>> = (0..sources).map(|k| as_dtype(d, &mixed_values(len, 40 + k)).0).collect();
                 let encoded: Vec<Vec<u8>> = inputs
                     .iter()
                     .map(|x| {
@@ -1078,7 +1117,7 @@ mod tests {
                 let mut want = vec![0u8; len * d.size()];
                 // SAFETY: every run holds len elements; `want` len of d.
                 unsafe { reduce_encoded(d, lp, ReduceOp::Sum, &runs, len, want.as_mut_ptr()) };
-                for stores in [Stores::Cached, Stores::Streaming] {
+                for &stores in if cfg!(miri) { &all_stores[1..] } else { &all_stores[..] } {
                     let mut outs = vec![vec![0xa5u8; len * d.size()]; 3];
                     let dsts: Vec<*mut u8> = outs.iter_mut().map(|o| o.as_mut_ptr()).collect();
                     // SAFETY: as above, for three disjoint destinations.
@@ -1103,11 +1142,14 @@ mod tests {
             // Zero and every subnormal code, then random normal codes below the largest (bf16
             // normals 0x0080..0x7f7e, fp16 0x0400..0x7bfe), each with the next code up.
             let (first, last) = if name == "bf16" { (0x0080u16, 0x7f7e) } else { (0x0400, 0x7bfe) };
-            let random = (0..if cfg!(miri) { 200 } else { 20_000 }).map(|_| {
+            // Under miri (about a thousand times slower) every 16th subnormal code and the last
+            // one, and 50 random codes.
+            let subnormal = (0..first).filter(|c| !cfg!(miri) || c.is_multiple_of(16) || c + 1 == first);
+            let random = (0..if cfg!(miri) { 50 } else { 20_000 }).map(|_| {
                 s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 first + ((s >> 20) % u64::from(last - first + 1)) as u16
             });
-            let pairs = (0..first).chain(random).map(|below| (below, value(below), value(below + 1)));
+            let pairs = subnormal.chain(random).map(|below| (below, value(below), value(below + 1)));
             // The largest finite code: above it lies infinity, where the next code would be.
             let max = last + 1;
             let top = (max, value(max), 2.0 * value(max) - value(max - 1));
