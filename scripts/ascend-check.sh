@@ -10,7 +10,10 @@
 #      (SYMM_RANK, SYMM_WORLD_SIZE, SYMM_RENDEZVOUS);
 #   3. prints symm-bench's nccl-tests table of each collective on 2, 4 and 8 ranks
 #      (`ASCEND_CHECK_MAX_BYTES`, default 64M, the largest size), every result checked;
-#   4. says what is not yet there to run (docs/ascend.md, "Not yet").
+#   4. where torch_npu imports: installs the Python package built with the backend and runs
+#      symm-python/tests/npu_smoke.py (npu tensors, the caller's stream) under torchrun on 2
+#      and on every device;
+#   5. says what is not yet there to run (docs/ascend.md, "Not yet").
 # Each rank's output is kept under target/ascend-check/<ranks>/rank<r>.log.
 #
 # Variables: ASCEND_CHECK_DEVICES (devices to use, default: what `npu-smi` counts, else 8);
@@ -91,7 +94,20 @@ for n in 2 4 8; do
     done
 done
 
+PYTHON="${PYTHON:-python3}"
+echo "== the Python package on npu tensors"
+if [ "$BACKEND" = ascend ] && "$PYTHON" -c "import torch_npu" 2>/dev/null; then
+    MATURIN_PEP517_ARGS="--features ascend" PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install -q ./symm-python
+    for n in $(printf "%s\n" 2 "$have" | sort -un); do
+        [ "$n" -ge 2 ] && [ "$n" -le "$have" ] || continue
+        SYMMETRIC_MEMORY_TIMEOUT=60 timeout "$TIMEOUT" "$PYTHON" -m torch.distributed.run --nproc-per-node "$n" \
+            symm-python/tests/npu_smoke.py || { echo "npu smoke on $n ranks: FAILED"; status=1; }
+    done
+else
+    echo "skipped: torch_npu does not import here (or ASCEND_CHECK_BACKEND is not ascend)"
+fi
+
 echo "== not yet on the Ascend backend (docs/ascend.md, \"Not yet\")"
-echo "the collectives' stream forms, low-precision transport, and the conformance cases that"
-echo "keep buffers in host memory."
+echo "low-precision transport on device buffers, and the conformance cases that keep buffers in"
+echo "host memory."
 exit $status

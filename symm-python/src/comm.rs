@@ -88,6 +88,16 @@ pub(crate) fn check_storage(ptr: usize, bytes: usize, storage: (usize, usize)) -
     None
 }
 
+/// The device type of the memory `comm` moves, as the platform names it: `"cpu"` for a host
+/// heap, `"npu"` for the Ascend backend's device heap.
+fn device_type(comm: &Comm) -> &'static str {
+    match (comm.heap_space(), comm.backend_name()) {
+        (MemorySpace::Host, _) => "cpu",
+        (MemorySpace::Device, "ascend") => "npu",
+        (MemorySpace::Device, other) => other,
+    }
+}
+
 /// A checked local memory range: address, elements, dtype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Local {
@@ -226,14 +236,9 @@ impl PyCommunicator {
         &self.sh.comm
     }
 
-    /// The device type of the memory this communicator moves, as the platform names it: `"cpu"`
-    /// for a host heap, `"npu"` for the Ascend backend's device heap.
+    /// The device type of the memory this communicator moves ([`device_type`]).
     pub(crate) fn device_type(&self) -> &'static str {
-        match (self.comm().heap_space(), self.comm().backend_name()) {
-            (MemorySpace::Host, _) => "cpu",
-            (MemorySpace::Device, "ascend") => "npu",
-            (MemorySpace::Device, other) => other,
-        }
+        device_type(self.comm())
     }
 
     /// The stream a call runs on: for a device communicator, the caller's `stream` (the
@@ -1055,7 +1060,7 @@ impl HeapBlock {
     /// The device type of its memory, as the platform names it (`"cpu"`, `"npu"`).
     #[getter]
     fn device(&self) -> &'static str {
-        PyCommunicator { sh: self.sh.clone() }.device_type()
+        device_type(&self.sh.comm)
     }
 
     /// Exports this rank's copy as writable bytes (format `B`); host memory only (a device's

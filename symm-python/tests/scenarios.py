@@ -405,6 +405,7 @@ def bad_input(rank, world):
         finally:
             del sys.modules["torch_npu"]
     expect(inv, lambda: symm.empty(4, torch.float32, device="cuda:0"), "device", "cuda:0", "cpu or npu", rank=rank)
+    expect(inv, lambda: symm.memory_stats(device="npu"), "device", "no npu tensors were used yet", rank=rank)
     assert symm.empty(4, torch.float32, device=torch.device("cpu")).device.type == "cpu"
     meta = torch.zeros(4, device="meta")
     expect(symm.Unsupported, lambda: symm.shmem_put(t, 0, meta, 0, 2, peer), "src", "meta", rank=rank)

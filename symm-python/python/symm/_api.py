@@ -483,9 +483,10 @@ def free(tensor: Any) -> None:
     st.platform.detach_storage(tensor)
 
 
-def memory_stats() -> Dict[str, Any]:
+def memory_stats(device: Any = None) -> Dict[str, Any]:
     """This rank's use of its symmetric heap, in bytes (allocations take whole 4 KiB pages).
-    Local: no communication.
+    Local: no communication. ``device``: ``None`` or ``"cpu"`` for the CPU backend's heap,
+    ``"npu"`` for the Ascend backend's (once npu tensors were used; InvalidArgument before).
 
     Returns:
         dict: ``heap_size``; ``reserved`` (held by allocations, = ``in_use`` + ``dropped``);
@@ -499,6 +500,11 @@ def memory_stats() -> Dict[str, Any]:
         included).
     """
     st = _current()
+    kind = _check_device(st.comm.rank, device)
+    if kind != "cpu":
+        if kind not in st.devices:
+            raise _invalid(st.comm.rank, "device", repr(device), f"no {kind} tensors were used yet: it has no heap")
+        st = st.devices[kind]
     raw = st.comm.memory_stats()
     out: Dict[str, Any] = {k: v for k, v in raw.items() if k != "groups"}
     out["groups"] = {tuple(st.ranks[n] for n in ranks): figures for ranks, figures in raw["groups"]}

@@ -1,0 +1,74 @@
+"""The Python package on npu tensors, for an Ascend node (scripts/ascend-check.sh runs it under
+torchrun, one process per device, with a build that has the Ascend backend). Not collected by
+pytest: it needs torch_npu, CANN and devices, which the CI machines do not have.
+
+Each rank checks, against values it computes itself: a symmetric npu tensor from
+``symm.empty``, written by an npu kernel and put to its right neighbour with a signal on the
+current stream; allreduce, allgather and broadcast of ordinary npu tensors; an asynchronous
+allreduce; the heap's use; ``free``. Exits non-zero, naming the check, when one fails.
+"""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch_npu  # noqa: F401 - registers torch.npu
+
+import symm
+
+
+def main() -> None:
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.npu.set_device(local)
+    dist.init_process_group("gloo")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    right, left = (rank + 1) % n, (rank - 1) % n
+    npu = torch.device("npu", local)
+
+    # A symmetric tensor written by an npu kernel, put to the right with a signal, on the
+    # current stream: the put follows the fill, the wait precedes the read.
+    land = symm.empty(1024, torch.float32, device="npu")
+    src = symm.empty(1024, torch.float32, device="npu")
+    sig = symm.empty(1, torch.int32, device="npu")
+    assert land.device.type == "npu" and symm.is_symmetric(land), "symm.empty(device='npu')"
+    sig.zero_()
+    src.fill_(float(rank + 1))
+    symm.barrier()
+    symm.shmem_put_with_signal(land, 0, src, 0, 1024, sig, 0, 1, 0, right)
+    assert symm.shmem_wait_for_signal(None, sig, 0, 1, "eq") == 1, "wait_for_signal"
+    got = land.cpu()
+    assert torch.equal(got, torch.full((1024,), float(left + 1))), f"put_with_signal: {got[:4]}"
+
+    # Collectives on ordinary npu tensors (staged through the heap).
+    total = n * (n + 1) / 2
+    x = torch.full((4099,), float(rank + 1), device=npu)
+    symm.shmem_allreduce(x, "sum")
+    assert torch.equal(x.cpu(), torch.full((4099,), total)), "allreduce"
+    out = torch.empty(n * 33, dtype=torch.bfloat16, device=npu)
+    symm.shmem_allgather(out, torch.full((33,), float(rank), dtype=torch.bfloat16, device=npu))
+    want = torch.arange(n, dtype=torch.bfloat16).repeat_interleave(33)
+    assert torch.equal(out.cpu(), want), "allgather"
+    b = torch.full((77,), float(rank), dtype=torch.float16, device=npu)
+    symm.shmem_broadcast(b, n - 1)
+    assert torch.equal(b.cpu(), torch.full((77,), float(n - 1), dtype=torch.float16)), "broadcast"
+    y = torch.full((1 << 20,), 0.5, device=npu)
+    work = symm.shmem_allreduce(y, "avg", async_op=True)
+    work.wait()
+    assert torch.equal(y.cpu(), torch.full((1 << 20,), 0.5)), "async allreduce (avg)"
+
+    stats = symm.memory_stats(device="npu")
+    assert stats["in_use"] >= 3 * 4096, f"memory_stats(device='npu'): {stats}"
+    symm.barrier()
+    for t in (land, src, sig):
+        symm.free(t)
+    print(f"npu smoke: rank {rank} of {n} passed", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except AssertionError as e:
+        print(f"npu smoke FAILED on rank {os.environ.get('RANK', '?')}: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
