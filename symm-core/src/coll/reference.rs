@@ -1226,10 +1226,10 @@ impl<B: StreamBackend> Round<'_, '_, B> {
     ) -> Result<FlagWait> {
         let rf = self.rf;
         let (at, word) = (self.mail_flag(flag, j, k), rf.width.word_of(epoch));
-        // A point-to-point wait needs member j alone: another member that did its part and left
-        // is no error for it. Every member takes part in a collective, so there any member's
-        // leaving fails the wait (members that failed publish nothing the others could wait on).
-        let setter = (self.call == 0).then(|| rf.group.ranks()[j]);
+        // The wait needs member j's signal alone: every member is still watched for a death, but
+        // only j is blamed for leaving. Another member may have done its whole part of the call
+        // and closed while j is merely slow (docs/design.md, "Waits").
+        let setter = Some(rf.group.ranks()[j]);
         let event = self.b.wait_signal_at_on(stream, &rf.group, setter, at, rf.width, CmpOp::Eq, word, self.timeout)?;
         Ok(FlagWait { event, flag, j, at, epoch, what })
     }
