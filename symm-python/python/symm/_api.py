@@ -935,7 +935,7 @@ def rendezvous(tensor: Any, group: Any = None) -> SymmetricMemory:
         GroupError: a member of ``group`` did not take part in the tensor's allocation.
         Mismatch: members passed different tensors or signal pad sizes (on every member).
     """
-    st = _current()
+    st = _current_for(tensor)
     g = _native_group(st, group)
     try:
         d = _desc(st, tensor, "tensor")
@@ -944,10 +944,10 @@ def rendezvous(tensor: Any, group: Any = None) -> SymmetricMemory:
         raise
     pad_bytes = _signal_pad_size
     st.comm.rendezvous(g, d, pad_bytes)
-    pad = empty(pad_bytes // 4, "int32", group)
+    pad = empty(pad_bytes // 4, "int32", group, device=st.comm.device)
     pad.zero_()
     # No member signals a peer's pad before that peer has zeroed it.
-    st.comm.barrier(g)
+    st.comm.barrier(g, stream=_stream(st))
     rank = g.rank
     assert rank is not None  # a non-member failed in the check
     return SymmetricMemory(tensor, pad, group, rank, g.size)
