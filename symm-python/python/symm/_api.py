@@ -36,6 +36,8 @@ class _State:
     ) -> None:
         self.platform = platform
         self.comm = comm
+        #: The device type of the tensors it moves (``"cpu"``, ``"npu"``), read once.
+        self.device: str = comm.device
         #: The start-up store and secret, for the runtimes of devices started later.
         self.store = store
         self.secret = secret
@@ -266,21 +268,24 @@ def _current() -> _State:
     return state
 
 
-def _device_type(st: _State, value: Any) -> str:
-    """The device type of a tensor, or of the first tensor of a list (``"cpu"`` for anything
-    else: the call then refuses it by name)."""
+def _current_for(value: Any) -> _State:
+    """The runtime of the device ``value`` (a tensor, or a list whose first entry is one) is on,
+    started by this call when it is the first on that device (collectively: every member's first
+    call on a device is the same call); the CPU's for anything else, which the call then refuses
+    by name."""
+    st = _current()
     if isinstance(value, (list, tuple)):
         value = value[0] if value else None
-    d = None if value is None else st.platform.describe(value)
-    return "cpu" if d is None else d[4]
+    return _on_device(st, st.platform.device_type(value))
 
 
-def _current_for(value: Any) -> _State:
-    """The runtime of the device ``value`` (a tensor or a list of tensors) is on, started by this
-    call when it is the first on that device (collectively: every member's first call on a
-    device is the same call)."""
+def _located(tensor: Any, arg: str) -> "tuple[_State, Any]":
+    """The runtime of the device ``tensor`` is on (as ``_current_for``) and its description."""
     st = _current()
-    return _on_device(st, _device_type(st, value))
+    d = _desc(st, tensor, arg)
+    if d[4] != "cpu":
+        st = _on_device(st, d[4])
+    return st, d
 
 
 def _on_device(st: _State, device: str) -> _State:
@@ -336,12 +341,12 @@ def _start_device(st: _State, device: str) -> _State:
 def _device_stream(st: _State) -> int:
     """The caller's current stream of ``st``'s device, as an address (read right before each
     call: torch_npu submits its queued work to the stream when asked for it)."""
-    return st.platform.current_stream(st.comm.device)
+    return st.platform.current_stream(st.device)
 
 
 def _stream(st: _State) -> Optional[int]:
     """The stream argument of a native call: the caller's stream on a device, None on the CPU."""
-    return None if st.comm.device == "cpu" else _device_stream(st)
+    return None if st.device == "cpu" else _device_stream(st)
 
 
 def _native_group(st: _State, group: Any) -> _symm.Group:
@@ -387,15 +392,18 @@ def _desc(st: _State, tensor: Any, arg: str) -> Any:
 
 
 def _transfer(st: _State, target: Any, target_offset: Any, src: Any, src_offset: Any, size: Any) -> List[Any]:
-    """The arguments of a put or get that follow the group, as the native side takes them."""
+    """The arguments of a put or get that follow the group, as the native side takes them
+    (``target`` described already, by ``_located``)."""
     scalar = st.platform.scalar
-    return [_desc(st, target, "target"), scalar(target_offset), _desc(st, src, "src"), scalar(src_offset), scalar(size)]
+    return [target, scalar(target_offset), _desc(st, src, "src"), scalar(src_offset), scalar(size)]
 
 
 def _signal(st: _State, signal: Any, offset: Any, value: Any) -> List[Any]:
-    """The signal word and its operand (``signal_value`` or ``compare_value``), as the native side
-    takes them."""
-    return [_desc(st, signal, "signal"), st.platform.scalar(offset), st.platform.scalar(value)]
+    """The signal word (described already, by ``_located``, or not) and its operand
+    (``signal_value`` or ``compare_value``), as the native side takes them."""
+    if not isinstance(signal, tuple):
+        signal = _desc(st, signal, "signal")
+    return [signal, st.platform.scalar(offset), st.platform.scalar(value)]
 
 
 @_profiled("alloc", lambda st, a: f"{a['shape']} x {a['dtype']}, {_group_text(st, a['group'])}")
@@ -441,7 +449,7 @@ def empty(shape: Any, dtype: Any, group: Any = None, device: Any = None) -> Any:
         raise _invalid(st.comm.rank, "dtype", repr(dtype), f"expected a {st.platform.name} dtype")
     block = st.comm.alloc(g, shape, name)
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
-    if st.comm.device == "cpu":
+    if st.device == "cpu":
         return st.platform.wrap(block, dims, dtype)
     tensor = st.platform.wrap_device(block, dims, dtype)
     if block.nbytes:
@@ -513,9 +521,13 @@ def memory_stats(device: Any = None) -> Dict[str, Any]:
 
 def is_symmetric(tensor: Any) -> bool:
     """Whether ``tensor``'s memory lies in a live symmetric allocation of this rank."""
-    st = _current_for(tensor)
+    st = _current()
     d = st.platform.describe(tensor)
-    return d is not None and d[4] == st.comm.device and st.comm.is_symmetric(d[0])
+    if d is None:
+        return False
+    # A local question: a device whose runtime has not started has no symmetric memory yet.
+    dev = st if d[4] == "cpu" else st.devices.get(d[4])
+    return dev is not None and dev.device == d[4] and dev.comm.is_symmetric(d[0])
 
 
 @_profiled("barrier", lambda st, a: _group_text(st, a["group"]))
@@ -528,7 +540,7 @@ def barrier(group: Any = None) -> None:
     st = _current()
     st.comm.barrier(_native_group(st, group))
     for dev in st.devices.values():
-        dev.comm.barrier(_native_group(dev, group), stream=_device_stream(dev))
+        dev.comm.barrier(_native_group(dev, group), _device_stream(dev))
 
 
 @_profiled("put", _on_count("src", "size"))
@@ -553,11 +565,11 @@ def shmem_put(
     stream and returns a ``symm.Work`` at once (its future's value: ``[src]``); ``src`` belongs
     to the copy until the work has completed (do not write it before ``wait()``).
     """
-    st = _current_for(target)
+    st, d = _located(target, "target")
     g = _native_group(st, group)
-    args = _transfer(st, target, target_offset, src, src_offset, size)
+    args = _transfer(st, d, target_offset, src, src_offset, size)
     hold = [src, target] if async_op else None
-    return st.comm.put(g, *args, st.platform.scalar(target_rank), hold, stream=_stream(st))
+    return st.comm.put(g, *args, st.platform.scalar(target_rank), hold, _stream(st))
 
 
 @_profiled("get", _on_count("src", "size"))
@@ -579,11 +591,11 @@ def shmem_get(
     ``async_op=True``: a ``symm.Work`` at once, as ``shmem_put`` (``src`` is written until it
     has completed; its future's value: ``[src]``).
     """
-    st = _current_for(target)
+    st, d = _located(target, "target")
     g = _native_group(st, group)
-    args = _transfer(st, target, target_offset, src, src_offset, size)
+    args = _transfer(st, d, target_offset, src, src_offset, size)
     hold = [src, target] if async_op else None
-    return st.comm.get(g, *args, st.platform.scalar(target_rank), hold, stream=_stream(st))
+    return st.comm.get(g, *args, st.platform.scalar(target_rank), hold, _stream(st))
 
 
 @_profiled("signal_op", _on_count("signal"))
@@ -600,10 +612,10 @@ def shmem_signal_op(
         target_rank: a rank of ``group`` (global when ``group`` is None).
         group: the group ``target_rank`` is counted in.
     """
-    st = _current_for(signal)
+    st, d = _located(signal, "signal")
     g = _native_group(st, group)
-    args = _signal(st, signal, signal_offset, signal_value)
-    st.comm.signal_op(g, *args, signal_op, st.platform.scalar(target_rank), stream=_stream(st))
+    args = _signal(st, d, signal_offset, signal_value)
+    st.comm.signal_op(g, *args, signal_op, st.platform.scalar(target_rank), _stream(st))
 
 
 @_profiled("put_with_signal", _on_count("src", "size"))
@@ -624,15 +636,15 @@ def shmem_put_with_signal(
     """``shmem_put``, then ``shmem_signal_op`` on the same ``target_rank``: a peer that sees the
     signal also sees the data. With ``async_op=True``: a ``symm.Work`` at once, as
     ``shmem_put``."""
-    st = _current_for(target)
+    st, d = _located(target, "target")
     return st.comm.put_with_signal(
         _native_group(st, group),
-        *_transfer(st, target, target_offset, src, src_offset, size),
+        *_transfer(st, d, target_offset, src, src_offset, size),
         *_signal(st, signal, signal_offset, signal_value),
         signal_op,
         st.platform.scalar(target_rank),
         [src, target, signal] if async_op else None,
-        stream=_stream(st),
+        _stream(st),
     )
 
 
@@ -665,7 +677,7 @@ def shmem_wait_for_signal(
         Timeout: the condition did not hold in time (the message shows the last value seen).
         PeerLost: a member of the signal's group ended while this rank waited.
     """
-    st = _current_for(signal)
+    st, d = _located(signal, "signal")
     p = st.platform
     if depend_tensor is not None and p.is_freed(depend_tensor):
         raise _freed(st, "depend_tensor")
@@ -674,8 +686,8 @@ def shmem_wait_for_signal(
             st.comm.rank, "depend_tensor", f"<{type(depend_tensor).__name__}>", f"expected a {p.name} tensor or None"
         )
     g = _native_group(st, group)
-    args = _signal(st, signal, signal_offset, compare_value)
-    return st.comm.wait_for_signal(g, *args, compare_op, timeout, stream=_stream(st))
+    args = _signal(st, d, signal_offset, compare_value)
+    return st.comm.wait_for_signal(g, *args, compare_op, timeout, _stream(st))
 
 
 # --------------------------------------------------------------------------------------------
@@ -944,10 +956,10 @@ def rendezvous(tensor: Any, group: Any = None) -> SymmetricMemory:
         raise
     pad_bytes = _signal_pad_size
     st.comm.rendezvous(g, d, pad_bytes)
-    pad = empty(pad_bytes // 4, "int32", group, device=st.comm.device)
+    pad = empty(pad_bytes // 4, "int32", group, device=st.device)
     pad.zero_()
     # No member signals a peer's pad before that peer has zeroed it.
-    st.comm.barrier(g, stream=_stream(st))
+    st.comm.barrier(g, _stream(st))
     rank = g.rank
     assert rank is not None  # a non-member failed in the check
     return SymmetricMemory(tensor, pad, group, rank, g.size)

@@ -145,6 +145,13 @@ class Platform(abc.ABC):
         return False
 
     # -- devices ---------------------------------------------------------------------------
+    def device_type(self, tensor: Any) -> str:
+        """The device type of ``tensor`` (``"cpu"`` for anything that is not a tensor: the call
+        then refuses it by name). Asked by every call whose runtime its tensors choose; the
+        default describes the tensor."""
+        d = None if tensor is None else self.describe(tensor)
+        return "cpu" if d is None else d[4]
+
     def device_support(self, device: str) -> Optional[str]:
         """What is missing for tensors of device type ``device`` (``"npu"``), or None when the
         framework serves them. The default: no device but the CPU."""

@@ -159,6 +159,12 @@ class TorchPlatform(Platform):
         raw = torch.frombuffer(block, dtype=torch.uint8)
         return raw.view(torch_dtype).view(tuple(shape))
 
+    def device_type(self, tensor: Any) -> str:
+        # The base class's descriptor (not a subclass's override), without describing the rest.
+        if not isinstance(tensor, torch.Tensor) or isinstance(tensor, FreedTensor):
+            return "cpu"
+        return _BASE.device.__get__(tensor).type
+
     # -- npu tensors (torch_npu): not run on this project's machines, see docs/ascend.md -------
     def device_support(self, device: str) -> Optional[str]:
         if device != "npu":
