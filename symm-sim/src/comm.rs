@@ -1300,7 +1300,11 @@ impl Backend for SimComm {
     fn barrier_group(&self, group: &Group, timeout: Duration) -> Result<()> {
         if self.mode == Mode::Stream {
             return self.in_stream_model(
-                move |s| self.finish(&self.barrier_group_on(s, group, timeout)?, timeout),
+                // After the group's work on the rank's other streams, as a collective.
+                move |s| {
+                    group.settle_streams(self.rank, "barrier", timeout)?;
+                    self.finish(&self.barrier_group_on(s, group, timeout)?, timeout)
+                },
                 move |c| c.barrier_group(group, timeout),
             );
         }
@@ -1364,27 +1368,33 @@ impl HostMapped for SimComm {
 /// `SYMM_COLLECTIVES=reference`, of the reference collectives
 /// ([`symm_core::coll::by_reference`]), in the host model; in the stream-ordered one
 /// (`SYMM_EXECUTION=stream`), its stream form on the default stream, waited for (the progress
-/// thread then runs it with a handle in the mode of `SYMM_COLLECTIVES`). One match on the
-/// handle's mode chooses.
+/// thread then runs it with a handle in the mode of `SYMM_COLLECTIVES`), after the group's work
+/// on the rank's other streams, as every host collective (`symm_core::stream`). One match on
+/// the handle's mode chooses.
 macro_rules! collectives_in_either_model {
-    ($($name:ident / $on:ident ($($arg:ident: $ty:ty),*);)*) => {
+    ($($name:ident / $on:ident ($group:ident: $gty:ty, $($arg:ident: $ty:ty),*);)*) => {
         $(
             #[inline]
-            fn $name(&self, $($arg: $ty),*) -> Result<()> {
+            fn $name(&self, $group: $gty, $($arg: $ty),*) -> Result<()> {
                 match self.mode {
-                    Mode::Host => host::$name(self, $($arg),*),
-                    Mode::Reference => by_reference::$name(self, &self.references, $($arg),*),
+                    Mode::Host => host::$name(self, $group, $($arg),*),
+                    Mode::Reference => by_reference::$name(self, &self.references, $group, $($arg),*),
                     Mode::Stream => match self.blocking_stream()? {
                         Some(s) => {
+                            // The default stream runs it on its own thread, where the group's
+                            // other stream work is not waited for: the caller waits here.
+                            $group.settle_streams(self.rank, stringify!($name), self.default_timeout())?;
                             // SAFETY: `finish` returns once the operation has ended, so the
                             // buffers the call borrows outlive it.
-                            let w = unsafe { self.$on(&s, $($arg),*)? };
+                            let w = unsafe { self.$on(&s, $group, $($arg),*)? };
                             self.finish(&w.event(), self.default_timeout())
                         }
                         // A stream's own thread: the call is the stream's operation.
                         None => match self.settings.collectives {
-                            CollectiveEngine::Host => host::$name(self, $($arg),*),
-                            CollectiveEngine::Reference => by_reference::$name(self, &self.references, $($arg),*),
+                            CollectiveEngine::Host => host::$name(self, $group, $($arg),*),
+                            CollectiveEngine::Reference => {
+                                by_reference::$name(self, &self.references, $group, $($arg),*)
+                            }
                         },
                     },
                 }

@@ -140,8 +140,8 @@ pub fn heap_sources<C: Communicator + StreamBackend>(comm: &C) {
 /// the backend's copies (what a device backend runs as host work in stream order): an
 /// allreduce, then an allreduce that every member refuses (`avg` of int32), whose own work
 /// reports it while the stream goes on; an allgather on a second stream ordered after the first
-/// stream's work by an event (a group's collectives run one at a time on a rank); then a host
-/// allreduce of the group.
+/// stream's work by an event (a group's collectives run one at a time on a rank); a host
+/// allreduce of the group, which waits for the group's stream work first.
 pub fn collectives_on_stream<C: Collectives + StreamBackend>(comm: &C) {
     let (me, world, n) = world_of(comm);
     let len = 1000;
@@ -174,8 +174,14 @@ pub fn collectives_on_stream<C: Collectives + StreamBackend>(comm: &C) {
     let input = comm.local_ref(&part).expect("local_ref");
     // SAFETY: as in `mine`; `part` is only read from here on.
     let gather = unsafe { comm.allgather_on(&second, &world, mine(&gathered), input, &opts) }.expect("allgather_on");
+    let ptr = comm.local_ptr(&ints).expect("local_ptr");
+    // SAFETY: `ints` is the caller's copy; the host call waits for the stream work that uses it.
+    let host = unsafe { LocalMut::from_raw(ptr, 16, DType::I32) };
+    comm.allreduce(&world, host, ReduceOp::Max, &opts).expect("host allreduce after the streams");
+    for w in [&sum, &refused, &gather] {
+        assert!(w.is_completed().unwrap_or(true), "rank {me}: the host allreduce returned before the stream's work");
+    }
     gather.wait(None).expect("the allgather after the event");
-    assert!(sum.is_completed().expect("allreduce"), "rank {me}: the event did not order the allgather after it");
     let e = refused.wait(None).expect_err("an avg of int32 is refused");
     assert!(
         matches!(e, Error::InvalidArgument { .. } | Error::PeerRejected { .. }),
@@ -185,10 +191,6 @@ pub fn collectives_on_stream<C: Collectives + StreamBackend>(comm: &C) {
     let total = (n * (n + 1) / 2) as f32;
     assert_eq!(my_bytes(comm, &part), f32_bytes(total, len), "rank {me}: the stream's allreduce");
     assert_eq!(my_bytes(comm, &gathered), f32_bytes(total, len * n), "rank {me}: the allgather after the event");
-    let ptr = comm.local_ptr(&ints).expect("local_ptr");
-    // SAFETY: `ints` is the caller's copy, untouched by the streams now that their work is over.
-    let host = unsafe { LocalMut::from_raw(ptr, 16, DType::I32) };
-    comm.allreduce(&world, host, ReduceOp::Max, &opts).expect("host allreduce after the streams");
     let max: Vec<u8> = (0..16).flat_map(|_| (n as i32).to_le_bytes()).collect();
     assert_eq!(my_bytes(comm, &ints), max, "rank {me}: the host allreduce (the refused one left the data alone)");
     comm.barrier(&world).expect("barrier");
