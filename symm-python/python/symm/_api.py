@@ -399,10 +399,8 @@ def _transfer(st: _State, target: Any, target_offset: Any, src: Any, src_offset:
 
 
 def _signal(st: _State, signal: Any, offset: Any, value: Any) -> List[Any]:
-    """The signal word (described already, by ``_located``, or not) and its operand
-    (``signal_value`` or ``compare_value``), as the native side takes them."""
-    if not isinstance(signal, tuple):
-        signal = _desc(st, signal, "signal")
+    """The signal word (described already) and its operand (``signal_value`` or
+    ``compare_value``), as the native side takes them."""
     return [signal, st.platform.scalar(offset), st.platform.scalar(value)]
 
 
@@ -640,7 +638,7 @@ def shmem_put_with_signal(
     return st.comm.put_with_signal(
         _native_group(st, group),
         *_transfer(st, d, target_offset, src, src_offset, size),
-        *_signal(st, signal, signal_offset, signal_value),
+        *_signal(st, _desc(st, signal, "signal"), signal_offset, signal_value),
         signal_op,
         st.platform.scalar(target_rank),
         [src, target, signal] if async_op else None,
