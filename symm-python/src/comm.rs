@@ -875,16 +875,21 @@ impl PyCommunicator {
             // On the caller's stream, then the word as it stands once the stream has passed.
             let enqueue = |c: &Comm, s: &Stream| c.wait_until_on(s, &sig, off, cmp, value, timeout).map(|w| w.event());
             Self::run_on_stream(slf, py, s, "wait_until", None, &[], enqueue)?;
-            let mut seen = [0u8; 8];
-            let bytes = sig.dtype().size();
-            let at = sig.heap_offset() + off * bytes;
-            // SAFETY: `seen` holds `bytes` (4 or 8) bytes; the word lies in this rank's heap.
-            unsafe { this.comm().copy_from_heap(at, seen.as_mut_ptr(), bytes) }.py(py)?;
-            return Ok(if bytes == 4 {
-                i64::from(i32::from_le_bytes([seen[0], seen[1], seen[2], seen[3]]))
-            } else {
-                i64::from_le_bytes(seen)
-            });
+            // The wait checked the offset and the dtype (int32 or int64).
+            let size = sig.dtype().size();
+            let word = SymmBuffer::from_parts(
+                sig.owner(),
+                sig.group().clone(),
+                sig.heap_offset() + off * size,
+                1,
+                sig.dtype(),
+            );
+            let comm = this.comm();
+            let seen = match sig.dtype() {
+                DType::I32 => comm.read_local::<i32>(&word).map(|v| i64::from(v[0])),
+                _ => comm.read_local::<i64>(&word).map(|v| v[0]),
+            };
+            return seen.py(py);
         }
         let comm = this.comm();
         py.detach(|| comm.wait_until(&sig, off, cmp, value, timeout)).py(py)

@@ -79,7 +79,8 @@ impl BackendControl for AscendComm {
     }
 }
 
-/// The Ascend backend's start-up settings: the device is the rank's place on its host.
+/// The Ascend backend's start-up settings: the device given (the framework's current one), or
+/// else the rank's place on its host.
 #[cfg(feature = "ascend")]
 pub(crate) fn ascend_config(settings: symm_core::config::Config, device: Option<i32>) -> AscendConfig {
     AscendConfig { settings, device }

@@ -62,10 +62,14 @@ impl Reporter {
                 let Ok(api) = acl() else { return };
                 while !flag.load(Ordering::Relaxed) {
                     // SAFETY: a plain timeout. The callbacks it runs are `launch`'s, whose
-                    // contract keeps their data valid. A timeout with nothing to run is its
-                    // usual answer; any other error changes nothing here: the next round asks
-                    // again, and a stream whose callback cannot run shows it in its own waits.
-                    let _ = unsafe { (api.aclrtProcessReport)(super::timeout_ms(POLL)) };
+                    // contract keeps their data valid.
+                    let code = unsafe { (api.aclrtProcessReport)(super::timeout_ms(POLL)) };
+                    // A timeout with nothing to run is its usual answer. Another error (no
+                    // stream subscribed yet, say) may come back at once: the thread naps rather
+                    // than spin, and a stream whose callback cannot run shows it in its waits.
+                    if code != sys::ACL_SUCCESS && code != sys::ACL_ERROR_RT_REPORT_TIMEOUT {
+                        std::thread::sleep(POLL / 10);
+                    }
                 }
             })
             .map_err(|e| AscendError::Thread { what: "starting the host callbacks' thread", detail: e.to_string() })?;

@@ -195,9 +195,6 @@ class TorchPlatform(Platform):
         dims = tuple(shape)
         if block.nbytes == 0:
             return torch.empty(dims, dtype=torch_dtype, device=device)
-        strides = [1] * len(dims)
-        for i in range(len(dims) - 2, -1, -1):
-            strides[i] = strides[i + 1] * dims[i + 1]
         # torch_npu's own constructors of a tensor over memory it did not allocate (what Ascend
         # SHMEM's Python package uses): a storage that does not own the memory, then the tensor.
         storage = torch_npu._C._construct_storage_from_data_pointer(block.ptr, device, block.nbytes)
@@ -207,7 +204,7 @@ class TorchPlatform(Platform):
             "nbytes": block.nbytes,
             "dtype": torch_dtype,
             "size": dims,
-            "stride": tuple(strides),
+            "stride": torch.empty(dims, device="meta").stride(),  # contiguous, nothing allocated
             "storage_offset": 0,
         }
         return torch_npu._C._construct_NPU_Tensor_From_Storage_And_Metadata(meta, storage)
