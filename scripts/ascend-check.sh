@@ -108,6 +108,5 @@ else
 fi
 
 echo "== not yet on the Ascend backend (docs/ascend.md, \"Not yet\")"
-echo "low-precision transport on device buffers, and the conformance cases that keep buffers in"
-echo "host memory."
+echo "the conformance cases that keep buffers in host memory."
 exit $status

@@ -2,8 +2,9 @@
 //! (`symm_core::coll::reference`) on this backend's primitives, one state per group
 //! ([`AscendComm::reference_cache`]). Their local steps run on the device: what arrived is
 //! copied out by gets from the rank itself, the reductions are plans of aclnn operators
-//! (`reduce_local`, [`crate::reduce`]); only descriptors and message headers pass through the
-//! host. Low-precision transport, whose codec runs on the host, is refused on device memory.
+//! (`reduce_local`, [`crate::reduce`]), and so does low-precision transport's codec
+//! (`encode_local`, `reduce_encoded_local`, [`crate::codec`]); only descriptors, message
+//! headers and the codec's per-block numbers pass through the host.
 
 use symm_core::coll::Collectives;
 

@@ -19,11 +19,15 @@ use symm_core::{
 };
 
 use crate::alloc::{first_common_free, granular, Ranges, Request};
+use crate::codec;
 use crate::dtype::acl_dtype;
 use crate::host_work::{run_job, HostJob, Outcomes};
 use crate::ledger::{Ledger, Lookup};
 use crate::pe::{pe_of, team_plan, TeamPlan};
 use crate::reduce::{self, Combine, Operand, Step};
+use device_codec::DeviceOps;
+
+mod device_codec;
 
 /// The backend's name in messages and `SYMM_BACKEND`.
 pub const NAME: &str = "ascend";
@@ -83,6 +87,8 @@ struct Inner {
 struct Reducing {
     acc: Option<DeviceBuffer>,
     wide: Option<DeviceBuffer>,
+    /// Low-precision transport's scratch ([`codec::Scratch`], then a mask of booleans).
+    codec: Option<DeviceBuffer>,
     workspace: Workspace,
 }
 
@@ -98,6 +104,20 @@ impl Reducing {
         self.acc = Some(DeviceBuffer::new(size)?);
         self.wide = Some(DeviceBuffer::new(size)?);
         Ok(())
+    }
+
+    /// The codec's scratch for a call over `len` elements and `runs` runs, and a mask of `len`
+    /// booleans after it (every earlier call has completed, as above).
+    fn reserve_codec(&mut self, len: usize, runs: usize) -> ascend_sys::Result<(codec::Scratch, codec::Addr)> {
+        let scratch = codec::Scratch::bytes(len, runs);
+        let bytes = scratch + len;
+        let current = self.codec.as_ref().map_or(0, DeviceBuffer::bytes);
+        if let Some(size) = Workspace::grown(current, bytes) {
+            self.codec = None;
+            self.codec = Some(DeviceBuffer::new(size)?);
+        }
+        let base = self.codec.as_ref().expect("reserved above").ptr().cast::<u8>();
+        Ok((codec::Scratch::at(base, len, runs), base.wrapping_add(scratch)))
     }
 }
 
@@ -214,7 +234,12 @@ impl AscendComm {
                 ranges: Mutex::new(Ranges::default()),
                 streams: Mutex::new(vec![Arc::new(StreamSlot::new(own))]),
                 references: ReferenceCache::default(),
-                reducing: Mutex::new(Reducing { acc: None, wide: None, workspace: Workspace::new(timeout) }),
+                reducing: Mutex::new(Reducing {
+                    acc: None,
+                    wide: None,
+                    codec: None,
+                    workspace: Workspace::new(timeout),
+                }),
                 heap,
             }),
         };
@@ -360,6 +385,31 @@ impl AscendComm {
             Vec::new(),
             start.elapsed(),
         ))))
+    }
+
+    /// Runs a call of the low-precision codec over `len` elements and `runs` runs with the
+    /// scratch it needs, on the communicator's stream, drained before it returns (also after a
+    /// failure: the scratch must be free before a later call may grow it). One call at a time.
+    fn with_codec(
+        &self,
+        len: usize,
+        runs: usize,
+        what: &str,
+        call: impl FnOnce(&mut DeviceOps<'_>, codec::Scratch) -> Result<codec::HostShare>,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let own = self.slot(&self.own_stream())?;
+        let mut r = self.inner.reducing.lock().unwrap_or_else(|p| p.into_inner());
+        let (scratch, mask) =
+            r.reserve_codec(len, runs).map_err(self.dev("reserving low-precision transport's scratch"))?;
+        let mut ops = DeviceOps { comm: self, slot: &own, workspace: &mut r.workspace, mask };
+        let done = call(&mut ops, scratch);
+        let drained = self.drain(&own, "low-precision transport", self.default_timeout());
+        let share = done.and_then(|share| drained.map(|()| share))?;
+        log::trace!("{what} {len} elements of {runs} run(s) in low precision: {share:?} blocks by the host codec");
+        Ok(())
     }
 
     fn drain_own(&self, op: &str, timeout: Duration) -> Result<()> {
@@ -937,7 +987,7 @@ impl StreamBackend for AscendComm {
         let own = self.slot(&self.own_stream())?;
         let mut r = self.inner.reducing.lock().unwrap_or_else(|p| p.into_inner());
         r.reserve(reduce::scratch(dtype, len)).map_err(self.dev("reserving the reduction's scratch"))?;
-        let Reducing { acc, wide, workspace } = &mut *r;
+        let Reducing { acc, wide, workspace, .. } = &mut *r;
         let at = |o: Operand| -> *mut std::ffi::c_void {
             match o {
                 Operand::Src(j) => srcs[j].cast_mut().cast(),
@@ -986,5 +1036,30 @@ impl StreamBackend for AscendComm {
         // reduction may grow them.
         let drained = self.drain(&own, "reduction", self.default_timeout());
         issued.and(drained)
+    }
+
+    /// The device codec ([`codec::encode`]) on the communicator's stream.
+    unsafe fn encode_local(&self, dtype: DType, lp: DType, data: *const u8, len: usize, run: *mut u8) -> Result<()> {
+        // SAFETY: forwarded (this function's contract is the codec's).
+        self.with_codec(len, 1, "encoding", |ops, s| unsafe {
+            codec::encode(ops, s, dtype, lp, data.cast_mut(), len, run)
+        })
+    }
+
+    /// The device codec ([`codec::reduce`]) on the communicator's stream.
+    unsafe fn reduce_encoded_local(
+        &self,
+        dtype: DType,
+        lp: DType,
+        op: ReduceOp,
+        runs: &[*const u8],
+        out: *mut u8,
+        len: usize,
+    ) -> Result<()> {
+        let runs: Vec<codec::Addr> = runs.iter().map(|r| r.cast_mut()).collect();
+        // SAFETY: forwarded (this function's contract is the codec's).
+        self.with_codec(len, runs.len(), "reducing", |ops, s| unsafe {
+            codec::reduce(ops, s, dtype, lp, op, &runs, out, len)
+        })
     }
 }

@@ -22,13 +22,18 @@
 //! - Host work in stream order (the collectives' stream forms): blocking ACL host callbacks run
 //!   by a thread of each stream ([`host_work`]); the caller's own ACL streams adopted
 //!   (`StreamBackend::adopt_stream`).
-//! - Not yet: low-precision transport (its codec runs on the host). Nothing here has run on a
-//!   device: `docs/ascend.md` says what was checked where.
+//! - Low-precision transport ([`codec`]): the CPU codec's format made and reduced by aclnn
+//!   operators, the host picking the blocks' exponents and coding the rare blocks the CPU
+//!   codec codes in float64.
+//! - Nothing here has run on a device: `docs/ascend.md` says what was checked where.
 
 pub mod alloc;
+pub mod codec;
 pub mod collectives;
 mod comm;
 pub mod dtype;
+#[cfg(test)]
+mod host_model;
 pub mod host_work;
 pub mod ledger;
 pub mod pe;

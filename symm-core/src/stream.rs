@@ -307,6 +307,51 @@ pub trait StreamBackend: Backend + Sized {
         unsafe { crate::coll::kernels::reduce(dtype, op, srcs, out, len) };
         Ok(())
     }
+
+    /// Encodes `len` elements of `dtype` at `data` into the low-precision run at `run` (its
+    /// exponents, then its payload in `lp`), bit for bit as
+    /// [`lowp::encode`](crate::coll::lowp::encode) does: the local step of low-precision
+    /// transport. Both are in the backend's memory space; complete when it returns. Default:
+    /// that host codec, for a backend whose memory is host memory; a device backend runs its
+    /// own operators.
+    ///
+    /// # Safety
+    /// `data` holds `len` elements of `dtype`; `run` is valid for
+    /// [`encoded_bytes(lp, len)`](crate::coll::lowp::encoded_bytes) writes, 4-byte aligned,
+    /// and overlaps `data` nowhere; nothing else writes either meanwhile. `lp` is a transport
+    /// format for `dtype` (checked by the caller).
+    unsafe fn encode_local(&self, dtype: DType, lp: DType, data: *const u8, len: usize, run: *mut u8) -> Result<()> {
+        let part = crate::coll::lowp::sub_run(run, lp, len, 0, len);
+        // SAFETY: the run's exponents and payload lie in `run` (this function's contract).
+        unsafe { crate::coll::lowp::encode(dtype, lp, data, len, part.exps.cast_mut(), part.payload.cast_mut()) };
+        Ok(())
+    }
+
+    /// Decodes the low-precision runs `runs` (each of `len` elements, as
+    /// [`encode_local`](Self::encode_local) writes them) and reduces them element by element,
+    /// in their order, into `out` of `dtype`, as
+    /// [`lowp::reduce_encoded`](crate::coll::lowp::reduce_encoded) does (float32 arithmetic,
+    /// float64 for float64 data; `avg` divided there; one rounding into `dtype`). In the
+    /// backend's memory space; complete when it returns. Default: that host codec.
+    ///
+    /// # Safety
+    /// Every run holds `len` encoded elements, 4-byte aligned; `out` is valid for `len`
+    /// writes of `dtype` and overlaps no run; nothing else writes them meanwhile. `lp` is a
+    /// transport format for `dtype`, `op` valid for it (checked by the caller).
+    unsafe fn reduce_encoded_local(
+        &self,
+        dtype: DType,
+        lp: DType,
+        op: ReduceOp,
+        runs: &[*const u8],
+        out: *mut u8,
+        len: usize,
+    ) -> Result<()> {
+        let parts: Vec<_> = runs.iter().map(|&r| crate::coll::lowp::sub_run(r, lp, len, 0, len)).collect();
+        // SAFETY: forwarded (this function's contract is the codec's).
+        unsafe { crate::coll::lowp::reduce_encoded(dtype, lp, op, &parts, len, out) };
+        Ok(())
+    }
 }
 
 /// A raw pointer an enqueued operation carries to the thread that runs it.

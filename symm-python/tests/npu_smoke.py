@@ -5,7 +5,8 @@ pytest: it needs torch_npu, CANN and devices, which the CI machines do not have.
 Each rank checks, against values it computes itself: a symmetric npu tensor from
 ``symm.empty``, written by an npu kernel and put to its right neighbour with a signal on the
 current stream; allreduce, allgather and broadcast of ordinary npu tensors; an asynchronous
-allreduce; the heap's use; ``free``. Exits non-zero, naming the check, when one fails.
+allreduce; allreduce in every low-precision format, bit for bit the CPU backend's; the heap's
+use; ``free``. Exits non-zero, naming the check, when one fails.
 """
 
 import os
@@ -56,6 +57,20 @@ def main() -> None:
     work = symm.shmem_allreduce(y, "avg", async_op=True)
     work.wait()
     assert torch.equal(y.cpu(), torch.full((1 << 20,), 0.5)), "async allreduce (avg)"
+
+    # Low-precision transport: the device codec gives the CPU codec's bytes (docs/accuracy.md),
+    # here against the CPU backend on the same values; blocks of tiny values take the host's path.
+    g = torch.Generator().manual_seed(rank)
+    values = torch.randn(5 * 256 + 77, generator=g) * 100
+    values[256:512] *= 1e-42
+    for fmt in (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2):
+        for op in ("sum", "max", "avg"):
+            on_cpu = values.clone()
+            symm.shmem_allreduce(on_cpu, op, low_precision_dtype=fmt)
+            on_npu = values.to(npu)
+            symm.shmem_allreduce(on_npu, op, low_precision_dtype=fmt)
+            same = torch.equal(on_npu.cpu().view(torch.int32), on_cpu.view(torch.int32))
+            assert same, f"allreduce via {fmt} ({op}): the npu's bytes differ from the CPU's"
 
     stats = symm.memory_stats(device="npu")
     assert stats["in_use"] >= 3 * 4096, f"memory_stats(device='npu'): {stats}"

@@ -272,6 +272,16 @@ impl StreamBackend for Comm {
             out: *mut u8,
             len: usize
         ) -> Result<()>;
+        unsafe fn encode_local(&self, dtype: DType, lp: DType, data: *const u8, len: usize, run: *mut u8) -> Result<()>;
+        unsafe fn reduce_encoded_local(
+            &self,
+            dtype: DType,
+            lp: DType,
+            op: ReduceOp,
+            runs: &[*const u8],
+            out: *mut u8,
+            len: usize
+        ) -> Result<()>;
     }
 
     /// The task gets a `Comm` of its own: the variant's stream runs it with the backend's

@@ -17,21 +17,22 @@ use symm_host::{eager_max_bytes, Tunables};
 use crate::gen::{draw, seed};
 
 /// The cases that hold where the heap and the buffers are device memory ([`heap_only`]): every
-/// buffer they give a call is a [`Mem`], and they ask for no low-precision transport there
-/// (its codec runs on the host). `scripts/ascend-check.sh` runs them on Ascend.
-pub const DEVICE_CASES: &[&str] =
-    &["heap_sources", "collectives_on_stream", "allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall"];
+/// buffer they give a call is a [`Mem`]. `scripts/ascend-check.sh` runs them on Ascend.
+pub const DEVICE_CASES: &[&str] = &[
+    "heap_sources",
+    "collectives_on_stream",
+    "allreduce",
+    "reduce_scatter",
+    "low_precision_pipeline",
+    "allgather",
+    "broadcast",
+    "alltoall",
+];
 
 /// Whether every buffer of a [`Mem`] lives in the heap: where the heap is device memory (the
 /// local buffers must be too), or with `SYMM_TEST_HEAP_ONLY=1` (the same cases on the CPU).
 pub fn heap_only<C: Communicator>(comm: &C) -> bool {
     comm.heap_space() == MemorySpace::Device || crate::gen::setting(&symm_core::config::TEST_HEAP_ONLY) == Some(1)
-}
-
-/// Whether a reduction may ask for low-precision transport (host memory: its codec runs on the
-/// host).
-fn lowp_served<C: Communicator>(comm: &C) -> bool {
-    comm.heap_space() == MemorySpace::Host
 }
 
 /// Collective cases, by name.
@@ -449,9 +450,8 @@ pub fn allreduce<C: Collectives>(comm: &C, cases: usize) {
         draw(strategy, cases, seed("allreduce")).into_iter().enumerate()
     {
         let op = if op == ReduceOp::Avg && !dtype.is_float() { ReduceOp::Sum } else { op };
-        let lp =
-            (lp_sel < 4 && lowp_served(comm) && matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16))
-                .then(|| FORMATS[lp_sel]);
+        let lp = (lp_sel < 4 && matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16))
+            .then(|| FORMATS[lp_sel]);
         let inputs: Vec<Vec<f64>> = (0..n).map(|r| rounded(dtype, (0..count).map(|i| value(dtype, r, k, i)))).collect();
         let (want, tol) = reference(dtype, op, &inputs, lp);
         let mut a = Mem::filled(comm, &world, heap, dtype, count, &encode(dtype, &inputs[me]));
@@ -512,9 +512,8 @@ pub fn reduce_scatter<C: Collectives>(comm: &C, cases: usize) {
     {
         let m = m / n.max(1);
         let op = if op == ReduceOp::Avg && !dtype.is_float() { ReduceOp::Max } else { op };
-        let lp =
-            (lp_sel < 4 && lowp_served(comm) && matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16))
-                .then(|| FORMATS[lp_sel]);
+        let lp = (lp_sel < 4 && matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16))
+            .then(|| FORMATS[lp_sel]);
         let inputs: Vec<Vec<f64>> = (0..n).map(|r| rounded(dtype, (0..n * m).map(|i| value(dtype, r, k, i)))).collect();
         let mine: Vec<Vec<f64>> = inputs.iter().map(|x| x[me * m..(me + 1) * m].to_vec()).collect();
         let (want, tol) = reference(dtype, op, &mine, lp);

@@ -18,7 +18,9 @@ use std::sync::OnceLock;
 
 pub use callback::{launch as launch_callback, Reporter};
 pub use heap::{heap_request, ShmemHeap, Team};
-pub use ops::{binary, cast, divide, Elementwise, Scalar, Tensor, Workspace};
+pub use ops::{
+    abs, binary, cast, divide, equal, fill_where, multiply, row_max, Elementwise, Scalar, Tensor, Workspace,
+};
 pub use runtime::{
     chunks, copy_async, init, set_device, synchronize_stream, timeout_ms, version, CopyKind, DeviceBuffer, Event,
     Stream,

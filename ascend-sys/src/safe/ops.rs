@@ -8,7 +8,7 @@ use super::runtime::{synchronize_stream, DeviceBuffer, Stream};
 use super::{acl, nnopbase, opapi};
 use crate::result::{AscendError, Result};
 use crate::sys::acl::{aclDataType, ACL_DOUBLE, ACL_FLOAT, ACL_FORMAT_ND, ACL_INT64};
-use crate::sys::aclnn::{aclOpExecutor, aclScalar, aclTensor, aclnnStatus};
+use crate::sys::aclnn::{aclIntArray, aclOpExecutor, aclScalar, aclTensor, aclnnStatus};
 
 /// An operator's view of a contiguous 1-D vector in device memory; destroyed on drop (the
 /// memory stays the caller's).
@@ -24,18 +24,44 @@ impl Tensor {
     /// `data` holds `len` elements of `dtype` for as long as operators enqueued on the tensor
     /// run.
     pub unsafe fn vector(data: *mut c_void, len: usize, dtype: aclDataType) -> Result<Tensor> {
+        // SAFETY: forwarded.
+        unsafe { Tensor::matrix(data, &[len], dtype) }
+    }
+
+    /// The contiguous row-major tensor of shape `dims` (one to eight dimensions) of `dtype` at
+    /// device address `data`.
+    ///
+    /// # Safety
+    /// `data` holds the product of `dims` elements of `dtype` for as long as operators enqueued
+    /// on the tensor run.
+    pub unsafe fn matrix(data: *mut c_void, dims: &[usize], dtype: aclDataType) -> Result<Tensor> {
+        assert!((1..=8).contains(&dims.len()), "a tensor of 1 to 8 dimensions");
         let api = nnopbase()?;
-        let dims = [len as i64];
-        let strides = [1i64];
-        // SAFETY: one dimension, its stride and storage shape, all valid for the call; the
+        let shape: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        let mut strides = vec![1i64; dims.len()];
+        for k in (0..dims.len() - 1).rev() {
+            strides[k] = strides[k + 1] * shape[k + 1];
+        }
+        let rank = dims.len() as u64;
+        // SAFETY: the shape, its strides and storage shape are valid for the call; the
         // descriptor keeps copies of them.
         let raw = unsafe {
-            (api.aclCreateTensor)(dims.as_ptr(), 1, dtype, strides.as_ptr(), 0, ACL_FORMAT_ND, dims.as_ptr(), 1, data)
+            (api.aclCreateTensor)(
+                shape.as_ptr(),
+                rank,
+                dtype,
+                strides.as_ptr(),
+                0,
+                ACL_FORMAT_ND,
+                shape.as_ptr(),
+                rank,
+                data,
+            )
         };
         if raw.is_null() {
             return Err(AscendError::Null {
                 function: "aclCreateTensor",
-                what: format!("no descriptor of {len} elements of aclDataType {dtype}"),
+                what: format!("no descriptor of shape {dims:?} of aclDataType {dtype}"),
             });
         }
         Ok(Tensor { raw })
@@ -71,6 +97,15 @@ impl Scalar {
         Scalar::new((&raw mut v).cast(), ACL_DOUBLE)
     }
 
+    /// A scalar of the floating `dtype` (float32 or float64) holding `value` (exact in it).
+    pub fn float(value: f64, dtype: aclDataType) -> Result<Scalar> {
+        if dtype == ACL_DOUBLE {
+            Scalar::f64(value)
+        } else {
+            Scalar::f32(value as f32)
+        }
+    }
+
     /// An int64 scalar (what torch_npu passes as `add`'s default `alpha` for every dtype).
     pub fn i64(value: i64) -> Result<Scalar> {
         let mut v = value;
@@ -93,6 +128,33 @@ impl Drop for Scalar {
         if let Ok(api) = nnopbase() {
             // SAFETY: created by this value.
             let _ = unsafe { (api.aclDestroyScalar)(self.raw) };
+        }
+    }
+}
+
+/// A host array of `int64_t` argument of an operator; destroyed on drop.
+#[derive(Debug)]
+struct IntArray {
+    raw: *mut aclIntArray,
+}
+
+impl IntArray {
+    fn new(values: &[i64]) -> Result<IntArray> {
+        let api = nnopbase()?;
+        // SAFETY: `values` holds `len` integers, which the call copies.
+        let raw = unsafe { (api.aclCreateIntArray)(values.as_ptr(), values.len() as u64) };
+        if raw.is_null() {
+            return Err(AscendError::Null { function: "aclCreateIntArray", what: format!("{values:?}") });
+        }
+        Ok(IntArray { raw })
+    }
+}
+
+impl Drop for IntArray {
+    fn drop(&mut self) {
+        if let Ok(api) = nnopbase() {
+            // SAFETY: created by this value.
+            let _ = unsafe { (api.aclDestroyIntArray)(self.raw) };
         }
     }
 }
@@ -235,6 +297,76 @@ pub fn cast(a: &Tensor, dtype: aclDataType, out: &Tensor, ws: &mut Workspace, st
         // SAFETY: live descriptors and valid out-pointers.
         |bytes, ex| unsafe { (api.aclnnCastGetWorkspaceSize)(a.raw, dtype, out.raw, bytes, ex) },
         api.aclnnCast,
+        ws,
+        stream,
+    )
+}
+
+/// Enqueues `out = |a|` on `stream`.
+pub fn abs(a: &Tensor, out: &Tensor, ws: &mut Workspace, stream: &Stream) -> Result<()> {
+    let api = opapi()?;
+    run(
+        ("aclnnAbsGetWorkspaceSize", "aclnnAbs"),
+        // SAFETY: live descriptors and valid out-pointers.
+        |bytes, ex| unsafe { (api.aclnnAbsGetWorkspaceSize)(a.raw, out.raw, bytes, ex) },
+        api.aclnnAbs,
+        ws,
+        stream,
+    )
+}
+
+/// Enqueues `out[i] = max_j a[i, j]` on `stream`: the maximum of every row of the matrix `a`
+/// (NaN propagates, as torch's `amax`).
+pub fn row_max(a: &Tensor, out: &Tensor, ws: &mut Workspace, stream: &Stream) -> Result<()> {
+    let api = opapi()?;
+    let dims = IntArray::new(&[1])?;
+    run(
+        ("aclnnAmaxGetWorkspaceSize", "aclnnAmax"),
+        // SAFETY: live descriptors and valid out-pointers.
+        |bytes, ex| unsafe { (api.aclnnAmaxGetWorkspaceSize)(a.raw, dims.raw, false, out.raw, bytes, ex) },
+        api.aclnnAmax,
+        ws,
+        stream,
+    )
+}
+
+/// Enqueues `out = a * b` on `stream`, `b` broadcast over `a`'s shape (a column of factors
+/// scales each row).
+pub fn multiply(a: &Tensor, b: &Tensor, out: &Tensor, ws: &mut Workspace, stream: &Stream) -> Result<()> {
+    let api = opapi()?;
+    run(
+        ("aclnnMulGetWorkspaceSize", "aclnnMul"),
+        // SAFETY: live descriptors and valid out-pointers.
+        |bytes, ex| unsafe { (api.aclnnMulGetWorkspaceSize)(a.raw, b.raw, out.raw, bytes, ex) },
+        api.aclnnMul,
+        ws,
+        stream,
+    )
+}
+
+/// Enqueues `mask = (a == value)` on `stream` (`mask` of booleans).
+pub fn equal(a: &Tensor, value: &Scalar, mask: &Tensor, ws: &mut Workspace, stream: &Stream) -> Result<()> {
+    let api = opapi()?;
+    run(
+        ("aclnnEqScalarGetWorkspaceSize", "aclnnEqScalar"),
+        // SAFETY: live descriptors and valid out-pointers.
+        |bytes, ex| unsafe { (api.aclnnEqScalarGetWorkspaceSize)(a.raw, value.raw, mask.raw, bytes, ex) },
+        api.aclnnEqScalar,
+        ws,
+        stream,
+    )
+}
+
+/// Enqueues `a[i] = value where mask[i]` on `stream`.
+pub fn fill_where(a: &Tensor, mask: &Tensor, value: &Scalar, ws: &mut Workspace, stream: &Stream) -> Result<()> {
+    let api = opapi()?;
+    run(
+        ("aclnnInplaceMaskedFillScalarGetWorkspaceSize", "aclnnInplaceMaskedFillScalar"),
+        // SAFETY: live descriptors and valid out-pointers; the operator writes `a` in place.
+        |bytes, ex| unsafe {
+            (api.aclnnInplaceMaskedFillScalarGetWorkspaceSize)(a.raw, mask.raw, value.raw, bytes, ex)
+        },
+        api.aclnnInplaceMaskedFillScalar,
         ws,
         stream,
     )

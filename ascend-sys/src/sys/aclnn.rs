@@ -6,7 +6,9 @@
 //! plans the call on the host, then `aclnnX(workspace, workspace_bytes, executor, stream)`
 //! enqueues it; the executor is consumed by the second call. Sources: CANN 8.1.RC1's
 //! `aclnn/acl_meta.h`, `aclnnop/aclnn_add.h`, `aclnn_maximum.h`, `aclnn_minimum.h`,
-//! `aclnn_div.h`, `aclnn_cast.h`, and `hicann/ops-math` (`math/*/op_host/op_api/aclnn_*.h`).
+//! `aclnn_div.h`, `aclnn_cast.h`, `aclnn_amax.h`, `aclnn_mul.h`, and `hicann/ops-math`
+//! (`math/*/op_host/op_api/aclnn_*.h`, the docs of `aclnnAbs`, `aclnnEqScalar`,
+//! `aclnnInplaceMaskedFillScalar` and `aclCreateIntArray`).
 //! CANN's headers are not in a package this project can download: `tests/headers.rs` checks
 //! these declarations against `tests/facts/aclnn.h`, a transcription of them.
 #![allow(non_camel_case_types)]
@@ -35,6 +37,13 @@ pub struct aclScalar {
     _opaque: [u8; 0],
 }
 
+/// `struct aclIntArray` (opaque): a host array of `int64_t`, such as a reduction's dimensions.
+#[repr(C)]
+#[derive(Debug)]
+pub struct aclIntArray {
+    _opaque: [u8; 0],
+}
+
 /// `struct aclOpExecutor` (opaque).
 #[repr(C)]
 #[derive(Debug)]
@@ -60,14 +69,17 @@ ffi_library! {
             fn aclDestroyTensor(tensor: *const aclTensor) -> aclnnStatus;
             fn aclCreateScalar(value: *mut c_void, data_type: aclDataType) -> *mut aclScalar;
             fn aclDestroyScalar(scalar: *const aclScalar) -> aclnnStatus;
+            fn aclCreateIntArray(value: *const i64, size: u64) -> *mut aclIntArray;
+            fn aclDestroyIntArray(array: *const aclIntArray) -> aclnnStatus;
         }
         optional {}
     }
 }
 
 ffi_library! {
-    /// The elementwise operators: the reductions (add, maximum, minimum), the average's
-    /// division by a scalar, and the cast of low-precision transport.
+    /// The operators of the collectives: the reductions (add, maximum, minimum), the average's
+    /// division by a scalar, and low-precision transport's codec (cast, absolute value, block
+    /// maximum, block scaling, and the replacement of one value).
     pub struct OpApi in "libopapi.so" {
         required {
             fn aclnnAddGetWorkspaceSize(
@@ -124,6 +136,59 @@ ffi_library! {
             ) -> aclnnStatus;
             fn aclnnCast(workspace: *mut c_void, workspace_size: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
                 -> aclnnStatus;
+            fn aclnnAbsGetWorkspaceSize(
+                self_: *const aclTensor,
+                out: *mut aclTensor,
+                workspace_size: *mut u64,
+                executor: *mut *mut aclOpExecutor,
+            ) -> aclnnStatus;
+            fn aclnnAbs(workspace: *mut c_void, workspace_size: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+                -> aclnnStatus;
+            fn aclnnAmaxGetWorkspaceSize(
+                self_: *const aclTensor,
+                dim: *const aclIntArray,
+                keep_dim: bool,
+                out: *mut aclTensor,
+                workspace_size: *mut u64,
+                executor: *mut *mut aclOpExecutor,
+            ) -> aclnnStatus;
+            fn aclnnAmax(workspace: *mut c_void, workspace_size: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+                -> aclnnStatus;
+            fn aclnnMulGetWorkspaceSize(
+                self_: *const aclTensor,
+                other: *const aclTensor,
+                out: *mut aclTensor,
+                workspace_size: *mut u64,
+                executor: *mut *mut aclOpExecutor,
+            ) -> aclnnStatus;
+            fn aclnnMul(workspace: *mut c_void, workspace_size: u64, executor: *mut aclOpExecutor, stream: aclrtStream)
+                -> aclnnStatus;
+            fn aclnnEqScalarGetWorkspaceSize(
+                self_: *const aclTensor,
+                other: *const aclScalar,
+                out: *mut aclTensor,
+                workspace_size: *mut u64,
+                executor: *mut *mut aclOpExecutor,
+            ) -> aclnnStatus;
+            fn aclnnEqScalar(
+                workspace: *mut c_void,
+                workspace_size: u64,
+                executor: *mut aclOpExecutor,
+                stream: aclrtStream,
+            ) -> aclnnStatus;
+            fn aclnnInplaceMaskedFillScalarGetWorkspaceSize(
+                self_ref: *mut aclTensor,
+                mask: *const aclTensor,
+                value: *const aclScalar,
+                workspace_size: *mut u64,
+                executor: *mut *mut aclOpExecutor,
+            ) -> aclnnStatus;
+            fn aclnnInplaceMaskedFillScalar(
+                workspace: *mut c_void,
+                workspace_size: u64,
+                executor: *mut aclOpExecutor,
+                stream: aclrtStream,
+            ) -> aclnnStatus;
         }
         optional {}
     }

@@ -521,16 +521,14 @@ unsafe fn encode_as<D: Data, L: Format>(data: *const u8, count: usize, exps: *mu
             // any placement.
             *v = unsafe { data.add(lo + k).read_unaligned() }.widen();
         }
-        let e = block_exponent(L::TARGET_MAX, largest_finite(x).to_f64());
+        let (e, factor) = block_scale_as::<D, L>(largest_finite(x).to_f64());
         // SAFETY: b < blocks, inside the exponent area.
         unsafe { exps.add(b).write_unaligned(e) };
         let bits = &mut bits[..n];
-        // Scaled down in the block's arithmetic, a product below its normal range is rounded
-        // there once more: harmless where the format has no value that small (all but bf16
-        // from f32); else exactly, in f64.
-        let scaled_exactly = e <= 0 || L::MIN_EXP > <D::W as Wide>::MIN_NORMAL_EXP + 1;
-        match <D::W as Wide>::pow2(-e).filter(|_| scaled_exactly) {
+        match factor {
             Some(f) => {
+                // Exact: a power of two of the arithmetic.
+                let f = <D::W as Wide>::from_f64(f);
                 x.iter_mut().for_each(|v| *v = v.mul(f));
                 <D::W as Wide>::code::<L>(x, bits);
             }
@@ -547,6 +545,45 @@ unsafe fn encode_as<D: Data, L: Format>(data: *const u8, count: usize, exps: *mu
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), payload.add(lo), n);
             }
         }
+    }
+}
+
+/// The arithmetic a block of `d` data is scaled, decoded and accumulated in: float64 for
+/// float64 data, float32 otherwise.
+pub fn arithmetic(d: DType) -> DType {
+    if d == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// How [`encode`] scales a block of `d` data into `lp` whose largest finite magnitude is `amax`
+/// (0 for a block without finite nonzero values): the block's exponent `e`, and the factor
+/// `2^-e` where one multiplication by it in the block's [`arithmetic`] followed by one
+/// rounding into `lp` gives the block's codes; `None` where the codec takes its exact f64 path
+/// instead (a factor outside the arithmetic's normal range, or bf16 codes of f32 products
+/// below f32's normal range). `d` and `lp` are validated by [`check_format`].
+pub fn block_scale(d: DType, lp: DType, amax: f64) -> (i32, Option<f64>) {
+    for_types!(d, lp, block_scale_as(amax))
+}
+
+fn block_scale_as<D: Data, L: Format>(amax: f64) -> (i32, Option<f64>) {
+    let e = block_exponent(L::TARGET_MAX, amax);
+    // Scaled down in the block's arithmetic, a product below its normal range is rounded
+    // there once more: harmless where the format has no value that small (all but bf16 from
+    // f32); else exactly, in f64.
+    let scaled_exactly = e <= 0 || L::MIN_EXP > <D::W as Wide>::MIN_NORMAL_EXP + 1;
+    (e, <D::W as Wide>::pow2(-e).filter(|_| scaled_exactly).map(Wide::to_f64))
+}
+
+/// The factor `2^e` that decodes a block of exponent `e` into `d`'s [`arithmetic`] by one
+/// multiplication, where it is a normal value of that arithmetic (`None`: the codec rounds the
+/// exact f64 product once instead).
+pub fn unscale(d: DType, e: i32) -> Option<f64> {
+    match arithmetic(d) {
+        DType::F64 => <f64 as Wide>::pow2(e),
+        _ => <f32 as Wide>::pow2(e).map(f64::from),
     }
 }
 

@@ -22,9 +22,10 @@
 //!   backend the host kernel [`super::kernels::reduce`]; on a device its kernels), once every
 //!   piece is in and this member's own puts have completed, before the acknowledgements.
 //!
-//! Low-precision transport encodes and decodes on the host ([`super::lowp`]), so it is served
-//! where the backend's memory is the host's, and refused with `InvalidArgument` naming
-//! `transport` elsewhere.
+//! Low-precision transport ([`super::lowp`]'s format) is encoded by the backend's
+//! `encode_local` into the member's staging slot and put from there; what arrived is decoded
+//! and reduced where it is by its `reduce_encoded_local` (the host codec on the CPU backend; on
+//! a device its operators).
 //!
 //! # Diagnostics
 //! Every call is an operation of the flight recorder, the statistics and the log, like the
@@ -132,7 +133,7 @@ use std::time::Duration;
 
 use super::checks::{self, Part};
 use super::{lowp, CollOptions};
-use crate::backend::{MemorySpace, SignalWidth};
+use crate::backend::SignalWidth;
 use crate::buffer::{LocalMut, LocalRef};
 use crate::dfx::{self, Op, OpEvent, Started};
 use crate::dtype::DType;
@@ -864,24 +865,14 @@ impl<'c, B: StreamBackend, G: Borrow<ReferenceGroup>> Reference<'c, B, G> {
         }
     }
 
-    /// The reduction's checks and its transport format: a low-precision one only where the
-    /// backend's memory is the host's (its codec runs on the host).
+    /// The reduction's checks and its transport format.
     fn transport(
         &self,
         dtype: DType,
         op: ReduceOp,
         opts: &CollOptions,
     ) -> std::result::Result<Option<DType>, ArgError> {
-        let lp = checks::reduction(&self.default_lp, dtype, op, opts.transport)?;
-        match lp {
-            Some(l) if self.b.heap_space() == MemorySpace::Device => Err(ArgError::invalid(
-                "transport",
-                l,
-                "low-precision transport is not served on device memory yet (its codec runs on the host): unset \
-                 SYMMETRIC_MEMORY_LOW_PRECISION_DTYPE, or pass no transport",
-            )),
-            lp => Ok(lp),
-        }
+        checks::reduction(&self.default_lp, dtype, op, opts.transport)
     }
 
     // ---- rounds ---------------------------------------------------------------------------
@@ -1170,6 +1161,14 @@ fn chunk_elems(slot: usize, dtype: DType, lp: Option<DType>) -> usize {
     blocks.max(1) * block
 }
 
+/// What a round puts into every member's slot.
+enum Sends<'s> {
+    /// Every member's piece, made before the round.
+    Ready(&'s [Piece]),
+    /// Member q's piece, made by `make(q)` in this member's staging slot just before its put.
+    Staged(&'s mut dyn FnMut(usize) -> Result<Piece>),
+}
+
 /// One call in progress: what its rounds and waits need.
 struct Round<'r, 'c, B: StreamBackend> {
     rf: &'r ReferenceGroup,
@@ -1293,33 +1292,43 @@ impl<B: StreamBackend> Round<'_, '_, B> {
         lens: &[usize],
         consume: impl FnMut(usize, usize) -> Result<Option<Event>>,
     ) -> Result<()> {
-        self.round_with(p, sends, lens, consume, None::<fn() -> Result<()>>)
+        debug_assert!(sends.len() == self.rf.n(), "one piece per member");
+        self.round_with(p, Sends::Ready(sends), lens, consume, None::<fn() -> Result<()>>)
     }
 
-    /// [`Round::round`], where `consume` may enqueue its copy (its event is collected with the
+    /// [`Round::round`], where the pieces may be made one at a time in the staging slot
+    /// ([`Sends::Staged`]), `consume` may enqueue its copy (its event is collected with the
     /// round's), and `reduce`, when given, runs once every piece has arrived, before the
     /// acknowledgements release the slots: it reads the pieces where they are. This member's
     /// own puts complete first, since what `reduce` writes may be one of their sources.
     fn round_with(
         &self,
         p: &mut Progress,
-        sends: &[Piece],
+        mut sends: Sends<'_>,
         lens: &[usize],
         mut consume: impl FnMut(usize, usize) -> Result<Option<Event>>,
         reduce: Option<impl FnOnce() -> Result<()>>,
     ) -> Result<()> {
         let rf = self.rf;
         let (me, ranks, width) = (rf.me, rf.group.ranks(), rf.width);
-        debug_assert!(sends.len() == rf.n() && lens.len() == rf.n(), "one piece per member each way");
+        debug_assert!(lens.len() == rf.n(), "one piece per member each way");
         let e = p.epoch;
         let word = width.word_of(e);
-        for (q, &(src, bytes)) in sends.iter().enumerate() {
+        for q in 0..rf.n() {
             self.wait(
                 Flag::Ack,
                 q,
                 e.wrapping_sub(1),
                 "its previous piece consumed, so that its slot for this rank is free",
             )?;
+            let (src, bytes) = match sends {
+                Sends::Ready(pieces) => pieces[q],
+                Sends::Staged(ref mut make) => {
+                    // The previous piece's put still reads the staging slot: it completes first.
+                    self.collect(p)?;
+                    make(q)?
+                }
+            };
             let (slot, flag) = (self.slot(me), self.flag(Flag::Data, me));
             let ev = if bytes > 0 {
                 // SAFETY: `src` holds `bytes` bytes of the caller's (the callers' contracts),
@@ -1396,38 +1405,36 @@ impl<B: StreamBackend> Round<'_, '_, B> {
                 // workspace.
                 unsafe { self.b.reduce_local(dtype, op, &srcs, out, len) }
             };
-            return self.round_with(p, &sends, &vec![len * size; n], |_, _| Ok(None), Some(reduce));
+            return self.round_with(p, Sends::Ready(&sends), &vec![len * size; n], |_, _| Ok(None), Some(reduce));
         };
-        // Low-precision pieces are encoded and decoded on the host (host memory only: a device
-        // backend's calls were refused before the descriptor round).
-        // Whole 8-byte words, so that every typed view of the scratch is aligned.
-        let words = |bytes: usize| bytes.div_ceil(8);
+        // Encoded by the backend into the staging slot (the piece of an allreduce once, each
+        // member's of a reduce_scatter just before its put), reduced where they arrived.
         let bytes = lowp::encoded_bytes(l, len);
-        let mut arrived = vec![0u64; n * words(bytes)];
-        let base = arrived.as_mut_ptr().cast::<u8>();
-        let at = |j: usize| base.wrapping_add(j * words(bytes) * 8);
-        // Encoded pieces, one per member (all the same in an allreduce).
-        let distinct = if stride.is_none() { 1 } else { n };
-        let mut encoded: Vec<Vec<u64>> = Vec::with_capacity(distinct);
-        for q in 0..distinct {
-            let mut e = vec![0u64; words(bytes)];
-            let exps = e.as_mut_ptr().cast::<i32>();
-            let payload = e.as_mut_ptr().cast::<u8>().wrapping_add(4 * len.div_ceil(lowp::SCALE_BLOCK));
-            // SAFETY: the piece holds `len` elements (this function's contract); the run's
-            // exponents and payload fit `encoded_bytes`.
-            unsafe { lowp::encode(dtype, l, piece(q), len, exps, payload) };
-            encoded.push(e);
+        debug_assert!(bytes <= self.rf.slot, "a chunk's encoded piece fits the staging slot");
+        let base = self.b.local_heap_base();
+        let stage = base.wrapping_add(self.stage());
+        let mut encode = |q: usize| -> Result<Piece> {
+            // SAFETY: the piece holds `len` elements (this function's contract); the staging
+            // slot holds a slot, at least `encoded_bytes` (chunk_elems), 8-byte aligned, and no
+            // put reads it meanwhile (the round collects the previous one first).
+            unsafe { self.b.encode_local(dtype, l, piece(q), len, stage)? };
+            Ok((stage.cast_const(), bytes))
+        };
+        let runs: Vec<*const u8> = (0..n).map(|j| base.cast_const().wrapping_add(self.slot(j))).collect();
+        let reduce = || {
+            // SAFETY: every slot holds this round's run of `len` encoded elements until the
+            // acks that follow; `out` holds `len` (this function's contract) and lies outside
+            // the workspace.
+            unsafe { self.b.reduce_encoded_local(dtype, l, op, &runs, out, len) }
+        };
+        let lens = vec![bytes; n];
+        match stride {
+            None => {
+                let sends = vec![encode(0)?; n];
+                self.round_with(p, Sends::Ready(&sends), &lens, |_, _| Ok(None), Some(reduce))
+            }
+            Some(_) => self.round_with(p, Sends::Staged(&mut encode), &lens, |_, _| Ok(None), Some(reduce)),
         }
-        let sends: Vec<Piece> = (0..n).map(|q| (encoded[q.min(distinct - 1)].as_ptr().cast::<u8>(), bytes)).collect();
-        self.round(p, &sends, &vec![bytes; n], |j, from| {
-            // SAFETY: `arrived` holds `n` pieces of `bytes`.
-            unsafe { self.b.copy_from_heap(from, at(j), bytes) }.map(|()| None)
-        })?;
-        let srcs: Vec<lowp::SubRun> = (0..n).map(|j| lowp::sub_run(at(j), l, len, 0, len)).collect();
-        // SAFETY: every source holds a run of `len` encoded elements, aligned; `out` holds `len`
-        // (contract) and overlaps no source (they are this call's scratch).
-        unsafe { lowp::reduce_encoded(dtype, l, op, &srcs, len, out) };
-        Ok(())
     }
 
     /// This member's staging slot (its own, at the end of the workspace): where what a put
