@@ -11,8 +11,10 @@
 #   3. prints symm-bench's nccl-tests table of each collective on 2, 4 and 8 ranks
 #      (`ASCEND_CHECK_MAX_BYTES`, default 64M, the largest size), every result checked;
 #   4. where torch_npu imports: installs the Python package built with the backend and runs
-#      symm-python/tests/npu_smoke.py (npu tensors, the caller's stream) under torchrun on 2
-#      and on every device;
+#      symm-python/tests/npu_smoke.py (npu tensors, the caller's stream, low-precision
+#      transport against the CPU backend's bytes, and the mixed step: symm's allreduce then
+#      HCCL's all-gather, a side stream ordered by symm.stream_event) under torchrun on 2 and
+#      on every device;
 #   5. says what is not yet there to run (docs/ascend.md, "Not yet").
 # Each rank's output is kept under target/ascend-check/<ranks>/rank<r>.log.
 #

@@ -497,6 +497,20 @@ impl PyCommunicator {
         self.device_type()
     }
 
+    /// Whether calls check their tensors against the operations in flight, symm's and other
+    /// libraries' (`SYMM_VALIDATE=1`).
+    #[getter]
+    fn validates(&self) -> bool {
+        self.comm().settings().is_some_and(|s| s.validate)
+    }
+
+    /// How symm's asynchronous operation still in flight whose memory overlaps the `nbytes`
+    /// bytes at address `ptr` is shown, or `None`: the interop guard's check before another
+    /// library's call (`symm._interop`).
+    fn in_flight_clash(&self, ptr: usize, nbytes: usize) -> Option<String> {
+        self.asyncs().clash(self.comm(), ptr, nbytes)
+    }
+
     /// The bound of waits given no timeout, in seconds (`SYMMETRIC_MEMORY_TIMEOUT`).
     #[getter]
     fn default_timeout(&self) -> f64 {

@@ -59,6 +59,7 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<work::PyWork>()?;
     m.add_function(wrap_pyfunction!(comm::init, m)?)?;
     m.add_function(wrap_pyfunction!(perf::memory_bound, m)?)?;
+    m.add_function(wrap_pyfunction!(work::foreign_started, m)?)?;
     entry::register(m)?;
     errors::register(m)?;
     dfx::register(m)?;

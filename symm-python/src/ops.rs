@@ -113,11 +113,15 @@ macro_rules! collectives {
             pub(crate) fn try_fast(self, py: Python<'_>, fast: &Fast, a: &Args<'_, '_>) -> PyResult<bool> {
                 let comm = fast.comm.get();
                 // `async_op` (the last parameter) given and not `False`, or asynchronous work in
-                // flight (whose tensors a call must not use unchecked, and whose group's host
-                // calls wait for it): the full arm.
+                // flight, symm's or (under SYMM_VALIDATE=1) another library's (whose tensors a
+                // call must not use unchecked, and whose group's host calls wait for it): the
+                // full arm.
                 let async_op = a[self.params().len() - 1];
                 // SAFETY: `Py_False` is the address of the `False` singleton.
-                if async_op.is_some_and(|v| v.as_ptr() != unsafe { ffi::Py_False() }) || comm.asyncs().any() {
+                if async_op.is_some_and(|v| v.as_ptr() != unsafe { ffi::Py_False() })
+                    || comm.asyncs().any()
+                    || crate::work::foreign_any()
+                {
                     return Ok(false);
                 }
                 let f = &fast.spec;

@@ -132,6 +132,8 @@ impl AsyncOps {
     /// With `SYMM_VALIDATE=1`: fails (InvalidArgument naming `arg`, the tensor and the
     /// operation) when `local` overlaps a tensor of an asynchronous operation still in flight;
     /// completed operations are released first.
+    /// Also fails where `local` overlaps the memory of another library's asynchronous
+    /// operation still in flight ([`foreign_started`]).
     pub(crate) fn check(
         &self,
         py: Python<'_>,
@@ -140,7 +142,18 @@ impl AsyncOps {
         entry: Option<usize>,
         local: &Local,
     ) -> PyResult<()> {
-        if !self.any() || !comm.settings().is_some_and(|s| s.validate) {
+        if !comm.settings().is_some_and(|s| s.validate) {
+            return Ok(());
+        }
+        if let Some(clash) = foreign_clash(py, local.ptr, local.bytes())? {
+            let reason = format!(
+                "its memory is {clash}: a tensor belongs to the library whose operation uses it until that \
+                 work has completed, and one phase of one tensor is never split between two libraries (wait() for \
+                 the other library's work first; docs/design.md, \"Interop\")"
+            );
+            return Err(invalid(py, comm.rank(), arg, shown(arg, entry, local), &reason));
+        }
+        if !self.any() {
             return Ok(());
         }
         self.sweep(comm);
@@ -157,6 +170,28 @@ impl AsyncOps {
         let value = shown(arg, entry, local);
         drop(list);
         Err(invalid(py, comm.rank(), arg, value, &reason))
+    }
+
+    /// With the operations still in flight swept first: how symm's operation that uses memory
+    /// overlapping `[lo, lo + bytes)` is shown, if one does (the interop guard's question
+    /// before another library's call, `symm._interop`).
+    pub(crate) fn clash(&self, comm: &Comm, lo: usize, bytes: usize) -> Option<String> {
+        if !self.any() {
+            return None;
+        }
+        self.sweep(comm);
+        let range = Local { ptr: lo, len: bytes, dtype: symm_core::DType::U8 };
+        let list = self.lock();
+        list.iter().find_map(|t| {
+            t.held.iter().find(|h| overlaps(&h.local, &range)).map(|h| {
+                format!(
+                    "{} of symm's asynchronous {} still in flight (work #{})",
+                    shown(h.arg, h.entry, &h.local),
+                    t.op,
+                    t.id
+                )
+            })
+        })
     }
 
     /// Enqueues an operation (`enqueue`, given the communicator and its stream) and returns its
@@ -444,4 +479,74 @@ impl PyWork {
 pub(crate) fn settle(py: Python<'_>, comm: &Comm, g: &Group, op: &str) -> PyResult<()> {
     let (rank, timeout): (Rank, Duration) = (comm.rank(), comm.default_timeout());
     py.detach(|| g.settle_streams(rank, op, timeout)).py(py)
+}
+
+/// Another library's asynchronous operation whose memory is in flight, as the interop guard
+/// (`symm._interop`, installed with `SYMM_VALIDATE=1`) registers it: its tensors' storage
+/// ranges, until its work reports completion.
+struct Foreign {
+    /// `"torch.distributed (gloo)"` and the like.
+    library: String,
+    op: String,
+    /// The library's work object (`is_completed()`).
+    work: Py<PyAny>,
+    /// How each tensor is shown, and the storage range it lies in.
+    ranges: Vec<(String, usize, usize)>,
+}
+
+/// Every registered operation of another library, in every communicator of the process: the
+/// other library's calls are not tied to one of symm's runtimes.
+static FOREIGN: Mutex<Vec<Foreign>> = Mutex::new(Vec::new());
+/// `FOREIGN.len()`, read without the lock to route calls (Relaxed: a hint, as `AsyncOps::count`).
+static FOREIGN_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether another library's operation may still be in flight (calls then take the full arm,
+/// which checks their tensors).
+#[inline(always)]
+pub(crate) fn foreign_any() -> bool {
+    FOREIGN_COUNT.load(Ordering::Relaxed) != 0
+}
+
+fn foreign() -> std::sync::MutexGuard<'static, Vec<Foreign>> {
+    FOREIGN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Registers another library's asynchronous operation `op` of `library` in flight, its work
+/// object and its tensors' `(shown, storage start, storage bytes)`. Its memory is checked by
+/// every symm call until `work.is_completed()` is true.
+#[pyfunction]
+pub(crate) fn foreign_started(library: String, op: String, work: Py<PyAny>, ranges: Vec<(String, usize, usize)>) {
+    let mut list = foreign();
+    list.push(Foreign { library, op, work, ranges });
+    FOREIGN_COUNT.store(list.len(), Ordering::Relaxed);
+}
+
+/// How another library's operation in flight that uses memory overlapping `[lo, lo + bytes)`
+/// is shown, if one does; the completed ones (asked with `is_completed()`, outside the lock:
+/// it may run Python code) are forgotten first.
+pub(crate) fn foreign_clash(py: Python<'_>, lo: usize, bytes: usize) -> PyResult<Option<String>> {
+    if !foreign_any() || bytes == 0 {
+        return Ok(None);
+    }
+    let works: Vec<Py<PyAny>> = foreign().iter().map(|f| f.work.clone_ref(py)).collect();
+    let mut done = Vec::new();
+    for w in &works {
+        if w.bind(py).call_method0(intern!(py, "is_completed"))?.is_truthy()? {
+            done.push(w.as_ptr());
+        }
+    }
+    let finished: Vec<Foreign> = {
+        let mut list = foreign();
+        let (finished, left) = std::mem::take(&mut *list).into_iter().partition(|f| done.contains(&f.work.as_ptr()));
+        *list = left;
+        FOREIGN_COUNT.store(list.len(), Ordering::Relaxed);
+        finished
+    };
+    drop(finished);
+    let list = foreign();
+    Ok(list.iter().find_map(|f| {
+        f.ranges.iter().find(|&&(_, start, len)| len > 0 && start < lo + bytes && lo < start + len).map(
+            |(shown, _, _)| format!("the storage of {shown} of an unfinished asynchronous {} of {}", f.op, f.library),
+        )
+    }))
 }

@@ -5,8 +5,9 @@ pytest: it needs torch_npu, CANN and devices, which the CI machines do not have.
 Each rank checks, against values it computes itself: a symmetric npu tensor from
 ``symm.empty``, written by an npu kernel and put to its right neighbour with a signal on the
 current stream; allreduce, allgather and broadcast of ordinary npu tensors; an asynchronous
-allreduce; allreduce in every low-precision format, bit for bit the CPU backend's; the heap's
-use; ``free``. Exits non-zero, naming the check, when one fails.
+allreduce; allreduce in every low-precision format, bit for bit the CPU backend's; a side
+stream ordered after symm's work by ``stream_event``, and HCCL's all-gather after symm's
+allreduce; the heap's use; ``free``. Exits non-zero, naming the check, when one fails.
 """
 
 import os
@@ -71,6 +72,24 @@ def main() -> None:
             symm.shmem_allreduce(on_npu, op, low_precision_dtype=fmt)
             same = torch.equal(on_npu.cpu().view(torch.int32), on_cpu.view(torch.int32))
             assert same, f"allreduce via {fmt} ({op}): the npu's bytes differ from the CPU's"
+
+    # Interop: a consumer on a side stream waits for symm's asynchronous allreduce through
+    # stream_event, without the host waiting; HCCL's process group then gathers the result (it
+    # orders its streams after the current one by itself).
+    z = torch.full((4096,), float(rank + 1), device=npu)
+    work = symm.shmem_allreduce(z, "sum", async_op=True)
+    ready = symm.stream_event()
+    side = torch.npu.Stream()
+    side.wait_event(ready)
+    with torch.npu.stream(side):
+        doubled = z * 2
+    torch.npu.current_stream().wait_stream(side)
+    work.wait()
+    assert torch.equal(doubled.cpu(), torch.full((4096,), 2 * total)), "stream_event"
+    hccl = dist.new_group(backend="hccl")
+    gathered = [torch.empty_like(z) for _ in range(n)]
+    dist.all_gather(gathered, z, group=hccl)
+    assert all(torch.equal(g.cpu(), torch.full((4096,), total)) for g in gathered), "HCCL after symm"
 
     stats = symm.memory_stats(device="npu")
     assert stats["in_use"] >= 3 * 4096, f"memory_stats(device='npu'): {stats}"

@@ -406,6 +406,10 @@ def bad_input(rank, world):
             del sys.modules["torch_npu"]
     expect(inv, lambda: symm.empty(4, torch.float32, device="cuda:0"), "device", "cuda:0", "cpu or npu", rank=rank)
     expect(inv, lambda: symm.memory_stats(device="npu"), "device", "no npu tensors were used yet", rank=rank)
+    # the stream event of interop: the CPU runs on no stream of the caller; npu needs its pieces
+    expect(symm.Unsupported, lambda: symm.stream_event("cpu"), "complete on the host", rank=rank)
+    expect(symm.DeviceError, lambda: symm.stream_event(), "npu", "torch_npu", rank=rank)
+    expect(inv, lambda: symm.stream_event("cuda"), "device", "cpu or npu", rank=rank)
     assert symm.empty(4, torch.float32, device=torch.device("cpu")).device.type == "cpu"
     meta = torch.zeros(4, device="meta")
     expect(symm.Unsupported, lambda: symm.shmem_put(t, 0, meta, 0, 2, peer), "src", "meta", rank=rank)

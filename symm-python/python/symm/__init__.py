@@ -83,6 +83,7 @@ from ._api import (
     shmem_signal_op,
     shmem_wait_for_signal,
     split_group,
+    stream_event,
 )
 
 __all__ = [
@@ -131,6 +132,7 @@ __all__ = [
     "shmem_wait_for_signal",
     "split_group",
     "stats",
+    "stream_event",
 ]
 
 # The public collectives: one per row of the native table (src/ops.rs).

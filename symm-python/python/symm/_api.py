@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Type
 
 from . import _diag, _symm
 from .platform import get_platform
-from .platform.base import Platform
+from .platform.base import OtherLibraryGuard, Platform
 
 
 class _State:
@@ -252,6 +252,26 @@ def init(group: Any = None) -> None:
             except Exception as e:  # an optimisation only: without it every call takes the full path
                 logging.getLogger("symm").warning("rank %d: the fast path of shmem_allreduce is off: %r", me, e)
         _state = state
+        if comm.validates:
+            guard = OtherLibraryGuard(clash=_in_flight_clash, started=_symm.foreign_started, refuse=_refuse_other(me))
+            platform.guard_other_library(guard)
+
+
+def _in_flight_clash(ptr: int, nbytes: int) -> Optional[str]:
+    """How symm's asynchronous operation in flight on ``nbytes`` bytes at ``ptr`` is shown, in any
+    runtime of this process, or None (the interop guard's check)."""
+    st = _state
+    if st is None:
+        return None
+    for runtime in [st, *st.devices.values()]:
+        clash = runtime.comm.in_flight_clash(ptr, nbytes)
+        if clash is not None:
+            return clash
+    return None
+
+
+def _refuse_other(rank: int) -> Callable[[str, str, str], Exception]:
+    return lambda arg, shown, reason: _invalid(rank, arg, shown, reason)
 
 
 def is_initialized() -> bool:
@@ -515,6 +535,35 @@ def memory_stats(device: Any = None) -> Dict[str, Any]:
     out: Dict[str, Any] = {k: v for k, v in raw.items() if k != "groups"}
     out["groups"] = {tuple(st.ranks[n] for n in ranks): figures for ranks, figures in raw["groups"]}
     return out
+
+
+def stream_event(device: Any = "npu") -> Any:
+    """An event of the framework recorded now on the caller's current stream of ``device``.
+
+    symm's operations on ``npu`` tensors run on the caller's current NPU stream, in the order
+    issued, so this event follows every one this thread has issued on that stream, blocking or
+    ``async_op=True``. A consumer on another stream (compute on a side stream, or a library
+    that does not order itself against the current stream) waits for it without the host
+    waiting: ``other_stream.wait_event(symm.stream_event())``. Not needed for torch_npu's HCCL
+    process group, which orders its own streams after the current one (``docs/design.md``,
+    "Interop"). Local: no communication.
+
+    Raises:
+        Unsupported: ``device`` is ``cpu``: symm's CPU operations complete on the host (a
+            blocking call when it returns, an asynchronous one at ``wait()``).
+        DeviceError: what ``device``'s tensors need is missing (as for any first call on them).
+    """
+    st = _current()
+    kind = _check_device(st.comm.rank, device)
+    if kind == "cpu":
+        raise _error(
+            _symm.Unsupported,
+            st.comm.rank,
+            "stream_event(device='cpu'): symm's CPU operations run on no stream of the caller; they complete on "
+            "the host (a blocking call when it returns, an asynchronous one at wait())",
+        )
+    _on_device(st, kind)
+    return st.platform.record_event(kind)
 
 
 def is_symmetric(tensor: Any) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from typing import Any, ContextManager, Dict, Hashable, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, ContextManager, Dict, Hashable, List, NamedTuple, Optional, Sequence, Tuple
 
 # (data_ptr, numel, dtype name, is_contiguous, device type, layout shown in errors or None,
 #  (storage address, storage bytes)): the storage is the memory the tensor's data lies in, as the
@@ -51,6 +51,19 @@ class FastPath(NamedTuple):
     #: Tensors of every kind to tell apart (dtypes, views, devices, layouts): the shim is used
     #: only when it reads each of them as the descriptors do.
     probes: Tuple[Any, ...] = ()
+
+
+class OtherLibraryGuard(NamedTuple):
+    """What ``Platform.guard_other_library`` calls around the other library's operations."""
+
+    #: ``clash(storage address, storage bytes)``: how symm's operation in flight on that memory
+    #: is shown, or None.
+    clash: Callable[[int, int], Optional[str]]
+    #: ``started(library, op, work, [(shown, storage address, storage bytes)])``: registers the
+    #: other library's asynchronous operation until ``work.is_completed()``.
+    started: Callable[[str, str, Any, List[Tuple[str, int, int]]], None]
+    #: ``refuse(arg, shown, reason)``: the exception a refused call raises (``InvalidArgument``).
+    refuse: Callable[[str, str, str], Exception]
 
 
 class Platform(abc.ABC):
@@ -166,11 +179,23 @@ class Platform(abc.ABC):
         runtime's handle), read right before each call that runs on it."""
         raise NotImplementedError(f"the {self.name} platform has no {device} streams")
 
+    def record_event(self, device: str) -> Any:
+        """A new event of the framework recorded on the caller's current stream of ``device``
+        (``symm.stream_event``)."""
+        raise NotImplementedError(f"the {self.name} platform has no {device} streams")
+
     def wrap_device(self, block: Any, shape: Sequence[int], dtype: Any) -> Any:
         """A tensor of ``shape`` and ``dtype`` on ``block``'s device (a native heap block of
         device memory: ``ptr``, ``nbytes``, ``dtype``), without copying. It need not keep
         ``block`` alive: the API holds the block until ``free``."""
         raise NotImplementedError(f"the {self.name} platform has no device tensors")
+
+    def guard_other_library(self, guard: "OtherLibraryGuard") -> bool:
+        """Under ``SYMM_VALIDATE=1``: routes the framework's own collective library (PyTorch:
+        ``torch.distributed``) through ``guard``, so that a call of either library on memory
+        the other's unfinished asynchronous operation still uses fails (``docs/design.md``,
+        "Interop"). Returns whether it did; the default does nothing."""
+        return False
 
     def fast_path(self) -> Optional[FastPath]:
         """What the native fast path needs to read this platform's tensors itself, or None

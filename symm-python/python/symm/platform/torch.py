@@ -20,7 +20,7 @@ import torch
 import torch.autograd.profiler as _autograd_profiler
 import torch.distributed as dist
 
-from .base import Desc, FastPath, Platform
+from .base import Desc, FastPath, OtherLibraryGuard, Platform
 
 
 class FreedTensor(torch.Tensor):
@@ -187,6 +187,9 @@ class TorchPlatform(Platform):
         # native side refuses it).
         return int(torch.npu.current_stream().npu_stream)  # type: ignore[attr-defined]
 
+    def record_event(self, device: str) -> Any:
+        return torch.npu.current_stream().record_event()  # type: ignore[attr-defined]
+
     def wrap_device(self, block: Any, shape: Sequence[int], dtype: Any) -> Any:
         import torch_npu
 
@@ -218,6 +221,12 @@ class TorchPlatform(Platform):
 
     def is_freed(self, tensor: Any) -> bool:
         return isinstance(tensor, FreedTensor)
+
+    def guard_other_library(self, guard: OtherLibraryGuard) -> bool:
+        from . import torch_guard
+
+        torch_guard.install(guard)
+        return True
 
     def fast_path(self) -> Optional[FastPath]:
         # Every torch dtype object by identity; the native side keeps those it supports.
