@@ -43,7 +43,7 @@ devices() {
 
 echo "== build and unit tests with the ascend feature"
 cargo build --release --features ascend -p symm-tests --bin symm-conformance-rank -p symm-benches --bin symm-bench
-cargo test --release -p ascend-sys -p symm-ascend
+cargo test --release -p ascend-sys -p symm-ascend -p symm-hccl
 cargo test --release -p symm-registry --features ascend
 
 # Starts `n` ranks of the conformance binary on the given cases; rank 0 serves the store.

@@ -123,8 +123,11 @@ PY
             exit 1
         fi
     fi
-    SYMM_ASCEND_HEADERS="$PWD/$inc" CARGO_PROFILE_RELEASE_LTO=false \
-        cargo test --release -p ascend-sys --test headers -- --include-ignored
+    # ascend-sys against ACL's headers (and the SHMEM and aclnn transcriptions); symm-hccl against
+    # HCCL's, which the same wheel ships beside ACL's (its hccl.h includes acl/acl.h).
+    SYMM_ASCEND_HEADERS="$PWD/$inc" SYMM_HCCL_HEADERS="$PWD/$dir/torch_npu/include/third_party/hccl/inc" \
+        CARGO_PROFILE_RELEASE_LTO=false \
+        cargo test --release -p ascend-sys -p symm-hccl --test headers -- --include-ignored
     # The backend through the registry, on this machine without CANN (docs/ascend.md).
     CARGO_PROFILE_RELEASE_LTO=false cargo test --release -p symm-registry --features ascend
 }

@@ -67,9 +67,10 @@ impl Loaded {
     /// The function `symbol`, as type `T`.
     ///
     /// # Safety
-    /// `T` is the C function's type.
-    pub(crate) unsafe fn required<T: Copy>(&self, symbol: &str) -> Result<T, LoadError> {
-        // SAFETY: `T` is the symbol's type (this function's contract).
+    /// `T` is the C function's type, and the value is used only while `self` is alive (the
+    /// tables `ffi_library!` declares own their `Loaded`).
+    pub unsafe fn required<T: Copy>(&self, symbol: &str) -> Result<T, LoadError> {
+        // SAFETY: forwarded (this function's contract is `optional`'s).
         unsafe { self.optional(symbol) }.ok_or_else(|| LoadError::MissingSymbol {
             library: library_name(&self.file).to_string(),
             path: self.file.clone(),
@@ -81,10 +82,10 @@ impl Loaded {
     /// The function `symbol` as type `T`, or `None` where this version lacks it.
     ///
     /// # Safety
-    /// `T` is the C function's type.
-    pub(crate) unsafe fn optional<T: Copy>(&self, symbol: &str) -> Option<T> {
+    /// As for [`Loaded::required`].
+    pub unsafe fn optional<T: Copy>(&self, symbol: &str) -> Option<T> {
         // SAFETY: `T` is the symbol's type (contract); the value is copied out of the `Symbol`
-        // and stays valid while `self.library` is open, which the owning table guarantees.
+        // and stays valid while `self.library` is open, which the caller guarantees (contract).
         unsafe { self.library.get::<T>(symbol.as_bytes()).ok().map(|s| *s) }
     }
 }
@@ -169,6 +170,10 @@ fn hint(file: &str) -> &'static str {
         "libshmem.so" => {
             "install Ascend SHMEM (hicann/shmem, v1.0 or later) and add the directory holding libshmem.so \
              (with aclshmem_bootstrap_config_store.so beside it) to LD_LIBRARY_PATH"
+        }
+        "libhccl.so" => {
+            "install the CANN toolkit with HCCL (from CANN 8.5 libhccl.so ships in the per-SoC ops package, \
+             Ascend-cann-<soc>-ops) and source its set_env.sh, which sets ASCEND_HOME_PATH and LD_LIBRARY_PATH"
         }
         "libopapi.so" | "libnnopbase.so" => {
             "install the CANN toolkit with its operator package (the aclnn operators) and source its set_env.sh, \

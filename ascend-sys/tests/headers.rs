@@ -1,5 +1,6 @@
 //! The bindings against the C headers: every declared function type, constant, alias size and
-//! struct layout of `ascend_sys::sys` becomes a C++ `static_assert`, compiled against
+//! struct layout of `ascend_sys::sys` becomes a C++ `static_assert` (`sys::header_check`),
+//! compiled against
 //! - ACL's own headers from the `torch-npu` wheel (`torch_npu/include/third_party/acl/inc`);
 //! - `tests/facts/shmem.h` and `tests/facts/aclnn.h`, transcriptions of SHMEM's and aclnn's
 //!   headers (not in a package CI can download), with ACL's types from the wheel.
@@ -11,78 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use ascend_sys::sys::header_check::assertions;
 use ascend_sys::sys::{acl, aclnn, shmem, Alias, Constant, Layout, Signature};
-
-/// A Rust type of the bindings as C++ spells it: `*mut *const c_void` is `void const * *`.
-fn c_type(rust: &str) -> String {
-    let spaced = rust.replace('*', " * ");
-    let mut tokens: Vec<&str> = spaced.split_whitespace().collect();
-    let base = tokens.pop().expect("a type");
-    let mut c = match base {
-        "()" => "void",
-        "c_void" => "void",
-        "c_char" => "char",
-        "i32" => "int32_t",
-        "u32" => "uint32_t",
-        "i64" => "int64_t",
-        "u64" => "uint64_t",
-        "usize" => "size_t",
-        "f32" => "float",
-        "f64" => "double",
-        "bool" => "bool",
-        other => other,
-    }
-    .to_string();
-    // What is left is pointer levels from the outside in: `* mut` or `* const`.
-    let levels: Vec<&str> = tokens.chunks(2).map(|p| p[1]).collect();
-    for level in levels.iter().rev() {
-        c = if *level == "const" { format!("{c} const *") } else { format!("{c} *") };
-    }
-    c
-}
-
-/// The assertions of one module of the bindings.
-fn assertions(signatures: &[Signature], constants: &[Constant], aliases: &[Alias], layouts: &[Layout]) -> String {
-    let mut out = String::new();
-    for s in signatures {
-        let params: Vec<String> = s.params.iter().map(|p| c_type(p)).collect();
-        let ty = format!("{} (*)({})", c_type(s.ret), params.join(", "));
-        out += &format!(
-            "static_assert(std::is_same<decltype(&{name}), {ty}>::value, \"{name}: the bindings declare {ty}\");\n",
-            name = s.name
-        );
-    }
-    for c in constants {
-        out += &format!(
-            "static_assert(static_cast<long long>({name}) == {value}LL, \"{name}: the bindings say {value}\");\n",
-            name = c.name,
-            value = c.value
-        );
-    }
-    for a in aliases {
-        out += &format!(
-            "static_assert(sizeof({name}) == {size}, \"{name}: the bindings give it {size} bytes\");\n",
-            name = a.name,
-            size = a.size
-        );
-    }
-    for l in layouts {
-        out += &format!(
-            "static_assert(sizeof({name}) == {size}, \"{name}: the bindings give it {size} bytes\");\n\
-             static_assert(alignof({name}) <= {align}, \"{name}: the bindings align it to {align}\");\n",
-            name = l.name,
-            size = l.size,
-            align = l.align
-        );
-        for (field, offset) in l.fields {
-            out += &format!(
-                "static_assert(offsetof({name}, {field}) == {offset}, \"{name}.{field}: the bindings put it at {offset}\");\n",
-                name = l.name
-            );
-        }
-    }
-    out
-}
 
 /// The include directory of the wheel's ACL headers; the run fails without it.
 fn acl_headers() -> PathBuf {
@@ -119,17 +50,6 @@ fn compile(name: &str, source: &str) -> Result<(), String> {
 }
 
 const PRELUDE: &str = "#include <cstddef>\n#include <cstdint>\n#include <type_traits>\n";
-
-#[test]
-fn rust_types_are_spelled_as_c_types() {
-    assert_eq!(c_type("*mut c_void"), "void *");
-    assert_eq!(c_type("*const c_char"), "char const *");
-    assert_eq!(c_type("* mut * mut c_void"), "void * *");
-    assert_eq!(c_type("*mut *const aclTensor"), "aclTensor const * *");
-    assert_eq!(c_type("usize"), "size_t");
-    assert_eq!(c_type("aclrtStream"), "aclrtStream");
-    assert_eq!(c_type("()"), "void");
-}
 
 #[test]
 #[ignore = "needs the torch-npu headers and a C++ compiler: scripts/test.sh ascend"]

@@ -7,9 +7,14 @@
 //! `usize`. Each table is declared once with `ffi_library!`: the struct of pointers, its
 //! loader, and [`Signature`]s spelling every declared type, from which the header check
 //! (`tests/headers.rs`) writes C assertions that the libraries' headers must satisfy.
+//!
+//! The macros are exported (`#[macro_export]`, re-exported here) so that the bindings of other
+//! CANN libraries (`symm-hccl`'s HCCL) declare their tables, constants and layouts the same way,
+//! load them through [`crate::loader`] and feed the same header check ([`header_check`]).
 
 pub mod acl;
 pub mod aclnn;
+pub mod header_check;
 pub mod shmem;
 
 /// One declared C function, as the bindings spell its types (Rust tokens), for the header check.
@@ -25,7 +30,9 @@ pub struct Signature {
     pub required: bool,
 }
 
-/// The return type of a declaration, as a string.
+/// The return type of a declaration, as a string (used by [`ffi_library!`]).
+#[doc(hidden)]
+#[macro_export]
 macro_rules! ffi_ret {
     () => {
         "()"
@@ -34,10 +41,16 @@ macro_rules! ffi_ret {
         stringify!($r)
     };
 }
-pub(crate) use ffi_ret;
+#[doc(hidden)]
+pub use crate::ffi_ret;
 
 /// Declares a table of a library's functions: `required` ones fail the load when missing,
 /// `optional` ones (newer versions only) are `None` then.
+///
+/// Generates the struct of function pointers (named as the C symbols), `LIBRARY` (the file
+/// name), `SIGNATURES` (for the header check), `resolve` (from a [`crate::loader::Loaded`]) and
+/// `loaded`.
+#[macro_export]
 macro_rules! ffi_library {
     (
         $(#[$meta:meta])*
@@ -66,13 +79,13 @@ macro_rules! ffi_library {
             pub const SIGNATURES: &'static [$crate::sys::Signature] = &[
                 $( $crate::sys::Signature {
                     name: stringify!($f),
-                    ret: $crate::sys::ffi_ret!($($r)?),
+                    ret: $crate::ffi_ret!($($r)?),
                     params: &[$(stringify!($t)),*],
                     required: true,
                 }, )*
                 $( $crate::sys::Signature {
                     name: stringify!($of),
-                    ret: $crate::sys::ffi_ret!($($or)?),
+                    ret: $crate::ffi_ret!($($or)?),
                     params: &[$(stringify!($ot)),*],
                     required: false,
                 }, )*
@@ -84,7 +97,8 @@ macro_rules! ffi_library {
                 Ok($api {
                     $(
                         // SAFETY: the declared type is the C function's (checked against the
-                        // headers by tests/headers.rs).
+                        // headers by the crate's tests/headers.rs), and the table owns `library`,
+                        // so the pointer is used only while the library is open.
                         $f: unsafe { library.required(stringify!($f))? },
                     )*
                     $(
@@ -108,7 +122,7 @@ macro_rules! ffi_library {
         }
     };
 }
-pub(crate) use ffi_library;
+pub use crate::ffi_library;
 
 /// One C constant (an enumerator or a macro) as the bindings define it, for the header check.
 #[derive(Clone, Copy, Debug)]
@@ -120,6 +134,7 @@ pub struct Constant {
 }
 
 /// Defines C constants of one alias type, and `$list` listing them (for the header check).
+#[macro_export]
 macro_rules! ffi_consts {
     ($list:ident: $( $ty:ty { $( $(#[$m:meta])* $name:ident = $value:expr, )* } )*) => {
         $( $(
@@ -132,7 +147,7 @@ macro_rules! ffi_consts {
         ];
     };
 }
-pub(crate) use ffi_consts;
+pub use crate::ffi_consts;
 
 /// A C type alias of the bindings and the size the Rust side gives it, for the header check.
 #[derive(Clone, Copy, Debug)]
@@ -144,6 +159,7 @@ pub struct Alias {
 }
 
 /// Lists type aliases as [`Alias`]es named `$list`.
+#[macro_export]
 macro_rules! ffi_aliases {
     ($list:ident: $($ty:ident),* $(,)?) => {
         /// The type aliases above, with their Rust sizes.
@@ -151,7 +167,7 @@ macro_rules! ffi_aliases {
             &[$( $crate::sys::Alias { name: stringify!($ty), size: std::mem::size_of::<$ty>() } ),*];
     };
 }
-pub(crate) use ffi_aliases;
+pub use crate::ffi_aliases;
 
 /// A C struct of the bindings as the Rust side lays it out, for the header check.
 #[derive(Clone, Copy, Debug)]
@@ -165,6 +181,7 @@ pub struct Layout {
 }
 
 /// The [`Layout`] of `#[repr(C)]` struct `$ty` with the fields listed.
+#[macro_export]
 macro_rules! ffi_layout {
     ($ty:ident { $($field:ident),* $(,)? }) => {
         $crate::sys::Layout {
@@ -175,4 +192,4 @@ macro_rules! ffi_layout {
         }
     };
 }
-pub(crate) use ffi_layout;
+pub use crate::ffi_layout;
