@@ -133,16 +133,19 @@ def forbidden_patterns_are_refused(rank, world):
     assert torch.equal(flat[1024:], torch.full((1024,), float(world))), flat[1024:1028]
 
     # A symm call on memory an unfinished Gloo work still writes: every rank's irecv waits for
-    # a send that comes later.
-    buf = torch.zeros(4)
+    # a send that comes later. The same tensor, and another view of its storage (the phase
+    # split the other way round).
+    whole = torch.zeros(8)
+    buf = whole[4:]
     incoming = dist.irecv(buf, src=(rank - 1) % world)
-    expect(
-        symm.InvalidArgument,
-        lambda: symm.shmem_allreduce(buf, "sum"),
-        "invalid argument: tensor",
-        "unfinished asynchronous irecv of torch.distributed (gloo)",
-        rank=rank,
-    )
+    for view in (buf, whole[:4]):
+        expect(
+            symm.InvalidArgument,
+            lambda view=view: symm.shmem_allreduce(view, "sum"),
+            "invalid argument: tensor",
+            "unfinished asynchronous irecv of torch.distributed (gloo)",
+            rank=rank,
+        )
     # Other memory is free to use meanwhile, also in place of the fast path.
     other = torch.ones(8)
     symm.shmem_allreduce(other, "sum")
