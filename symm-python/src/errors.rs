@@ -1,26 +1,29 @@
 //! One Python exception hierarchy for every [`symm_core::Error`].
 //!
 //! ```text
-//! SymmError(Exception)                       every error of the library; `.code`, `.rank`
-//! ├── InvalidArgument(SymmError, ValueError)  SYMM_E_INVALID_ARGUMENT
-//! ├── GroupError                              SYMM_E_GROUP
-//! ├── HeapError                               SYMM_E_HEAP
-//! │   └── HeapExhausted                       SYMM_E_HEAP_EXHAUSTED
-//! ├── Timeout(SymmError, TimeoutError)        SYMM_E_TIMEOUT
-//! ├── PeerLost                                SYMM_E_PEER_LOST
-//! │   └── PeerExited                          SYMM_E_PEER_EXITED
-//! ├── Mismatch                                SYMM_E_MISMATCH
-//! ├── PeerRejected                            SYMM_E_PEER_REJECTED
-//! ├── ConcurrentUse                           SYMM_E_CONCURRENT_USE
-//! ├── BootstrapError                          SYMM_E_BOOTSTRAP
-//! ├── Unsupported                             SYMM_E_UNSUPPORTED
-//! ├── SystemFailure(SymmError, OSError)       SYMM_E_SYSTEM
-//! └── DeviceError(SymmError, RuntimeError)    SYMM_E_DEVICE
+//! SymmError(Exception)                                      every error of the library; `.code`, `.rank`
+//! ├── InvalidArgument(SymmError, ValueError)                 SYMM_E_INVALID_ARGUMENT
+//! ├── GroupError(SymmError, ValueError)                      SYMM_E_GROUP
+//! ├── HeapError(SymmError, RuntimeError)                     SYMM_E_HEAP
+//! │   └── HeapExhausted                                      SYMM_E_HEAP_EXHAUSTED
+//! ├── Timeout(SymmError, TimeoutError, RuntimeError)         SYMM_E_TIMEOUT
+//! ├── PeerLost(SymmError, RuntimeError)                      SYMM_E_PEER_LOST
+//! │   └── PeerExited                                         SYMM_E_PEER_EXITED
+//! ├── Mismatch(SymmError, RuntimeError)                      SYMM_E_MISMATCH
+//! ├── PeerRejected(SymmError, RuntimeError)                  SYMM_E_PEER_REJECTED
+//! ├── ConcurrentUse(SymmError, RuntimeError)                 SYMM_E_CONCURRENT_USE
+//! ├── BootstrapError(SymmError, RuntimeError)                SYMM_E_BOOTSTRAP
+//! ├── Unsupported(SymmError, NotImplementedError)            SYMM_E_UNSUPPORTED
+//! ├── SystemFailure(SymmError, OSError, RuntimeError)        SYMM_E_SYSTEM
+//! └── DeviceError(SymmError, RuntimeError)                   SYMM_E_DEVICE
 //! ```
 //!
-//! `create_exception!` takes a single base class; `InvalidArgument`, `Timeout`, `SystemFailure`
-//! and `DeviceError` also derive from the built-in class a Python caller would catch
-//! (`except ValueError`), so the classes are made by calling `type(name, bases, namespace)` at
+//! Besides its symm parent, each class derives from the built-in classes the callers of the
+//! libraries symm stands in for already catch: `ValueError` for a bad argument or rank
+//! (HyperParallel raises it for an out-of-range `target_rank`), `RuntimeError` for timeouts
+//! and failures (what PyTorch's process groups and symmetric memory raise; `NotImplementedError`
+//! is one), `TimeoutError` and `OSError` as Python names those cases. `create_exception!` takes
+//! a single base class, so the classes are made by calling `type(name, bases, namespace)` at
 //! module initialisation, from one table. The class is chosen from [`Error::code`], the stable
 //! contract: a code this table does not know yet (a newer core) still raises `SymmError` with the
 //! right `.code` (a test checks that every code of [`Error::CODES`] has its own class).
@@ -30,7 +33,7 @@
 //! communicator, or exited normally without closing it); `except symm.PeerExited` tells the two
 //! apart.
 
-use pyo3::exceptions::{PyException, PyOSError, PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyException, PyNotImplementedError, PyOSError, PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
@@ -39,22 +42,22 @@ use symm_core::{ArgError, AtRank, Error, Rank};
 /// The Python module name shown in tracebacks (`symm.InvalidArgument`).
 const MODULE: &str = "symm";
 
-/// The built-in class an exception also derives from, besides its symm parent.
+/// A built-in class an exception also derives from, besides its symm parent.
 #[derive(Clone, Copy, Debug)]
 enum Builtin {
-    None,
     Value,
     Timeout,
     Os,
     Runtime,
+    NotImplemented,
 }
 
 /// One row of the hierarchy: name, symm parent (a class before it in [`CLASSES`]), extra
-/// built-in base, stable code, docstring.
+/// built-in bases (a child has its parent's too), stable code, docstring.
 struct Class {
     name: &'static str,
     parent: Option<&'static str>,
-    builtin: Builtin,
+    builtins: &'static [Builtin],
     code: Option<&'static str>,
     doc: &'static str,
 }
@@ -69,14 +72,14 @@ macro_rules! name_or_none {
     };
 }
 
-/// The rows of [`CLASSES`]: `Name(parent) Builtin CODE: "docstring";`, without a parent or a
-/// code where there is none.
+/// The rows of [`CLASSES`]: `Name(parent) [Builtin, ...] CODE: "docstring";`, without a
+/// parent or a code where there is none.
 macro_rules! classes {
-    ($($name:ident($($parent:ident)?) $builtin:ident $($code:ident)?: $doc:literal;)+) => {
+    ($($name:ident($($parent:ident)?) [$($builtin:ident),*] $($code:ident)?: $doc:literal;)+) => {
         &[$(Class {
             name: stringify!($name),
             parent: name_or_none!($($parent)?),
-            builtin: Builtin::$builtin,
+            builtins: &[$(Builtin::$builtin),*],
             code: name_or_none!($($code)?),
             doc: $doc,
         }),+]
@@ -85,40 +88,40 @@ macro_rules! classes {
 
 /// The hierarchy, parents before children.
 const CLASSES: &[Class] = classes! {
-    SymmError() None:
+    SymmError() []:
         "Base class of every symm error. `code` is the stable error code (`SYMM_E_*`), `rank` \
          the global rank that raised it (None when unknown).";
-    InvalidArgument(SymmError) Value SYMM_E_INVALID_ARGUMENT:
+    InvalidArgument(SymmError) [Value] SYMM_E_INVALID_ARGUMENT:
         "A bad argument, detected on the calling rank before any peer memory was touched. \
          The message names the argument, its value and the rank.";
-    GroupError(SymmError) None SYMM_E_GROUP:
+    GroupError(SymmError) [Value] SYMM_E_GROUP:
         "A group problem: the caller is not a member, a rank is outside the group, the group \
          spans hosts, or a buffer does not exist on the target rank.";
-    HeapError(SymmError) None SYMM_E_HEAP:
+    HeapError(SymmError) [Runtime] SYMM_E_HEAP:
         "A symmetric-heap problem (sizes that differ between ranks, a foreign or freed buffer).";
-    HeapExhausted(HeapError) None SYMM_E_HEAP_EXHAUSTED:
+    HeapExhausted(HeapError) [] SYMM_E_HEAP_EXHAUSTED:
         "Not enough free symmetric heap on every member (raise SYMMETRIC_MEMORY_HEAP_SIZE).";
-    Timeout(SymmError) Timeout SYMM_E_TIMEOUT:
+    Timeout(SymmError) [Timeout, Runtime] SYMM_E_TIMEOUT:
         "A bounded wait expired; the message says what was awaited, where, and the last value seen.";
-    PeerLost(SymmError) None SYMM_E_PEER_LOST:
+    PeerLost(SymmError) [Runtime] SYMM_E_PEER_LOST:
         "A peer process ended while this rank depended on it.";
-    Mismatch(SymmError) None SYMM_E_MISMATCH:
+    Mismatch(SymmError) [Runtime] SYMM_E_MISMATCH:
         "Members of a group called a collective with arguments that do not agree.";
-    PeerRejected(SymmError) None SYMM_E_PEER_REJECTED:
+    PeerRejected(SymmError) [Runtime] SYMM_E_PEER_REJECTED:
         "A peer rejected its own arguments for a collective this rank joined.";
-    BootstrapError(SymmError) None SYMM_E_BOOTSTRAP:
+    BootstrapError(SymmError) [Runtime] SYMM_E_BOOTSTRAP:
         "Start-up failed: the framework's store, the environment, or mapping the peers' heaps.";
-    Unsupported(SymmError) None SYMM_E_UNSUPPORTED:
+    Unsupported(SymmError) [NotImplemented] SYMM_E_UNSUPPORTED:
         "A capability the backend does not offer (for example device tensors on the CPU backend).";
-    SystemFailure(SymmError) Os SYMM_E_SYSTEM:
+    SystemFailure(SymmError) [Os, Runtime] SYMM_E_SYSTEM:
         "An operating-system call failed at run time.";
-    DeviceError(SymmError) Runtime SYMM_E_DEVICE:
+    DeviceError(SymmError) [Runtime] SYMM_E_DEVICE:
         "A call into the device's runtime (ACL, SHMEM, the aclnn operators) failed; the message \
          names the call, the library's code and its own message.";
-    PeerExited(PeerLost) None SYMM_E_PEER_EXITED:
+    PeerExited(PeerLost) [] SYMM_E_PEER_EXITED:
         "A peer left on purpose (closed its communicator, or its process exited normally with \
          it open) while this rank still depended on it. A PeerLost: the group is unusable.";
-    ConcurrentUse(SymmError) None SYMM_E_CONCURRENT_USE:
+    ConcurrentUse(SymmError) [Runtime] SYMM_E_CONCURRENT_USE:
         "Two threads of one rank called into the same group at the same time; the second \
          one gets this error at once. Call the operations of one group from one thread.";
 };
@@ -140,17 +143,19 @@ fn create(py: Python<'_>) -> PyResult<Vec<Py<PyType>>> {
     let type_ = py.get_type::<PyType>();
     let mut made: Vec<Py<PyType>> = Vec::with_capacity(CLASSES.len());
     for c in CLASSES {
-        let mut bases: Vec<Bound<'_, PyType>> = Vec::with_capacity(2);
+        let mut bases: Vec<Bound<'_, PyType>> = Vec::with_capacity(3);
         match c.parent {
             Some(p) => bases.push(made[named(p)].bind(py).clone()),
             None => bases.push(py.get_type::<PyException>()),
         }
-        match c.builtin {
-            Builtin::None => {}
-            Builtin::Value => bases.push(py.get_type::<PyValueError>()),
-            Builtin::Timeout => bases.push(py.get_type::<PyTimeoutError>()),
-            Builtin::Os => bases.push(py.get_type::<PyOSError>()),
-            Builtin::Runtime => bases.push(py.get_type::<PyRuntimeError>()),
+        for b in c.builtins {
+            bases.push(match b {
+                Builtin::Value => py.get_type::<PyValueError>(),
+                Builtin::Timeout => py.get_type::<PyTimeoutError>(),
+                Builtin::Os => py.get_type::<PyOSError>(),
+                Builtin::Runtime => py.get_type::<PyRuntimeError>(),
+                Builtin::NotImplemented => py.get_type::<PyNotImplementedError>(),
+            });
         }
         let ns = PyDict::new(py);
         ns.set_item("__module__", MODULE)?;

@@ -36,13 +36,21 @@ def test_one_exception_family_with_stable_codes():
         assert issubclass(cls, symm.SymmError), name
         assert cls.code == code, name
         assert cls.__module__ == "symm" and cls.__doc__, name
-    assert issubclass(symm.InvalidArgument, ValueError)
+    # Also what the callers of HyperParallel and PyTorch catch: ValueError for bad arguments and
+    # ranks, RuntimeError for timeouts and failures (docs/errors.md, "Python classes").
+    for name in ("InvalidArgument", "GroupError"):
+        cls = getattr(symm, name)
+        assert issubclass(cls, ValueError) and not issubclass(cls, RuntimeError), name
+    for name in CODES:
+        if name not in ("InvalidArgument", "GroupError"):
+            assert issubclass(getattr(symm, name), RuntimeError), name
     assert issubclass(symm.Timeout, TimeoutError)
     assert issubclass(symm.SystemFailure, OSError)
-    assert issubclass(symm.DeviceError, RuntimeError)
+    assert issubclass(symm.Unsupported, NotImplementedError)
     assert issubclass(symm.HeapExhausted, symm.HeapError)
-    assert not issubclass(symm.GroupError, ValueError)
+    assert issubclass(symm.PeerExited, symm.PeerLost)
     assert symm.SymmError.code is None and issubclass(symm.SymmError, Exception)
+    assert not issubclass(symm.SymmError, (ValueError, RuntimeError))
 
 
 class DictStore:
