@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compares builds of the Python extension on a small allreduce, interleaved call for call.
 
-Usage: scripts/py-ab.py [--ranks 1|2] [--op allreduce|broadcast|alltoall] [--rounds R] [--calls N] DIR [DIR ...]
+Usage: scripts/py-ab.py [--ranks 1|2] [--op allreduce|broadcast|alltoall] [--grad on|off] [--rounds R]
+                       [--calls N] DIR [DIR ...]
 
 Each DIR holds one build, installed with `pip install --no-deps --target DIR ./symm-python`.
 Every build gets its own long-lived workers (one per rank, each a `torch.distributed` gloo world
@@ -11,6 +12,9 @@ builds in turn, for R rounds (the order reversed every other round), to time N c
 1-element float32 tensor (a symmetric tensor on 2 ranks), or with `--op alltoall`
 `symm.shmem_alltoall(parts, recv, counts)` of 8 bytes per peer (views of a symmetric tensor, the
 counts an int64 tensor, as HyperParallel passes them). A round's time is the slowest rank's.
+
+`--grad off` runs the calls with grad mode off (`torch.set_grad_enabled(False)`; default on, as
+in user code).
 
 Printed per build: quantiles of the per-call time (ns), and the median over the rounds of the
 ratio to the first build in the same round. The placement of a VM's vCPUs moves every few
@@ -42,6 +46,7 @@ def worker() -> None:
     symm.init()
     os.sched_setaffinity(0, {rank % os.cpu_count()})
     n = dist.get_world_size()
+    torch.set_grad_enabled(os.environ.get("SYMM_AB_GRAD", "on") == "on")
     t = symm.empty(1, torch.float32) if n > 1 else torch.ones(1)
     # The timing loop of `python -m symm.perf`: the API function called as user code calls it.
     if os.environ["SYMM_AB_OP"] == "broadcast":
@@ -65,6 +70,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, default=1, choices=(1, 2))
     p.add_argument("--op", default="allreduce", choices=("allreduce", "broadcast", "alltoall"))
+    p.add_argument("--grad", default="on", choices=("on", "off"), help="grad mode in the timed calls")
     p.add_argument("--rounds", type=int, default=120)
     p.add_argument("--calls", type=int, default=100000)
     p.add_argument("builds", nargs="+")
@@ -75,6 +81,7 @@ def main() -> None:
         procs = []
         for r in range(args.ranks):
             env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=build, MASTER_ADDR="127.0.0.1", SYMM_AB_OP=args.op)
+            env["SYMM_AB_GRAD"] = args.grad
             env.update(MASTER_PORT=str(29850 + i), RANK=str(r), WORLD_SIZE=str(args.ranks))
             procs.append(
                 subprocess.Popen(
@@ -105,7 +112,10 @@ def main() -> None:
         for proc in procs:
             proc.wait()
     first = order[0]
-    print(f"# {args.op}, {args.ranks} rank(s), {args.rounds} rounds of {args.calls} calls; ns per call (slowest rank)")
+    print(
+        f"# {args.op}, {args.ranks} rank(s), grad mode {args.grad}, {args.rounds} rounds of {args.calls} calls; "
+        "ns per call (slowest rank)"
+    )
     for build in order:
         x = times[build]
         q = statistics.quantiles(x, n=10)

@@ -302,6 +302,18 @@ impl PyCommunicator {
         self.sh.comm.rank()
     }
 
+    /// What this communicator shares with its heap blocks (for objects that must keep the
+    /// heaps mapped while they live).
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        self.sh.clone()
+    }
+
+    /// The live allocation holding the `bytes` bytes at heap offset `offset`: its heap offset
+    /// and its size in bytes.
+    pub(crate) fn allocation_at(&self, offset: usize, bytes: usize) -> Option<(usize, usize)> {
+        self.sh.registry.find(offset, bytes).ok().map(|f| (f.start, f.bytes))
+    }
+
     /// Its asynchronous operations.
     #[inline(always)]
     pub(crate) fn asyncs(&self) -> &AsyncOps {
@@ -969,6 +981,42 @@ impl PyCommunicator {
         pad_bytes: usize,
     ) -> PyResult<(usize, usize)> {
         self.coll_rendezvous(py, &group.get().g, &tensor, pad_bytes)
+    }
+
+    /// The live allocation the symmetric tensor `tensor` lies in: `(the tensor's byte offset
+    /// from the allocation's start, the allocation's size in bytes)`. Local.
+    fn allocation(&self, py: Python<'_>, tensor: Desc) -> PyResult<(usize, usize)> {
+        self.allocation_of(py, &tensor).map(|(_, offset, nbytes)| (offset, nbytes))
+    }
+
+    /// The address at which this process reaches member `rank`'s copy of the first element of
+    /// the symmetric tensor `tensor` (`rank`: a rank of `group`). Local. Raises Unsupported
+    /// where the backend does not map its peers' heaps (a device backend), GroupError for a
+    /// rank outside `group` or one that did not take part in the allocation, InvalidArgument
+    /// for a tensor that is not live symmetric memory. See `peer.rs`.
+    fn peer_address(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        rank: &Bound<'_, PyAny>,
+        tensor: Desc,
+    ) -> PyResult<usize> {
+        self.peer_place(py, &group.get().g, rank, &tensor).map(|p| p.ptr + p.offset)
+    }
+
+    /// Member `rank`'s copy of the whole allocation the symmetric tensor `tensor` lies in, as
+    /// writable bytes (buffer protocol), holding `keep` while it lives. Local; errors as
+    /// `peer_address`. See `peer.rs`.
+    #[pyo3(signature = (group, rank, tensor, keep=None))]
+    fn peer_buffer(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyGroup>,
+        rank: &Bound<'_, PyAny>,
+        tensor: Desc,
+        keep: Option<Py<PyAny>>,
+    ) -> PyResult<crate::peer::PeerBuffer> {
+        self.peer_buffer_of(py, &group.get().g, rank, &tensor, keep)
     }
 
     /// Takes part in `group`'s next collective round only to reject it (recorded as an

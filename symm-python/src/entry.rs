@@ -14,7 +14,7 @@ use pyo3::intern;
 use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyCFunction, PyString, PyTuple};
+use pyo3::types::{PyCFunction, PyDict, PyList, PyString, PyTuple, PyType};
 use symm_core::{Event, Group, ReduceOp, Stream, Transport};
 use symm_registry::Comm;
 
@@ -173,10 +173,15 @@ impl Kind {
         }
     }
 
-    /// The binding's body, for the calls the entry point hands over: symm's state (started on
-    /// first use), the group resolved by the platform, the profiler range opened while the
-    /// framework's profiler records, then the full arm of the table ([`Kind::full`]).
+    /// The binding's body, for the calls the entry point hands over: a call that must record
+    /// its backward goes to `symm.autograd` ([`Kind::records_grad`], [`Kind::record`]); any
+    /// other gets symm's state (started on first use), the group resolved by the platform, the
+    /// profiler range opened while the framework's profiler records, then the full arm of the
+    /// table ([`Kind::full`]).
     pub(crate) fn call(self, py: Python<'_>, a: &Args<'_, '_>) -> PyResult<Py<PyAny>> {
+        if self.records_grad(py, a) {
+            return self.record(py, a);
+        }
         static API: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
         let api = API.get_or_try_init(py, || py.import("symm._api").map(Bound::unbind))?.bind(py);
         let param = |name| self.params().iter().position(|p| *p == name).and_then(|i| a[i]).map(|v| v.to_owned());
@@ -215,6 +220,74 @@ impl Kind {
             range.call_method1(intern!(py, "__exit__"), (py.None(), py.None(), py.None()))?;
         }
         Ok(r?.map_or_else(|| py.None(), Py::into_any))
+    }
+}
+
+/// What the full arm asks of torch, once torch is loaded.
+struct Torch {
+    /// `torch.is_grad_enabled`.
+    is_grad_enabled: Py<PyAny>,
+    /// `torch.Tensor`.
+    tensor: Py<PyType>,
+}
+
+impl Torch {
+    /// torch's, once the process has imported torch (no tensor of torch exists before).
+    fn get(py: Python<'_>) -> Option<&Torch> {
+        static TORCH: PyOnceLock<Torch> = PyOnceLock::new();
+        if let Some(t) = TORCH.get(py) {
+            return Some(t);
+        }
+        let modules = py.import(intern!(py, "sys")).and_then(|s| s.getattr(intern!(py, "modules"))).ok()?;
+        let torch = modules.get_item(intern!(py, "torch")).ok()?;
+        let is_grad_enabled = torch.getattr(intern!(py, "is_grad_enabled")).ok()?.unbind();
+        let tensor = torch.getattr(intern!(py, "Tensor")).ok()?.cast_into::<PyType>().ok()?.unbind();
+        Some(TORCH.get_or_init(py, || Torch { is_grad_enabled, tensor }))
+    }
+
+    /// Whether `value` is a torch tensor that requires grad (a tensor whose attribute fails
+    /// does not: the full arm reports it).
+    fn requires_grad(&self, value: Borrowed<'_, '_, PyAny>) -> bool {
+        let py = value.py();
+        value.is_instance(self.tensor.bind(py)).unwrap_or(false)
+            && value.getattr(intern!(py, "requires_grad")).and_then(|r| r.is_truthy()).unwrap_or(false)
+    }
+}
+
+impl Kind {
+    /// Whether the call must record its backward: grad mode is on and one of its tensors (an
+    /// entry of `send_tensor_list` included) requires grad. Such calls go to `symm.autograd`
+    /// ([`Kind::record`]); the fast arm leaves them to the full arm ([`crate::tensor::Grad`]).
+    fn records_grad(self, py: Python<'_>, a: &Args<'_, '_>) -> bool {
+        let Some(torch) = Torch::get(py) else { return false };
+        if !torch.is_grad_enabled.bind(py).call0().and_then(|on| on.is_truthy()).unwrap_or(false) {
+            return false;
+        }
+        let tensors = self.params().iter().zip(a).filter(|(name, _)| name.contains("tensor"));
+        tensors.filter_map(|(name, v)| v.map(|v| (name, v))).any(|(name, v)| {
+            if !name.ends_with("_list") {
+                return torch.requires_grad(v);
+            }
+            let items = v.cast::<PyList>().map(|l| l.iter().collect::<Vec<_>>());
+            let items = items.or_else(|_| v.cast::<PyTuple>().map(|t| t.iter().collect()));
+            items.is_ok_and(|items| items.iter().any(|t| torch.requires_grad(t.as_borrowed())))
+        })
+    }
+
+    /// Runs the call through `symm.autograd._record(function, arguments)`: an autograd
+    /// Function per collective whose forward makes this call again (grad mode is off there)
+    /// and marks the tensor it writes as modified in place, and whose backward runs the dual
+    /// collective.
+    fn record(self, py: Python<'_>, a: &Args<'_, '_>) -> PyResult<Py<PyAny>> {
+        static AUTOGRAD: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+        let autograd = AUTOGRAD.get_or_try_init(py, || py.import("symm.autograd").map(Bound::unbind))?.bind(py);
+        let given = PyDict::new(py);
+        for (name, v) in self.params().iter().zip(a) {
+            if let Some(v) = v {
+                given.set_item(name, v)?;
+            }
+        }
+        autograd.call_method1(intern!(py, "_record"), (self.function(), given)).map(Bound::unbind)
     }
 }
 

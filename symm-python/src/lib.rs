@@ -26,6 +26,8 @@
 //!   in flight.
 //! - [`perf`]: the memory-bandwidth bound of `symm.perf`.
 //! - [`rendezvous`]: `rendezvous`'s check that every member passes the same symmetric tensor.
+//! - [`peer`]: peers' copies of an allocation by address (`PeerBuffer`), for PyTorch's
+//!   symmetric-memory handle (`buffer_ptrs`, `get_buffer`).
 
 mod coll;
 mod comm;
@@ -34,6 +36,7 @@ mod entry;
 mod errors;
 mod fast;
 mod ops;
+mod peer;
 mod perf;
 mod registry;
 mod rendezvous;
@@ -56,6 +59,7 @@ fn _symm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<comm::PyCommunicator>()?;
     m.add_class::<comm::PyGroup>()?;
     m.add_class::<comm::HeapBlock>()?;
+    m.add_class::<peer::PeerBuffer>()?;
     m.add_class::<work::PyWork>()?;
     m.add_function(wrap_pyfunction!(comm::init, m)?)?;
     m.add_function(wrap_pyfunction!(perf::memory_bound, m)?)?;

@@ -20,6 +20,8 @@ pub(crate) enum Miss {
 pub(crate) struct Found {
     /// Heap offset of the allocation.
     pub start: usize,
+    /// Its size in bytes.
+    pub bytes: usize,
     /// The group it was allocated in.
     pub group: Group,
 }
@@ -72,7 +74,7 @@ impl Registry {
             return Err(Miss::NotAllocated);
         }
         match offset.checked_add(bytes) {
-            Some(last) if last <= end => Ok(Found { start, group: live.buf.group().clone() }),
+            Some(last) if last <= end => Ok(Found { start, bytes: len, group: live.buf.group().clone() }),
             _ => Err(Miss::Overruns { start, bytes: len }),
         }
     }
@@ -125,6 +127,7 @@ mod tests {
         assert_eq!(r.find(0, 16).unwrap().start, 0);
         assert_eq!(r.find(4, 8).unwrap().start, 0);
         assert_eq!(r.find(68, 4).unwrap().start, 64);
+        assert_eq!(r.find(68, 4).unwrap().bytes, 8);
         assert_eq!(r.find(16, 4).unwrap_err(), Miss::NotAllocated);
         assert_eq!(r.find(32, 0).unwrap_err(), Miss::NotAllocated);
         assert_eq!(r.find(8, 16).unwrap_err(), Miss::Overruns { start: 0, bytes: 16 });

@@ -8,12 +8,16 @@
 //! without an attribute lookup per call; an instance attribute shadowing one of those methods
 //! is not consulted). Whatever these readers do not recognise takes the full path, which
 //! describes the tensor through the platform and reports why it is refused.
+//!
+//! A tensor that requires grad while grad mode is on takes the full path too, which records the
+//! call's backward (`symm.autograd`); [`Grad`] tells such tensors apart at the cost of one word
+//! read for tensors that have never had autograd metadata.
 
 use std::ffi::c_void;
 
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple, PyType};
+use pyo3::types::{PyDict, PyString, PyTuple, PyType};
 use symm_core::DType;
 
 use crate::comm::Local;
@@ -306,8 +310,11 @@ impl Shim {
     /// As [`Reader::tensor`], through the shim (the tensor's type is already checked: one of
     /// the types [`Shim::find_handle`] looked at). Inlined into the call, as [`Shim::read`]
     /// and [`Reader::tensor`] (see the module documentation).
+    ///
+    /// With `grad`, a tensor that requires grad while grad mode is on is refused as well
+    /// ([`Grad::records`]); without, the tensor is only read (the check against the probes).
     #[inline(always)]
-    fn tensor(&self, tensor: &Bound<'_, PyAny>) -> Option<Local> {
+    fn tensor(&self, tensor: &Bound<'_, PyAny>, grad: Option<&Grad>) -> Option<Local> {
         match self.handle_at {
             Some(at) => {
                 // SAFETY: `tensor` is a live instance (the caller holds it) of one of the tensor
@@ -318,7 +325,12 @@ impl Shim {
                 let handle = unsafe { tensor.as_ptr().cast::<u8>().add(at) }.cast::<c_void>();
                 // SAFETY: as above; its one word is the `TensorImpl` address (null for a
                 // tensor object without a tensor, which the shim must not read).
-                if unsafe { handle.cast::<usize>().read() } == 0 {
+                let imp = unsafe { handle.cast::<usize>().read() };
+                if imp == 0 {
+                    return None;
+                }
+                // SAFETY: `imp` is the `TensorImpl` of `tensor`, which the caller holds.
+                if grad.is_some_and(|g| unsafe { g.records(tensor, Some(imp)) }) {
                     return None;
                 }
                 // SAFETY: `handle` is the object's own `at::Tensor`, defined (non-null), and the
@@ -328,6 +340,10 @@ impl Shim {
             None => {
                 let imp = self.cdata.read(tensor).ok()?.extract::<i64>().ok()?;
                 if imp == 0 {
+                    return None;
+                }
+                // SAFETY: `imp` is the `TensorImpl` of `tensor`, which the caller holds.
+                if grad.is_some_and(|g| unsafe { g.records(tensor, Some(imp as usize)) }) {
                     return None;
                 }
                 // The borrowed `at::Tensor`: one word, the `TensorImpl` address.
@@ -440,6 +456,137 @@ impl Shim {
     }
 }
 
+/// `bool aoti_torch_grad_mode_is_enabled(void)` of torch's C shim: whether grad mode is on in
+/// this thread (`torch.is_grad_enabled()`).
+type GradMode = unsafe extern "C" fn() -> bool;
+
+/// The words of a `TensorImpl` searched for its autograd metadata ([`Grad::find_meta`]): the
+/// first ones after the virtual table (every `TensorImpl` is far larger: its reference counts,
+/// storage, autograd and extra metadata, version counter, Python object slot, sizes and
+/// strides, ...).
+const META_WORDS: std::ops::Range<usize> = 1..8;
+
+/// Which tensors the fast path leaves to the full path because the call must record its
+/// backward: a tensor that requires grad while grad mode is on (the full path hands such calls
+/// to `symm.autograd`, which records the call as an in-place operation of autograd).
+///
+/// `requires_grad` is `TensorImpl::autograd_meta_ && autograd_meta_->requires_grad()` in torch:
+/// a tensor without autograd metadata (a null pointer in its `TensorImpl`: every tensor a
+/// factory made outside autograd, which never required grad nor is a view) cannot require
+/// grad. So the fast path reads that one word, at the offset probed at start-up
+/// ([`Grad::find_meta`]), in memory the shim reads anyway; only a tensor that has metadata (a
+/// view, a tensor that requires or required grad) costs more: grad mode through the shim, then
+/// the tensor's `requires_grad` getter (about 20 ns), only while grad mode is on.
+#[derive(Debug, Default)]
+pub(crate) struct Grad {
+    /// The byte offset of `autograd_meta_` in a `TensorImpl`, when the probes single it out;
+    /// 0: not found (every tensor is asked).
+    meta_at: usize,
+    /// The shim's grad-mode query.
+    mode: Option<GradMode>,
+    /// Where the shim has none: the framework's (`torch.is_grad_enabled`), asked after the
+    /// tensor; `None` as well: every tensor that requires grad takes the full path.
+    mode_call: Option<Py<PyAny>>,
+    /// The tensor type's `requires_grad` getter; `None`: a tensor that may require grad while
+    /// grad mode is on takes the full path (which asks it).
+    requires_grad: Option<Attr>,
+}
+
+impl Grad {
+    /// From the platform's shim description: `grad_mode` (the address of
+    /// `aoti_torch_grad_mode_is_enabled`) and `grad_probes` (`(plain, with_grad)`: tensors
+    /// without autograd metadata, and tensors that require grad), with the `requires_grad`
+    /// getter of the tensor type `ty`.
+    fn new(ty: &Bound<'_, PyType>, spec: Option<&Bound<'_, PyDict>>, shim: Option<&Shim>) -> PyResult<Grad> {
+        let mut grad = Grad { requires_grad: Attr::find(ty, "requires_grad", false), ..Grad::default() };
+        // The tensor type's framework (`torch`), loaded: its `is_grad_enabled`.
+        let framework = ty.getattr("__module__").and_then(|m| ty.py().import(m.cast_into::<PyString>()?));
+        grad.mode_call = framework.and_then(|m| m.getattr("is_grad_enabled")).ok().map(Bound::unbind);
+        let Some(spec) = spec else { return Ok(grad) };
+        if let Some(addr) = spec.get_item("grad_mode")?.and_then(|a| a.extract::<usize>().ok()).filter(|&a| a != 0) {
+            // SAFETY: the address of `aoti_torch_grad_mode_is_enabled`, which the platform looked
+            // up in the libtorch this process loaded (the contract of `enable_fast_path`); its C
+            // signature is `bool (void)` (shim.h).
+            grad.mode = Some(unsafe { std::mem::transmute::<*const (), GradMode>(addr as *const ()) });
+        }
+        if let (Some(shim), Some(probes)) = (shim, spec.get_item("grad_probes")?) {
+            let (plain, with_grad) = probes.extract::<(Vec<Bound<'_, PyAny>>, Vec<Bound<'_, PyAny>>)>()?;
+            grad.meta_at = Grad::find_meta(shim, &plain, &with_grad).unwrap_or(0);
+        }
+        Ok(grad)
+    }
+
+    /// The offset of `autograd_meta_` in a `TensorImpl`: the one word among [`META_WORDS`] that
+    /// is null in every tensor of `plain` and set in every tensor of `with_grad` (which must all
+    /// require grad); `None` unless both lists have tensors and exactly one word fits.
+    fn find_meta(shim: &Shim, plain: &[Bound<'_, PyAny>], with_grad: &[Bound<'_, PyAny>]) -> Option<usize> {
+        const WORD: usize = std::mem::size_of::<usize>();
+        if plain.is_empty() || with_grad.is_empty() {
+            return None;
+        }
+        let imp = |t: &Bound<'_, PyAny>| shim.cdata.read(t).ok()?.extract::<usize>().ok().filter(|&i| i != 0);
+        let mut fits: Vec<usize> = META_WORDS.map(|w| w * WORD).collect();
+        for (probes, set) in [(plain, false), (with_grad, true)] {
+            for p in probes {
+                if set && !p.getattr("requires_grad").and_then(|r| r.is_truthy()).ok()? {
+                    return None;
+                }
+                let imp = imp(p)?;
+                // SAFETY: `imp` is the live `TensorImpl` of `p` (held by `probes`), which spans
+                // more than the words of `META_WORDS` (see there).
+                fits.retain(|&at| (unsafe { ((imp + at) as *const usize).read() } != 0) == set);
+            }
+        }
+        match fits[..] {
+            [at] => Some(at),
+            _ => None,
+        }
+    }
+
+    /// Whether `tensor` requires grad while grad mode is on (the call must take the full path),
+    /// answered from its `TensorImpl` at `imp` when given: no autograd metadata, no grad.
+    ///
+    /// # Safety
+    ///
+    /// `imp`, when given, is the live `TensorImpl` of `tensor`, which the caller holds.
+    #[inline(always)]
+    unsafe fn records(&self, tensor: &Bound<'_, PyAny>, imp: Option<usize>) -> bool {
+        if let Some(imp) = imp.filter(|_| self.meta_at != 0) {
+            // SAFETY: `imp` is a live `TensorImpl` (the caller's contract), which spans more
+            // than the words of `META_WORDS`; `meta_at` is one of them. Another thread setting
+            // `requires_grad_` on this tensor during the call is a race the caller made, as
+            // with any torch operation.
+            if unsafe { ((imp + self.meta_at) as *const usize).read() } == 0 {
+                return false;
+            }
+        }
+        self.asked(tensor)
+    }
+
+    /// Grad mode (the shim's), then `tensor.requires_grad`, then grad mode (the framework's,
+    /// where the shim has none). A getter or query that fails counts as true (the full path asks
+    /// again).
+    #[cold]
+    #[inline(never)]
+    fn asked(&self, tensor: &Bound<'_, PyAny>) -> bool {
+        // SAFETY: the shim's function (see `Grad::new`), which takes no argument and only reads
+        // the calling thread's grad mode.
+        if self.mode.is_some_and(|mode| !unsafe { mode() }) {
+            return false;
+        }
+        // SAFETY: `Py_False` is the address of the `False` singleton.
+        let no = unsafe { ffi::Py_False() };
+        let requires = |getter: &Attr| getter.read(tensor).map_or(true, |v| v.as_ptr() != no);
+        if !self.requires_grad.as_ref().is_none_or(requires) {
+            return false;
+        }
+        match (&self.mode, &self.mode_call) {
+            (None, Some(call)) => call.bind(tensor.py()).call0().map_or(true, |on| on.as_ptr() != no),
+            _ => true,
+        }
+    }
+}
+
 /// How the fast path reads the platform's tensors: what the platform handed over once
 /// (`Platform.fast_path()`), checked against its probe tensors.
 #[derive(Debug)]
@@ -460,6 +607,8 @@ pub(crate) struct Reader {
     /// The tensors' `shape` property, for the first dimension of a tensor of counts
     /// ([`Reader::counts`]); `None`: such tensors are measured with `len()`.
     shape: Option<Attr>,
+    /// Which tensors must record a backward (they take the full path).
+    grad: Grad,
 }
 
 impl Reader {
@@ -482,8 +631,9 @@ impl Reader {
                 table.push((obj.unbind(), d));
             }
         }
-        let shim = match shim {
-            Some(spec) => Shim::new(&first, &spec)?,
+        let shim_spec = shim;
+        let shim = match &shim_spec {
+            Some(spec) => Shim::new(&first, spec)?,
             None => None,
         };
         let types: Vec<_> = types.map(Bound::unbind).collect();
@@ -496,14 +646,15 @@ impl Reader {
                 Attr::find(&ty, "nbytes", true).map(|nbytes| (ty.unbind(), nbytes))
             });
         let shape = Attr::find(&first, "shape", false);
-        let mut reader = Reader { types, attrs, storage, shim: None, dtypes: table, shape };
+        let grad = Grad::new(&first, shim_spec.as_ref(), shim.as_ref())?;
+        let mut reader = Reader { types, attrs, storage, shim: None, dtypes: table, shape, grad };
         if let Some(mut shim) = shim {
             let agrees = |shim: &Shim| {
                 !probes.is_empty()
                     && probes.iter().all(|t| {
                         let ty = t.get_type_ptr();
                         let known = reader.types.iter().any(|k| k.as_ptr().cast() == ty);
-                        !known || shim.tensor(t) == reader.by_descriptors(t)
+                        !known || shim.tensor(t, None) == reader.by_descriptors(t)
                     })
             };
             if agrees(&shim) {
@@ -539,11 +690,15 @@ impl Reader {
             return None;
         }
         match &self.shim {
-            Some(shim) => shim.tensor(tensor),
+            Some(shim) => shim.tensor(tensor, Some(&self.grad)),
             // Rebuilt field by field: taken as the call returns it (through memory), the two
             // arms would meet in memory, where the shim's answer is written with a byte store
             // and copied with a word load (a store-forwarding stall in every call).
             None => {
+                // SAFETY: no `TensorImpl` given.
+                if unsafe { self.grad.records(tensor, None) } {
+                    return None;
+                }
                 let l = self.by_descriptors(tensor)?;
                 Some(Local { ptr: l.ptr, len: l.len, dtype: l.dtype })
             }

@@ -495,3 +495,248 @@ def interop_mesh(rank, world):
     dist.all_gather(everyone, w2)
     assert all(torch.equal(e, w2) for e in everyone)
     dist.barrier()
+
+
+# --------------------------------------------------------------------------------------------
+# the RFC's own calls (symm.shmem_*) with tensors that require grad: recorded by symm.autograd
+# --------------------------------------------------------------------------------------------
+
+
+def _f64(*shape):
+    return torch.empty(shape, dtype=torch.float64)
+
+
+def _needs_grad(*shape):
+    """A receive buffer that requires grad and is not a leaf (autograd refuses to write a leaf
+    that requires grad in place)."""
+    return torch.zeros(shape, dtype=torch.float64, requires_grad=True).clone()
+
+
+def rfc_gradchecks(group):
+    """gradcheck through each symm.shmem_* call itself (in place, into fresh or derived tensors),
+    with the same global function as ``gradchecks``: every rank's output is a separate term
+    (the sum-over-ranks convention, Gather), so allreduce's backward is an allreduce."""
+    n = dist.get_world_size(group)
+    me = dist.get_rank(group)
+    nxt, prv = (me + 1) % n, (me - 1) % n
+    sc = lambda X: Scatter.apply(X, group)  # noqa: E731
+    ga = lambda y: Gather.apply(y, group)  # noqa: E731
+
+    def allgather(x):
+        out = _f64(n * x.shape[0], *x.shape[1:])
+        assert symm.shmem_allgather(out, x, group) is None and out.grad_fn is not None
+        return out
+
+    def reduce_scatter(op):
+        def f(x):
+            out = _f64(x.shape[0] // n, *x.shape[1:])
+            symm.shmem_reduce_scatter(out, x, op, group)
+            return out
+
+        return f
+
+    def allreduce(op):
+        def f(x):
+            y = x.clone()
+            symm.shmem_allreduce(y, op, group)
+            return y
+
+        return f
+
+    def alltoall(x):
+        # uneven parts, counts in elements; two elements past sum(counts) are left as they were
+        # (and carry their own gradient through)
+        rows = splits_from(me, n)
+        row = x.shape[1]
+        counts = [row * (1 + (j + me) % n) for j in range(n)]
+        recv = torch.cat([_f64(sum(counts)).zero_(), 3 * x[0, :2]])
+        symm.shmem_alltoall(list(torch.split(x, rows)), recv, counts, group)
+        return recv
+
+    def alltoall_tensor_counts(x):
+        recv = _f64(x.numel())
+        counts = torch.full((n, 1), x.numel() // n, dtype=torch.int64)  # HyperParallel's form
+        symm.shmem_alltoall([p.reshape(-1) for p in x.chunk(n)], recv, counts, group)
+        return recv
+
+    def broadcast(x):
+        y = x.clone()
+        symm.shmem_broadcast(y, n - 1, group)
+        return y
+
+    def send_recv(x):
+        y = symm.shmem_send(x, nxt, group)  # the alias autograd reaches the send's backward by
+        # gradcheck differentiates with torch.autograd.grad(out, X), which runs only the nodes
+        # on paths to X: the receive buffer hangs off X's graph (loss.backward() runs all)
+        z = 0 * x
+        symm.shmem_recv(z, prv, group)
+        return torch.cat([2 * y, z**2])
+
+    def sendrecv(x):
+        z = _f64(*x.shape)
+        symm.shmem_sendrecv(x, nxt, z, prv, group)
+        return z.tanh()
+
+    def sendrecv_other_shape(x):
+        # 6 elements sent the other way round, received as 2 x 3
+        z = _f64(2, 3)
+        symm.shmem_sendrecv(x.repeat(2), prv, z, nxt, group)
+        return z.flatten() ** 2
+
+    checks = {
+        "shmem_allgather": (allgather, (2, 3)),
+        "shmem_reduce_scatter sum": (reduce_scatter("sum"), (2 * n, 2)),
+        "shmem_reduce_scatter avg": (reduce_scatter("avg"), (n, 3)),
+        "shmem_allreduce sum": (allreduce("sum"), (3, 2)),
+        "shmem_allreduce avg": (allreduce(1), (4,)),
+        "shmem_alltoall": (alltoall, (n * (n + 1) // 2, 2)),
+        "shmem_alltoall, counts an (n, 1) tensor": (alltoall_tensor_counts, (n, 2)),
+        "shmem_broadcast": (broadcast, (3,)),
+        "shmem_send/shmem_recv": (send_recv, (3,)),
+        "shmem_sendrecv": (sendrecv, (3,)),
+        "shmem_sendrecv, other shape": (sendrecv_other_shape, (3,)),
+    }
+    for seed, (name, (fn, shape)) in enumerate(checks.items()):
+        gradcheck(name, lambda X, fn=fn: ga(fn(sc(X))), global_input(n, *shape, seed=seed))
+
+
+def rfc_calls_by_hand(group):
+    """What the recorded calls do, checked by hand: the grad_fn and version of the tensor
+    written, the gradient a loss gets, the async form; nothing recorded without grad."""
+    n, me = dist.get_world_size(group), dist.get_rank(group)
+    x = torch.arange(4, dtype=torch.float64).requires_grad_()
+    w = torch.tensor([1.0, -2.0, 3.0, 0.5], dtype=torch.float64) * (me + 1)
+    # allreduce: L = sum_r <w_r, y>, y = sum_r x_r: dL/dx_r = sum_r w_r
+    y = x * 1
+    v = y._version
+    assert symm.shmem_allreduce(y, group=group) is None
+    assert type(y.grad_fn).__name__ == "ShmemAllReduceBackward" and y._version > v, (y.grad_fn, y._version)
+    assert torch.equal(y.detach(), n * torch.arange(4, dtype=torch.float64))
+    (y * w).sum().backward()
+    want = sum(torch.tensor([1.0, -2.0, 3.0, 0.5], dtype=torch.float64) * (r + 1) for r in range(n))
+    assert torch.equal(x.grad, want), (x.grad, want)
+    # allgather into a plain tensor: loss.backward() reaches x (reduce_scatter of the gradient)
+    x.grad = None
+    out = torch.empty(4 * n, dtype=torch.float64)
+    symm.shmem_allgather(out, x * 2, group)
+    assert out.requires_grad and not out.is_leaf
+    (out * torch.arange(4 * n, dtype=torch.float64)).sum().backward()
+    want = n * 2 * torch.arange(4 * me, 4 * me + 4, dtype=torch.float64)
+    assert torch.equal(x.grad, want), (x.grad, want)
+    # in place: allgather's input is this rank's part of its output, reduce_scatter's output
+    # this rank's part of its input; the gradients are those of the out-of-place calls
+    c = torch.arange(4 * n, dtype=torch.float64) - 3
+    grads = []
+    for in_place in (False, True):
+        x.grad = None
+        buf = (x * 2).repeat(n)
+        part = buf[4 * me : 4 * me + 4]
+        if in_place:
+            symm.shmem_allgather(buf, part, group)
+        else:
+            buf = torch.empty(4 * n, dtype=torch.float64)
+            symm.shmem_allgather(buf, x * 2, group)
+        inp = buf * c
+        rs = inp[4 * me : 4 * me + 4] if in_place else torch.empty(4, dtype=torch.float64)
+        symm.shmem_reduce_scatter(rs, inp, "sum", group)
+        (rs * c[:4]).sum().backward()
+        grads.append(x.grad.clone())
+    assert torch.equal(grads[0], grads[1]), grads
+    # the async form records too, and returns its work
+    x.grad = None
+    y = x * 1
+    work = symm.shmem_allreduce(y, "avg", group, async_op=True)
+    assert isinstance(work, symm.Work) and y.grad_fn is not None
+    work.wait()
+    assert torch.allclose(y.detach(), torch.arange(4, dtype=torch.float64))
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.ones(4, dtype=torch.float64)), x.grad  # avg of the ones
+    # nothing requires grad, or grad mode off: nothing recorded, the call as before
+    t = torch.ones(3)
+    assert symm.shmem_allreduce(t, group=group) is None and t.grad_fn is None and not t.requires_grad
+    with torch.no_grad():
+        g = x * 1
+        symm.shmem_allreduce(g, group=group)
+    assert g.grad_fn is None
+    h = x * 1
+    with torch.no_grad():
+        symm.shmem_allreduce(h, group=group)  # in place under no_grad: torch's rule, h keeps its grad_fn
+    assert type(h.grad_fn).__name__ == "MulBackward0"
+    # a view of a symmetric tensor (views carry autograd metadata) takes the call as before
+    buf = symm.empty(4, torch.float32, group=group)
+    buf.fill_(1.0)
+    symm.shmem_allreduce(buf[1:3], group=group)
+    assert buf.tolist() == [1.0, float(n), float(n), 1.0] and not buf.requires_grad
+    symm.free(buf)
+
+
+def rfc_call_errors(rank, group):
+    """A parameter (a leaf that requires grad) written by a call that has nothing else to record
+    is written unrecorded, as torch.distributed's collectives write it; refusals happen before
+    anything moves: the round is rejected, so a peer making the same call without grad fails at
+    once (PeerRejected), and the group stays usable."""
+    from scenarios import expect
+
+    me, n = dist.get_rank(group), dist.get_world_size(group)
+    param = torch.nn.Parameter(torch.full((3,), float(me + 1)))
+    assert symm.shmem_allreduce(param, group=group) is None and param.is_leaf and param.grad_fn is None
+    assert param.tolist() == [n * (n + 1) / 2] * 3
+    symm.shmem_broadcast(param, n - 1, group)
+    assert param.is_leaf and param.tolist() == [n * (n + 1) / 2] * 3
+    plain = torch.ones(3)
+    # a leaf written while another tensor of the call requires grad: refused
+    out = torch.zeros(3 * n, requires_grad=True)
+    x = torch.ones(3, requires_grad=True) * 1
+    if me == 0:
+        expect(symm.InvalidArgument, lambda: symm.shmem_allgather(out, x, group), "output_tensor", "leaf", rank=rank)
+    else:
+        expect(symm.PeerRejected, lambda: symm.shmem_allgather(torch.empty(3 * n), plain, group))
+    # max and min have no gradient
+    if me == 0:
+        expect(symm.InvalidArgument, lambda: symm.shmem_allreduce(x, "max", group), "op = 'max'", "grad", rank=rank)
+    else:
+        expect(symm.PeerRejected, lambda: symm.shmem_allreduce(plain, "max", group))
+    # a send that records its backward returns the alias: it is blocking only
+    expect(symm.InvalidArgument, lambda: symm.shmem_send(x, 0, group, async_op=True), "async_op", rank=rank)
+    got = torch.empty(3 * n)
+    symm.shmem_allgather(got, x, group)  # the group is still in step
+    assert got.grad_fn is not None and torch.equal(got.detach(), torch.ones(3 * n))
+    assert plain.tolist() == [1.0] * 3
+
+
+def rfc_calls(rank, world):
+    groups = [None, symm.create_group(list(reversed(range(world))))]
+    for g in groups:
+        rfc_gradchecks(g)
+        rfc_calls_by_hand(g)
+    rfc_call_errors(rank, None)
+    rfc_pipeline(rank, world)
+
+
+def rfc_pipeline(rank, world):
+    """The pipeline of ``pipeline`` with the RFC calls: stage 0's shmem_send returns the alias
+    through which its backward is reached; stage 1 receives into a buffer that requires grad."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(4, 3, dtype=torch.float64, generator=gen)
+    w0 = torch.randn(3, 5, dtype=torch.float64, generator=gen)
+    w1 = torch.randn(5, 2, dtype=torch.float64, generator=gen)
+    a, b = w0.clone().requires_grad_(), w1.clone().requires_grad_()
+    (torch.tanh(x @ a) @ b).pow(2).sum().backward()
+    if rank == 0:
+        w = w0.clone().requires_grad_()
+        h = torch.tanh(x @ w)  # tanh saves its output: the send must not modify h's version
+        y = symm.shmem_send(h, 1)
+        assert y is not None and y.grad_fn is not None and torch.equal(y, h)
+        (0 * y.sum()).backward()  # reaches the send's backward, which receives the gradient
+        assert torch.allclose(w.grad, a.grad, rtol=1e-12, atol=1e-12), (w.grad, a.grad)
+        assert symm.shmem_send(torch.ones(3), 1) is None  # no grad: the call as before
+    elif rank == 1:
+        w = w1.clone().requires_grad_()
+        h = _needs_grad(4, 5)
+        symm.shmem_recv(h, 0)
+        (h @ w).pow(2).sum().backward()  # sends h's gradient to rank 0
+        assert torch.allclose(w.grad, b.grad, rtol=1e-12, atol=1e-12)
+        plain = torch.empty(3)
+        symm.shmem_recv(plain, 0)
+        assert not plain.requires_grad and plain.tolist() == [1.0] * 3
+    dist.barrier()

@@ -26,7 +26,9 @@ def main() -> None:
 
     torch.set_num_threads(1)
     dist.init_process_group(
-        "gloo",
+        # SYMM_TEST_BACKEND=symm: symm's own torch.distributed backend, found by name (its entry
+        # point), as a job picks it.
+        os.environ.get("SYMM_TEST_BACKEND", "gloo"),
         init_method=os.environ.get("SYMM_TEST_INIT", "env://"),
         rank=rank,
         world_size=world,

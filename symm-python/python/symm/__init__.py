@@ -140,10 +140,33 @@ globals().update({name: getattr(_symm, name) for name, *_ in _symm.COLLECTIVES})
 __all__ += [name for name, *_ in _symm.COLLECTIVES]
 
 
-def __getattr__(name: str) -> object:
-    # The PyTorch-only modules load on first use: ``symm`` itself imports no framework.
-    if name in ("autograd", "functional"):
-        import importlib
+#: HyperParallel's MC2 fused operators (``symm.mc2``), loaded with it on first use.
+_MC2 = ("fused_all_gather_matmul", "fused_matmul_reduce_scatter")
+__all__ += list(_MC2)
 
+
+def __getattr__(name: str) -> object:
+    # The PyTorch-only modules load on first use.
+    import importlib
+
+    if name in ("autograd", "functional", "library", "mc2"):
         return importlib.import_module(f".{name}", __name__)
+    if name in _MC2:
+        return getattr(importlib.import_module(".mc2", __name__), name)
     raise AttributeError(f"module 'symm' has no attribute {name!r}")
+
+
+def _register_torch_backend() -> None:
+    # torch.distributed's backend "symm" (symm/c10d.py) and the CPU kernels of PyTorch's MC2
+    # operators (torch.ops.symm_mem, symm/mc2.py), registered at import when torch is
+    # installed; without torch, `import symm` imports no framework, as before.
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        from . import c10d, mc2
+
+        c10d.register()
+        mc2.register_torch_ops()
+
+
+_register_torch_backend()

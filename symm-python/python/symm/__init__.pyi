@@ -8,6 +8,7 @@ import torch.distributed
 
 from . import autograd as autograd
 from . import functional as functional
+from . import library as library
 from ._symm import (
     BootstrapError as BootstrapError,
     GroupError as GroupError,
@@ -135,7 +136,7 @@ def shmem_broadcast(
 ) -> Optional[Work]: ...
 def shmem_send(
     tensor: torch.Tensor, dst_rank: IntLike, group: GroupLike = None, async_op: bool = False
-) -> Optional[Work]: ...
+) -> Union[Work, torch.Tensor, None]: ...  # a tensor (its alias) when it records its backward
 def shmem_recv(
     tensor: torch.Tensor, src_rank: IntLike, group: GroupLike = None, async_op: bool = False
 ) -> Optional[Work]: ...
@@ -158,7 +159,26 @@ class SymmetricMemory:
     group: GroupLike
     rank: int
     world_size: int
-    def barrier(self) -> None: ...
+    buffer_size: int
+    offset: int
+    signal_pad_size: int
+    @property
+    def buffer_ptrs(self) -> List[int]: ...
+    @property
+    def signal_pad_ptrs(self) -> List[int]: ...
+    def get_buffer(
+        self, rank: IntLike, sizes: Union[int, Sequence[int]], dtype: torch.dtype, storage_offset: IntLike = 0
+    ) -> torch.Tensor: ...
+    def get_signal_pad(
+        self,
+        rank: IntLike,
+        sizes: Union[int, Sequence[int], None] = None,
+        dtype: Optional[torch.dtype] = None,
+        storage_offset: IntLike = 0,
+    ) -> torch.Tensor: ...
+    def barrier(self, channel: IntLike = 0, timeout_ms: Optional[IntLike] = None) -> None: ...
+    def put_signal(self, dst_rank: IntLike, channel: IntLike = 0, timeout_ms: Optional[IntLike] = None) -> None: ...
+    def wait_signal(self, src_rank: IntLike, channel: IntLike = 0, timeout_ms: Optional[IntLike] = None) -> None: ...
 
 def is_shmem_available() -> bool: ...
 def rendezvous(tensor: torch.Tensor, group: GroupLike = None) -> SymmetricMemory: ...
@@ -166,6 +186,24 @@ def set_signal_pad_size(size: int) -> None: ...
 def get_signal_pad_size() -> int: ...
 def split_group(parent: GroupLike, ranks: Sequence[int]) -> Union[torch.distributed.ProcessGroup, int]: ...
 def stream_event(device: Any = "npu") -> Any: ...
+def fused_all_gather_matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    gather_out: torch.Tensor,
+    signal: Optional[torch.Tensor] = None,
+    block_size: Optional[int] = None,
+    group: GroupLike = None,
+) -> Tuple[torch.Tensor, torch.Tensor]: ...
+def fused_matmul_reduce_scatter(
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    symm_tensor: Optional[torch.Tensor] = None,
+    signal: Optional[torch.Tensor] = None,
+    reduce_op: str = "sum",
+    block_size: Optional[int] = None,
+    group: GroupLike = None,
+) -> torch.Tensor: ...
 
 __all__: list[str]
 

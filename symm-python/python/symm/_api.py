@@ -13,6 +13,7 @@ import inspect
 import logging
 import os
 import threading
+import time
 from collections import deque
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, TypeVar, cast
 
@@ -945,31 +946,314 @@ def get_signal_pad_size() -> int:
 
 
 class SymmetricMemory:
-    """What ``rendezvous`` returns: the symmetric tensor among its group, and a signal pad.
+    """What ``rendezvous`` returns: the symmetric tensor among its group, a signal pad, and the
+    handle PyTorch's ``torch.distributed._symmetric_memory.rendezvous`` returns (which has no
+    CPU backend), over them.
 
     Attributes:
         buffer: the tensor given to ``rendezvous``.
         signal_pad: a zeroed symmetric int32 tensor of ``get_signal_pad_size() // 4`` words in
-            the same group, for ``shmem_signal_op``, ``shmem_put_with_signal`` and
-            ``shmem_wait_for_signal``; release it with ``symm.free(handle.signal_pad)``.
+            the same group; release it with ``symm.free(handle.signal_pad)``. ``barrier``,
+            ``put_signal`` and ``wait_signal`` use its words as said below; the
+            others remain free for ``shmem_signal_op``, ``shmem_put_with_signal`` and
+            ``shmem_wait_for_signal``.
         group: the group (``None``: every rank symm was initialised for).
         rank: this rank in the group. world_size: the group's size.
+        buffer_size: bytes of the allocation ``buffer`` lies in (all of a ``symm.empty``
+            tensor); ``get_buffer`` views lie within it. offset: ``buffer``'s byte offset from
+            the allocation's start (0 unless ``rendezvous`` was given a view).
+        signal_pad_size: bytes of the signal pad.
+        buffer_ptrs, signal_pad_ptrs: each member's address of the allocation (of the pad), in
+            group order, in this process (a member's copy is mapped here on the CPU backend).
+
+    Signal words (int32, ``W = world_size``, ``C`` channels: ``C = signal_pad_size // (8 *
+    W)``): the flag member ``src`` sets in member ``dst``'s pad on channel ``c`` is word ``c *
+    W + src`` of ``dst``'s pad, as PyTorch lays them out (1: set, 0: consumed); word
+    ``(C + c) * W + dst`` of ``src``'s pad counts the signals ``dst`` consumed from it there
+    (what stands in for PyTorch's compare-and-swap: ``put_signal`` waits for it instead of
+    spinning on the peer's flag).
+
+    Everything but ``buffer_ptrs``, ``signal_pad_ptrs``, ``get_buffer`` and ``get_signal_pad``
+    uses the ``shmem_*`` primitives only, and so works on every backend; those four need a
+    backend whose ranks map each other's heaps (the CPU backend) and raise ``Unsupported``,
+    naming the backend, on one that does not (Ascend). One thread at a time per handle.
     """
 
-    def __init__(self, buffer: Any, signal_pad: Any, group: Any, rank: int, world_size: int) -> None:
+    def __init__(
+        self,
+        buffer: Any,
+        signal_pad: Any,
+        group: Any,
+        rank: int,
+        world_size: int,
+        *,
+        _runtime: "Optional[tuple[_State, _symm.Group]]" = None,
+    ) -> None:
         self.buffer = buffer
         self.signal_pad = signal_pad
         self.group = group
         self.rank = rank
         self.world_size = world_size
+        if _runtime is None:
+            st = _current_for(buffer)
+            _runtime = (st, _native_group(st, group))
+        self._st, self._g = _runtime
+        #: The native communicator every call goes through.
+        self._comm: Any = self._st.comm
+        self.offset, self.buffer_size = self._comm.allocation(_desc(self._st, buffer, "buffer"))
+        #: The pad's descriptor, read once (its address lies in the heap, mapped for the
+        #: communicator's life; a pad released by ``symm.free`` is refused by ``_pad``).
+        self._pad_desc = _desc(self._st, signal_pad, "signal_pad")
+        self.signal_pad_size: int = self._comm.allocation(self._pad_desc)[1]
+        #: Channels of the signal pad: two int32 words per member and channel (flag, count).
+        self._channels = self.signal_pad_size // (8 * world_size)
+        #: Signals this rank put, per (channel, destination): the count its consumption word
+        #: must reach before the next put.
+        self._sent: Dict["tuple[int, int]", int] = {}
 
-    def barrier(self) -> None:
-        """``symm.barrier`` over the handle's group."""
-        barrier(self.group)
+    # -- peer memory (PyTorch's buffer_ptrs, get_buffer ...) -----------------------------
+
+    @property
+    def buffer_ptrs(self) -> List[int]:
+        """Each member's copy of the allocation ``buffer`` lies in: its first byte's address in
+        this process, in group order. Raises ``Unsupported`` where the backend maps no peer
+        heap; ``InvalidArgument`` once the allocation was released (``symm.free``)."""
+        return [self._peer(r, self.buffer, "buffer").ptr for r in range(self.world_size)]
+
+    @property
+    def signal_pad_ptrs(self) -> List[int]:
+        """Each member's signal pad: its address in this process, in group order (as
+        ``buffer_ptrs``)."""
+        return [self._peer(r, self.signal_pad, "signal_pad").ptr for r in range(self.world_size)]
+
+    def get_buffer(self, rank: Any, sizes: Any, dtype: Any, storage_offset: Any = 0) -> Any:
+        """A tensor over member ``rank``'s copy of the allocation, without copying: shape
+        ``sizes``, ``dtype``, starting ``storage_offset`` elements (of ``dtype``) from the
+        allocation's start (not from ``buffer``'s, when ``rendezvous`` was given a view), as
+        PyTorch's. Its storage is the member's whole copy (``storage_offset()`` is
+        ``storage_offset``). A write through it is a write into that member's tensor: order it
+        with ``barrier``, ``put_signal``/``wait_signal`` or any symm synchronisation. Local.
+
+        The tensor keeps the allocation alive (``buffer`` included) while it lives, also once
+        the handle and the original tensor are gone. After ``symm.free`` of the allocation its
+        memory belongs to the heap again: like any other view of it, do not use it any more
+        (``get_buffer`` itself then raises ``InvalidArgument``).
+
+        Raises:
+            GroupError: ``rank`` is not a rank of the group.
+            InvalidArgument: ``sizes``, ``dtype`` or ``storage_offset`` is malformed, or the
+                elements reach past the allocation (naming the argument and its value).
+            Unsupported: the backend does not map its peers' heaps (a device backend).
+        """
+        return self._view(self.buffer, "buffer", self.buffer_size, rank, sizes, dtype, storage_offset)
+
+    def get_signal_pad(self, rank: Any, sizes: Any = None, dtype: Any = None, storage_offset: Any = 0) -> Any:
+        """A tensor over member ``rank``'s signal pad, as ``get_buffer``: ``dtype`` defaults to
+        the pad's (int32), ``sizes`` to the rest of the pad from ``storage_offset``."""
+        if dtype is None:
+            dtype = self.signal_pad.dtype
+        if sizes is None:
+            itemsize = self._st.platform.itemsize(dtype)
+            if itemsize is not None:
+                sizes = (max(self.signal_pad_size // itemsize - self._count("storage_offset", storage_offset), 0),)
+        return self._view(self.signal_pad, "signal_pad", self.signal_pad_size, rank, sizes, dtype, storage_offset)
+
+    def _peer(self, rank: int, tensor: Any, arg: str) -> Any:
+        """Member ``rank``'s copy of ``tensor``'s allocation (a native ``PeerBuffer`` that keeps
+        ``tensor``, and so the allocation, alive)."""
+        return self._comm.peer_buffer(self._g, rank, _desc(self._st, tensor, arg), tensor)
+
+    def _view(self, tensor: Any, arg: str, nbytes: int, rank: Any, sizes: Any, dtype: Any, storage_offset: Any) -> Any:
+        st, me = self._st, self._st.comm.rank
+        r = self._member("rank", rank)
+        itemsize = st.platform.itemsize(dtype)
+        if itemsize is None:
+            raise _invalid(me, "dtype", repr(dtype), f"expected a {st.platform.name} dtype")
+        try:
+            if hasattr(sizes, "__index__"):
+                dims = (sizes.__index__(),)
+            else:
+                dims = tuple(d.__index__() for d in sizes)
+        except (TypeError, AttributeError):
+            raise _invalid(me, "sizes", repr(sizes), "expected an int or a sequence of ints") from None
+        if any(d < 0 for d in dims):
+            raise _invalid(me, "sizes", dims, "dimensions must be >= 0")
+        offset = self._count("storage_offset", storage_offset)
+        numel = 1
+        for d in dims:
+            numel *= d
+        end = (offset + numel) * itemsize
+        if end > nbytes:
+            arg_, value = ("sizes", dims) if numel * itemsize > nbytes else ("storage_offset", offset)
+            raise _invalid(
+                me,
+                arg_,
+                value,
+                f"{numel} elements of {dtype} from element {offset} end at byte {end}, past the {nbytes} bytes of "
+                f"the {arg}'s allocation (sizes = {dims}, storage_offset = {offset})",
+            )
+        return st.platform.wrap_peer(self._peer(r, tensor, arg), dims, dtype, offset)
+
+    # -- signals (PyTorch's barrier, put_signal, wait_signal) ----------------------------
+
+    def barrier(self, channel: Any = 0, timeout_ms: Any = None) -> None:
+        """Blocks until every member of the group has called ``barrier`` on ``channel``;
+        everything a member wrote before it (through ``get_buffer`` views or ``shmem_*``) is
+        then visible to every member, as PyTorch's: this rank puts a signal to every peer on
+        ``channel``, then waits for (and consumes) every peer's.
+
+        Args:
+            channel: a channel of the signal pad, ``0 <= channel < signal_pad_size // (8 *
+                world_size)``.
+            timeout_ms: the bound in milliseconds; ``None`` or ``0`` (PyTorch's "no
+                timeout"): ``SYMMETRIC_MEMORY_TIMEOUT``.
+
+        Raises:
+            Timeout: a peer's signal did not come in time, or a peer had not consumed this
+                rank's previous one (the message names the peer and the channel).
+            InvalidArgument: a bad ``channel`` or ``timeout_ms``.
+        """
+        ch = self._channel(channel)
+        deadline, ms = self._deadline(timeout_ms)
+        what = f"barrier(channel={ch})"
+        peers = [r for r in range(self.world_size) if r != self.rank]
+        for p in peers:
+            self._put(p, ch, deadline, ms, what)
+        for p in peers:
+            self._take(p, ch, deadline, ms, what)
+
+    def put_signal(self, dst_rank: Any, channel: Any = 0, timeout_ms: Any = None) -> None:
+        """Sets this rank's flag on ``channel`` in member ``dst_rank``'s signal pad, as
+        PyTorch's (a release: what this rank wrote before is visible to ``dst_rank`` once its
+        ``wait_signal`` returns). Like PyTorch's compare-and-swap, it first waits until
+        ``dst_rank`` has consumed this rank's previous signal on ``channel`` (bounded by
+        ``timeout_ms``, as in ``barrier``).
+
+        Raises:
+            GroupError: ``dst_rank`` is not a rank of the group.
+            Timeout: ``dst_rank`` did not consume the previous signal in time.
+            InvalidArgument: a bad ``channel`` or ``timeout_ms``.
+        """
+        dst = self._member("dst_rank", dst_rank)
+        ch = self._channel(channel)
+        deadline, ms = self._deadline(timeout_ms)
+        self._put(dst, ch, deadline, ms, f"put_signal(dst_rank={dst}, channel={ch})")
+
+    def wait_signal(self, src_rank: Any, channel: Any = 0, timeout_ms: Any = None) -> None:
+        """Waits until member ``src_rank`` has set its flag on ``channel`` in this rank's
+        signal pad, then consumes it (the flag is 0 again), as PyTorch's (an acquire: what
+        ``src_rank`` wrote before its ``put_signal`` is visible here).
+
+        Raises:
+            GroupError: ``src_rank`` is not a rank of the group.
+            Timeout: no signal came in ``timeout_ms`` (as in ``barrier``).
+            InvalidArgument: a bad ``channel`` or ``timeout_ms``.
+        """
+        src = self._member("src_rank", src_rank)
+        ch = self._channel(channel)
+        deadline, ms = self._deadline(timeout_ms)
+        self._take(src, ch, deadline, ms, f"wait_signal(src_rank={src}, channel={ch})")
+
+    def _put(self, dst: int, ch: int, deadline: float, ms: float, what: str) -> None:
+        n = self.world_size
+        sent = self._sent.get((ch, dst), 0)
+        if sent:
+            # The count of this rank's signals dst consumed: int32, wrapping as the word does.
+            count = (sent + (1 << 31)) % (1 << 32) - (1 << 31)
+            self._wait_word(
+                (self._channels + ch) * n + dst,
+                count,
+                deadline,
+                ms,
+                f"{what}: group rank {dst} has not consumed (wait_signal) the previous signal of this rank on "
+                f"channel {ch}",
+            )
+        self._signal(ch * n + self.rank, 1, "set", dst)
+        self._sent[(ch, dst)] = sent + 1
+
+    def _take(self, src: int, ch: int, deadline: float, ms: float, what: str) -> None:
+        n = self.world_size
+        flag = ch * n + src
+        self._wait_word(flag, 1, deadline, ms, f"{what}: no signal from group rank {src} on channel {ch}")
+        self._signal(flag, 0, "set", self.rank)
+        self._signal((self._channels + ch) * n + self.rank, 1, "add", src)
+
+    def _pad(self) -> Any:
+        """The signal pad's descriptor; InvalidArgument naming ``signal_pad`` once it was
+        released by ``symm.free``."""
+        if self._st.platform.is_freed(self.signal_pad):
+            raise _freed(self._st, "signal_pad")
+        return self._pad_desc
+
+    def _signal(self, word: int, value: int, op: str, target: int) -> None:
+        self._comm.signal_op(self._g, self._pad(), word, value, op, target, _stream(self._st))
+
+    def _wait_word(self, word: int, value: int, deadline: float, ms: float, what: str) -> None:
+        st = self._st
+        left = max(deadline - time.monotonic(), 0.0)
+        try:
+            self._comm.wait_for_signal(self._g, self._pad(), word, value, "eq", left, _stream(st))
+        except _symm.Timeout as e:
+            me = st.comm.rank
+            seen = str(e).removeprefix(f"rank {me}: ")
+            raise _error(
+                _symm.Timeout, me, f"{what} within {ms:g} ms (word {word} of this rank's signal pad; {seen})"
+            ) from None
+
+    # -- arguments ------------------------------------------------------------------------
+
+    def _count(self, arg: str, value: Any) -> int:
+        """``value`` as an int >= 0 (one-element integer tensors too); InvalidArgument naming
+        ``arg`` otherwise."""
+        v = self._st.platform.scalar(value)
+        if isinstance(v, bool) or not hasattr(v, "__index__"):
+            raise _invalid(self._st.comm.rank, arg, repr(value), "expected an int >= 0")
+        n = v.__index__()
+        if n < 0:
+            raise _invalid(self._st.comm.rank, arg, n, "must be >= 0")
+        return n
+
+    def _member(self, arg: str, value: Any) -> int:
+        """``value`` as a rank of the handle's group; GroupError naming ``arg`` otherwise."""
+        v = self._st.platform.scalar(value)
+        if isinstance(v, bool) or not hasattr(v, "__index__"):
+            raise _invalid(self._st.comm.rank, arg, repr(value), "expected an int (a rank of the handle's group)")
+        r = v.__index__()
+        if not 0 <= r < self.world_size:
+            ranks = [self._st.ranks[n] for n in self._g.ranks]
+            raise _error(
+                _symm.GroupError,
+                self._st.comm.rank,
+                f"{arg} = {r} is outside the group of {self.world_size} ranks (global ranks {ranks})",
+            )
+        return r
+
+    def _channel(self, channel: Any) -> int:
+        ch = self._count("channel", channel)
+        if ch >= self._channels:
+            held = f"channels 0 to {self._channels - 1}" if self._channels else "no channel"
+            raise _invalid(
+                self._st.comm.rank,
+                "channel",
+                ch,
+                f"the signal pad of {self.signal_pad_size} bytes holds {held} for {self.world_size} ranks (8 bytes "
+                "per rank and channel; set_signal_pad_size before rendezvous for more)",
+            )
+        return ch
+
+    def _deadline(self, timeout_ms: Any) -> "tuple[float, float]":
+        """The deadline of a call bounded by ``timeout_ms`` (None or 0: SYMMETRIC_MEMORY_TIMEOUT),
+        and the bound in milliseconds."""
+        ms = 0 if timeout_ms is None else self._count("timeout_ms", timeout_ms)
+        seconds = ms / 1000 if ms else self._st.comm.default_timeout
+        return time.monotonic() + seconds, seconds * 1000
 
     def __repr__(self) -> str:
-        words = self.signal_pad.numel()
-        return f"SymmetricMemory(rank={self.rank}, world_size={self.world_size}, signal_pad={words} words)"
+        words = self.signal_pad_size // 4
+        return (
+            f"SymmetricMemory(rank={self.rank}, world_size={self.world_size}, buffer_size={self.buffer_size}, "
+            f"signal_pad={words} words)"
+        )
 
 
 @_profiled("rendezvous", _on("tensor"))
@@ -987,7 +1271,9 @@ def rendezvous(tensor: Any, group: Any = None) -> SymmetricMemory:
         group: a process group, or ``None`` for every rank symm was initialised for.
 
     Returns:
-        SymmetricMemory: ``buffer``, ``signal_pad``, ``rank``, ``world_size``, ``barrier()``.
+        SymmetricMemory: ``buffer``, ``signal_pad``, ``rank``, ``world_size``, and PyTorch's
+        handle: ``buffer_ptrs``, ``signal_pad_ptrs``, ``buffer_size``, ``get_buffer``,
+        ``get_signal_pad``, ``barrier``, ``put_signal``, ``wait_signal``.
 
     Raises:
         InvalidArgument: ``tensor`` is not a symmetric tensor (its peers get PeerRejected).
@@ -1009,7 +1295,7 @@ def rendezvous(tensor: Any, group: Any = None) -> SymmetricMemory:
     st.comm.barrier(g, _stream(st))
     rank = g.rank
     assert rank is not None  # a non-member failed in the check
-    return SymmetricMemory(tensor, pad, group, rank, g.size)
+    return SymmetricMemory(tensor, pad, group, rank, g.size, _runtime=(st, g))
 
 
 # --------------------------------------------------------------------------------------------

@@ -38,6 +38,10 @@ Two conventions meet here, and the difference matters only for outputs that are 
   communication. Summing it again would multiply it by the group size.
 
 Outputs that differ per rank (reduce_scatter, all_to_all, recv) have one correct gradient.
+
+The RFC's own calls (``symm.shmem_allreduce`` ... ``shmem_sendrecv``) record their backward
+through the ``Shmem*`` Functions at the end of this module whenever grad mode is on and one of
+their tensors requires grad: the native entry hands such calls to ``_record``.
 """
 
 from __future__ import annotations
@@ -75,22 +79,23 @@ def _recv_text(st: Any, a: Dict[str, Any]) -> str:
     return f"{numel} x {str(a['dtype']).rpartition('.')[2]}, {_api._group_text(st, a['group'])}"
 
 
-def differentiable_op(op: Any, group: Any) -> str:
+_NO_GRADIENT = (
+    "the differentiable collectives take 'sum' (0) or 'avg' (1); max and min have no gradient here "
+    "(use symm.shmem_allreduce / shmem_reduce_scatter)"
+)
+
+
+def differentiable_op(op: Any, group: Any, reason: str = _NO_GRADIENT) -> str:
     """``op`` as ``"sum"`` or ``"avg"`` (the reductions with a gradient); otherwise rejects the
-    collective's round (so the peers fail at once) and raises InvalidArgument naming ``op``."""
+    collective's round (so the peers fail at once) and raises InvalidArgument naming ``op``
+    (``reason``: why)."""
     key = op.strip().lower() if isinstance(op, str) else op
     try:
         name = _DIFFERENTIABLE_OPS.get(key)
     except TypeError:  # unhashable
         name = None
     if name is None or isinstance(op, bool):
-        raise _api._rejected(
-            group,
-            "op",
-            repr(op),
-            "the differentiable collectives take 'sum' (0) or 'avg' (1); max and min have no gradient here "
-            "(use symm.shmem_allreduce / shmem_reduce_scatter)",
-        )
+        raise _api._rejected(group, "op", repr(op), reason)
     return name
 
 
@@ -365,3 +370,433 @@ class SendRecv(torch.autograd.Function):
         elif back is not None:
             _api.shmem_recv(back, ctx.dst, ctx.group)
         return (None, back) + (None,) * 7
+
+
+# --------------------------------------------------------------------------------------------
+# The RFC's own calls (``symm.shmem_*``) with a tensor that requires grad in grad mode: the
+# native entry hands them to ``_record``, which runs them through the Functions below. Each
+# forward makes the same call (grad mode is off there, so it takes the native path), marks
+# the tensor written in place as modified (``ctx.mark_dirty``, as torch's in-place operations
+# do: it gets the Function as its ``grad_fn``), and each backward runs the dual collective:
+#
+#   shmem_allgather       <-> reduce_scatter(sum)          shmem_send  <-> recv from dst
+#   shmem_reduce_scatter  <-> allgather (avg: / n)         shmem_recv  <-> send to src
+#   shmem_allreduce       <-> allreduce, same op           shmem_sendrecv <-> the transposed
+#   shmem_alltoall        <-> alltoall, counts swapped         sendrecv
+#   shmem_broadcast       <-> reduce to src (others: 0)
+#
+# shmem_allreduce's backward is the sum-over-ranks convention (each rank's loss is one term;
+# see the module docstring); ``symm.functional.all_reduce`` also offers the replicated one.
+# The async form (``async_op=True``) records the same way and returns the work; the tensor is
+# marked modified at once, and belongs to the operation until ``wait()``.
+# --------------------------------------------------------------------------------------------
+
+
+def _grad_op(op: Any, group: Any) -> str:
+    """``op`` as ``"sum"`` or ``"avg"``; otherwise rejects the round and raises InvalidArgument."""
+    return differentiable_op(
+        op,
+        group,
+        "an input requires grad, and only 'sum' (0) and 'avg' (1) have a gradient here; for max or min "
+        "pass tensors that do not require grad (detach()) or call under torch.no_grad()",
+    )
+
+
+def _grad_leaf(t: Any) -> bool:
+    """A leaf that requires grad (a parameter), or a view of one: autograd cannot record a write
+    into it."""
+    if not isinstance(t, torch.Tensor) or not t.requires_grad:
+        return False
+    base = t._base if t._is_view() and t._base is not None else t
+    return base.is_leaf and base.requires_grad
+
+
+def _requires_grad(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_requires_grad(v) for v in value)
+    return isinstance(value, torch.Tensor) and value.requires_grad
+
+
+#: Per call: the argument it writes, and those it only reads.
+_WRITES: Dict[str, Tuple[Optional[str], Tuple[str, ...]]] = {
+    "shmem_allreduce": ("tensor", ()),
+    "shmem_reduce_scatter": ("output_tensor", ("input_tensor",)),
+    "shmem_allgather": ("output_tensor", ("input_tensor",)),
+    "shmem_alltoall": ("receive_tensor", ("send_tensor_list",)),
+    "shmem_broadcast": ("tensor", ()),
+    "shmem_send": (None, ("tensor",)),
+    "shmem_recv": ("tensor", ()),
+    "shmem_sendrecv": ("recv_tensor", ("send_tensor",)),
+}
+
+
+def _rank_int(value: Any) -> Optional[int]:
+    """A rank given as an int or a one-element integer tensor; None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        return int(value.item())
+    return None
+
+
+def _count_ints(value: Any) -> Optional[List[int]]:
+    """alltoall's ``receive_list`` as ints; None when it is not a sequence of counts."""
+    if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex()):
+        return None
+    try:
+        items = value.reshape(-1).tolist() if isinstance(value, torch.Tensor) else [_rank_int(v) for v in value]
+        out = [int(v) for v in items]
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    return out if all(v >= 0 for v in out) else None
+
+
+class ShmemAllReduce(torch.autograd.Function):
+    """``symm.shmem_allreduce(tensor, op)`` with autograd: ``tensor`` is reduced in place (and
+    marked modified). Backward: the same allreduce of the gradient (sum, or avg)."""
+
+    @staticmethod
+    @_traced("ShmemAllReduce.forward", "tensor", "group")
+    def forward(ctx: Any, tensor: torch.Tensor, op: str, group: Any, lp: Any, async_op: bool, box: list) -> Any:
+        ctx.group, ctx.op = group, op
+        box.append(_api.shmem_allreduce(tensor, op, group, lp, async_op))
+        ctx.mark_dirty(tensor)
+        return tensor
+
+    @staticmethod
+    @once_differentiable
+    @_traced("ShmemAllReduce.backward", "grad")
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        g = grad.contiguous().clone()
+        _api.shmem_allreduce(g, ctx.op, ctx.group)
+        return (g,) + (None,) * 5
+
+
+class ShmemReduceScatter(torch.autograd.Function):
+    """``symm.shmem_reduce_scatter(output, input, op)`` with autograd: ``output`` is written (and
+    marked modified). Backward: the gradient of ``input`` is the allgather of ``output``'s
+    (divided by n for avg); the old ``output`` gets none (it is overwritten)."""
+
+    @staticmethod
+    @_traced("ShmemReduceScatter.forward", "input", "group")
+    def forward(
+        ctx: Any, output: torch.Tensor, input: torch.Tensor, op: str, group: Any, lp: Any, async_op: bool, box: list
+    ) -> Any:
+        ctx.group, ctx.op, ctx.shape = group, op, tuple(input.shape)
+        ctx.n, _ = _api._group_size_rank(group)
+        box.append(_api.shmem_reduce_scatter(output, input, op, group, lp, async_op))
+        ctx.mark_dirty(output)
+        return output
+
+    @staticmethod
+    @once_differentiable
+    @_traced("ShmemReduceScatter.backward", "grad")
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        g = torch.empty(ctx.shape, dtype=grad.dtype)
+        _api.shmem_allgather(g, grad.contiguous(), ctx.group)
+        if ctx.op == "avg":
+            g.div_(ctx.n)
+        return (None, g) + (None,) * 5
+
+
+class ShmemAllGather(torch.autograd.Function):
+    """``symm.shmem_allgather(output, input)`` with autograd: ``output`` is written (and marked
+    modified). Backward: the gradient of ``input`` is the reduce_scatter(sum) of ``output``'s."""
+
+    @staticmethod
+    @_traced("ShmemAllGather.forward", "input", "group")
+    def forward(ctx: Any, output: torch.Tensor, input: torch.Tensor, group: Any, async_op: bool, box: list) -> Any:
+        ctx.group, ctx.shape = group, tuple(input.shape)
+        box.append(_api.shmem_allgather(output, input, group, async_op))
+        ctx.mark_dirty(output)
+        return output
+
+    @staticmethod
+    @once_differentiable
+    @_traced("ShmemAllGather.backward", "grad")
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        g = torch.empty(ctx.shape, dtype=grad.dtype)
+        _api.shmem_reduce_scatter(g, grad.contiguous(), "sum", ctx.group)
+        return (None, g) + (None,) * 3
+
+
+class ShmemAllToAll(torch.autograd.Function):
+    """``symm.shmem_alltoall(sends, receive, counts)`` with autograd (``apply(receive, counts,
+    group, async_op, box, *sends)``): ``receive`` is written (and marked modified). Backward:
+    what came from rank i goes back to it (the alltoall of the gradient with the counts
+    swapped); the elements of ``receive`` past ``sum(counts)``, left as they were, pass their
+    gradient through."""
+
+    @staticmethod
+    @_traced("ShmemAllToAll.forward", "receive", "group")
+    def forward(
+        ctx: Any, receive: torch.Tensor, counts: List[int], group: Any, async_op: bool, box: list, *sends: torch.Tensor
+    ) -> Any:
+        ctx.group, ctx.counts = group, list(counts)
+        ctx.sends = [(tuple(s.shape), s.numel()) for s in sends]
+        box.append(_api.shmem_alltoall(list(sends), receive, list(counts), group, async_op))
+        ctx.mark_dirty(receive)
+        return receive
+
+    @staticmethod
+    @once_differentiable
+    @_traced("ShmemAllToAll.backward", "grad")
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        flat = grad.contiguous().view(-1)
+        parts, at = [], 0
+        for c in ctx.counts:
+            parts.append(flat[at : at + c])
+            at += c
+        sizes = [numel for _, numel in ctx.sends]
+        back = torch.empty(sum(sizes), dtype=grad.dtype)
+        _api.shmem_alltoall(parts, back, sizes, ctx.group)
+        grads, start = [], 0
+        for shape, numel in ctx.sends:
+            grads.append(back[start : start + numel].view(shape))
+            start += numel
+        rest = None
+        if at < flat.numel():
+            rest = flat.clone()
+            rest[:at] = 0
+            rest = rest.view(grad.shape)
+        return (rest, None, None, None, None, *grads)
+
+
+class ShmemBroadcast(torch.autograd.Function):
+    """``symm.shmem_broadcast(tensor, src)`` with autograd: ``tensor`` is written (and marked
+    modified). Backward: ``src`` gets the sum of every rank's gradient (a reduce to the root),
+    the others none (their tensor was overwritten)."""
+
+    @staticmethod
+    @_traced("ShmemBroadcast.forward", "tensor", "group")
+    def forward(ctx: Any, tensor: torch.Tensor, src: int, group: Any, async_op: bool, box: list) -> Any:
+        _, me = _api._group_size_rank(group)
+        ctx.group, ctx.is_src = group, me == src
+        box.append(_api.shmem_broadcast(tensor, src, group, async_op))
+        ctx.mark_dirty(tensor)
+        return tensor
+
+    @staticmethod
+    @once_differentiable
+    @_traced("ShmemBroadcast.backward", "grad")
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        g = grad.contiguous().clone()
+        _api.shmem_allreduce(g, "sum", ctx.group)
+        return (g if ctx.is_src else torch.zeros_like(g)), None, None, None, None
+
+
+class ShmemSend(torch.autograd.Function):
+    """``symm.shmem_send(tensor, dst)`` with autograd: returns ``tensor`` (an alias, the way to
+    this backward). Backward: the alias's gradient plus the gradient ``dst``'s
+    ``shmem_recv`` sends back."""
+
+    @staticmethod
+    @_traced("ShmemSend.forward", "tensor", "group")
+    def forward(ctx: Any, tensor: torch.Tensor, dst: int, group: Any) -> Any:
+        ctx.group, ctx.dst, ctx.shape, ctx.dtype = group, dst, tuple(tensor.shape), tensor.dtype
+        _api.shmem_send(tensor, dst, group)
+        return tensor
+
+    @staticmethod
+    @once_differentiable
+    @_traced("ShmemSend.backward", "grad")
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], None, None]:
+        remote = torch.empty(ctx.shape, dtype=ctx.dtype)
+        _api.shmem_recv(remote, ctx.dst, ctx.group)
+        return grad + remote, None, None
+
+
+class ShmemRecv(torch.autograd.Function):
+    """``symm.shmem_recv(tensor, src)`` with autograd: ``tensor`` is written (and marked
+    modified). Backward: sends its gradient back to ``src`` (whose ``shmem_send`` backward
+    receives it); the old ``tensor`` gets none."""
+
+    @staticmethod
+    @_traced("ShmemRecv.forward", "tensor", "group")
+    def forward(ctx: Any, tensor: torch.Tensor, src: int, group: Any, async_op: bool, box: list) -> Any:
+        ctx.group, ctx.src = group, src
+        box.append(_api.shmem_recv(tensor, src, group, async_op))
+        ctx.mark_dirty(tensor)
+        return tensor
+
+    @staticmethod
+    @once_differentiable
+    @_traced("ShmemRecv.backward", "grad")
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[None, ...]:
+        _api.shmem_send(grad.contiguous(), ctx.src, ctx.group)
+        return None, None, None, None, None
+
+
+class ShmemSendRecv(torch.autograd.Function):
+    """``symm.shmem_sendrecv(send, dst, recv, src)`` with autograd: ``recv`` is written (and
+    marked modified). Backward: the transposed exchange, both ways at once: ``recv``'s gradient
+    goes back to ``src``, ``send``'s comes from ``dst``."""
+
+    @staticmethod
+    @_traced("ShmemSendRecv.forward", "send", "group")
+    def forward(
+        ctx: Any, send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group: Any, async_op: bool, box: list
+    ) -> Any:
+        ctx.group, ctx.dst, ctx.src, ctx.shape, ctx.dtype = group, dst, src, tuple(send.shape), send.dtype
+        box.append(_api.shmem_sendrecv(send, dst, recv, src, group, async_op))
+        ctx.mark_dirty(recv)
+        return recv
+
+    @staticmethod
+    @once_differentiable
+    @_traced("ShmemSendRecv.backward", "grad")
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        back = torch.empty(ctx.shape, dtype=ctx.dtype)
+        _api.shmem_sendrecv(grad.contiguous(), ctx.src, back, ctx.dst, ctx.group)
+        return back, None, None, None, None, None, None
+
+
+def _plain(function: str, given: Dict[str, Any]) -> Any:
+    """The call as given, without recording (arguments ``_record`` cannot read: the native call
+    reports them, rejecting the round as usual)."""
+    with torch.no_grad():
+        return getattr(_api, function)(**given)
+
+
+def _record_allreduce(
+    tensor: Any, op: Any = "sum", group: Any = None, low_precision_dtype: Any = None, async_op: Any = False
+) -> Any:
+    name = _grad_op(op, group)
+    box: list = []
+    ShmemAllReduce.apply(tensor, name, group, low_precision_dtype, bool(async_op), box)
+    return box[0]
+
+
+def _record_reduce_scatter(
+    output_tensor: Any,
+    input_tensor: Any,
+    op: Any = "sum",
+    group: Any = None,
+    low_precision_dtype: Any = None,
+    async_op: Any = False,
+) -> Any:
+    name = _grad_op(op, group)
+    if not isinstance(output_tensor, torch.Tensor) or not isinstance(input_tensor, torch.Tensor):
+        given = dict(output_tensor=output_tensor, input_tensor=input_tensor, op=op, group=group)
+        return _plain("shmem_reduce_scatter", dict(given, low_precision_dtype=low_precision_dtype, async_op=async_op))
+    box: list = []
+    ShmemReduceScatter.apply(output_tensor, input_tensor, name, group, low_precision_dtype, bool(async_op), box)
+    return box[0]
+
+
+def _record_allgather(output_tensor: Any, input_tensor: Any, group: Any = None, async_op: Any = False) -> Any:
+    if not isinstance(output_tensor, torch.Tensor) or not isinstance(input_tensor, torch.Tensor):
+        given = dict(output_tensor=output_tensor, input_tensor=input_tensor, group=group, async_op=async_op)
+        return _plain("shmem_allgather", given)
+    box: list = []
+    ShmemAllGather.apply(output_tensor, input_tensor, group, bool(async_op), box)
+    return box[0]
+
+
+def _record_alltoall(
+    send_tensor_list: Any, receive_tensor: Any, receive_list: Any, group: Any = None, async_op: Any = False
+) -> Any:
+    counts = _count_ints(receive_list)
+    sends = list(send_tensor_list) if isinstance(send_tensor_list, (list, tuple)) else None
+    if (
+        counts is None
+        or sends is None
+        or not isinstance(receive_tensor, torch.Tensor)
+        or not all(isinstance(s, torch.Tensor) for s in sends)
+    ):
+        given = dict(send_tensor_list=send_tensor_list, receive_tensor=receive_tensor, receive_list=receive_list)
+        return _plain("shmem_alltoall", dict(given, group=group, async_op=async_op))
+    box: list = []
+    ShmemAllToAll.apply(receive_tensor, counts, group, bool(async_op), box, *sends)
+    return box[0]
+
+
+def _record_broadcast(tensor: Any, src_rank: Any, group: Any = None, async_op: Any = False) -> Any:
+    src = _rank_int(src_rank)
+    if src is None or not isinstance(tensor, torch.Tensor):
+        return _plain("shmem_broadcast", dict(tensor=tensor, src_rank=src_rank, group=group, async_op=async_op))
+    box: list = []
+    ShmemBroadcast.apply(tensor, src, group, bool(async_op), box)
+    return box[0]
+
+
+def _record_send(tensor: Any, dst_rank: Any, group: Any = None, async_op: Any = False) -> Any:
+    dst = _rank_int(dst_rank)
+    if async_op:
+        raise _api._invalid_argument(
+            "async_op",
+            repr(async_op),
+            "tensor requires grad, so shmem_send records its backward and returns the tensor's alias through "
+            "which autograd reaches it; that form is blocking (call with async_op=False, or send tensor.detach())",
+        )
+    if dst is None:
+        return _plain("shmem_send", dict(tensor=tensor, dst_rank=dst_rank, group=group))
+    return ShmemSend.apply(tensor, dst, group)
+
+
+def _record_recv(tensor: Any, src_rank: Any, group: Any = None, async_op: Any = False) -> Any:
+    src = _rank_int(src_rank)
+    if src is None:
+        return _plain("shmem_recv", dict(tensor=tensor, src_rank=src_rank, group=group, async_op=async_op))
+    box: list = []
+    ShmemRecv.apply(tensor, src, group, bool(async_op), box)
+    return box[0]
+
+
+def _record_sendrecv(
+    send_tensor: Any, dst_rank: Any, recv_tensor: Any, src_rank: Any, group: Any = None, async_op: Any = False
+) -> Any:
+    dst, src = _rank_int(dst_rank), _rank_int(src_rank)
+    if (
+        dst is None
+        or src is None
+        or not isinstance(send_tensor, torch.Tensor)
+        or not isinstance(recv_tensor, torch.Tensor)
+    ):
+        given = dict(send_tensor=send_tensor, dst_rank=dst_rank, recv_tensor=recv_tensor, src_rank=src_rank)
+        return _plain("shmem_sendrecv", dict(given, group=group, async_op=async_op))
+    box: list = []
+    ShmemSendRecv.apply(send_tensor, dst, recv_tensor, src, group, bool(async_op), box)
+    return box[0]
+
+
+_RECORDERS: Dict[str, Callable[..., Any]] = {
+    "shmem_allreduce": _record_allreduce,
+    "shmem_reduce_scatter": _record_reduce_scatter,
+    "shmem_allgather": _record_allgather,
+    "shmem_alltoall": _record_alltoall,
+    "shmem_broadcast": _record_broadcast,
+    "shmem_send": _record_send,
+    "shmem_recv": _record_recv,
+    "shmem_sendrecv": _record_sendrecv,
+}
+
+
+def _record(function: str, given: Dict[str, Any]) -> Any:
+    """A ``symm.shmem_*`` call (``given``: its arguments by name) in which grad mode is on and a
+    tensor requires grad, recorded for autograd: what the native entry calls for such calls.
+
+    A leaf that requires grad (a parameter), or a view of one, cannot be written by a recorded
+    call (torch refuses in-place operations on it). When it is the tensor the call writes and no
+    tensor the call only reads requires grad (``shmem_broadcast(param, 0)``,
+    ``shmem_allreduce(param)``: there is no gradient to record), the call writes it as
+    torch.distributed's collectives do, unrecorded; otherwise the call is refused (the round
+    rejected), since the gradient of what it reads would be lost."""
+    written, reads = _WRITES[function]
+    if written is not None and _grad_leaf(given.get(written)):
+        if not any(_requires_grad(given.get(r)) for r in reads):
+            return _plain(function, given)
+        t = given[written]
+        what = "a leaf tensor" if not t._is_view() else "a view of a leaf tensor"
+        value = f"{what} of shape {tuple(t.shape)} that requires grad"
+        reason = (
+            f"autograd cannot record a write into it, and {' and '.join(reads)} requires grad (the call would "
+            "record its gradient); write a copy (x.clone()), or call under torch.no_grad() to write it "
+            "without recording"
+        )
+        if function in ("shmem_send", "shmem_recv", "shmem_sendrecv"):
+            raise _api._invalid_argument(written, value, reason)
+        raise _api._rejected(given.get("group"), written, value, reason)
+    return _RECORDERS[function](**given)

@@ -11,6 +11,14 @@ Every call is a collective over ``group`` (``None``: every rank symm was initial
 so is its backward: the ranks must run the same differentiable calls in the same order, forward
 and backward. ``symm.autograd``'s docstring and the README ("Autograd") give the gradient of
 each call and the two conventions for replicated outputs.
+
+Under ``torch.compile`` the collectives (``all_gather``, ``reduce_scatter``, ``all_reduce``,
+``all_to_all`` with its split sizes known, ``broadcast``) call symm's torch operators
+(``torch.ops.symm.*``, ``symm.library``), which trace with no graph break, with the same
+values and gradients. ``send``, ``recv`` and ``sendrecv`` decide at run time whether the
+received tensor requires grad (the sender says so), which a graph cannot: they run outside the
+graph (a graph break; with ``fullgraph=True``, an error), and so does ``all_to_all``'s exchange
+of split sizes when ``output_split_sizes`` is not given.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from typing import Any, List, Optional, Sequence, Union
 
 import torch
 
-from . import _api
+from . import _api, library
 from .autograd import (
     AllGather,
     AllReduce,
@@ -53,7 +61,10 @@ def all_gather(input: torch.Tensor, group: Any = None) -> torch.Tensor:
     Gradient: reduce_scatter(sum) of the output's gradient (each rank's loss is a separate term
     of the total; see ``symm.autograd``).
     """
-    return AllGather.apply(_tensor(input, "input", group), group)
+    x = _tensor(input, "input", group)
+    if torch.compiler.is_compiling():
+        return torch.ops.symm.all_gather(x, library.group_name(group))
+    return AllGather.apply(x, group)
 
 
 def reduce_scatter(
@@ -67,6 +78,9 @@ def reduce_scatter(
     (divided by n for avg).
     """
     x = _tensor(input, "input", group)
+    if torch.compiler.is_compiling():
+        name = library._differentiable(op, group)
+        return torch.ops.symm.reduce_scatter(x, name, library.group_name(group), library._lp_name(low_precision_dtype))
     return ReduceScatter.apply(x, differentiable_op(op, group), group, low_precision_dtype)
 
 
@@ -88,9 +102,13 @@ def all_reduce(
       functional collectives); the gradient is all-reduced with the same op.
     """
     x = _tensor(input, "input", group)
-    name = differentiable_op(op, group)
+    compiling = torch.compiler.is_compiling()
+    name = library._differentiable(op, group) if compiling else differentiable_op(op, group)
     if backward not in ("identity", "all_reduce"):
         raise _api._rejected(group, "backward", repr(backward), "accepted: 'identity', 'all_reduce'")
+    if compiling:
+        lp = library._lp_name(low_precision_dtype)
+        return torch.ops.symm.all_reduce(x, name, library.group_name(group), backward, lp)
     return AllReduce.apply(x, name, group, backward, low_precision_dtype)
 
 
@@ -106,6 +124,9 @@ def _splits(value: Any, arg: str, n: int, group: Any) -> List[int]:
 
 def _exchange_splits(input_splits: List[int], group: Any) -> List[int]:
     """What every rank sends here (rows), learned from the ranks' ``input_splits``."""
+    if torch.compiler.is_compiling():
+        # learned at run time: outside the graph (give output_split_sizes to stay in it)
+        return library._eagerly(_exchange_splits, input_splits, group)
     n = len(input_splits)
     got = torch.empty(n, dtype=torch.int64)
     _api.shmem_alltoall([torch.tensor([s], dtype=torch.int64) for s in input_splits], got, [1] * n, group)
@@ -132,7 +153,8 @@ def all_to_all(
     Gradient: the same exchange of the gradient with the splits swapped (what came from rank i
     goes back to it).
     """
-    n, _ = _api._group_size_rank(group)
+    compiling = torch.compiler.is_compiling()
+    n, _ = library._size_rank(library.group_name(group)) if compiling else _api._group_size_rank(group)
     if isinstance(input, (list, tuple)):
         if output_split_sizes is not None or input_split_sizes is not None:
             raise _api._rejected(
@@ -148,7 +170,7 @@ def all_to_all(
             )
         in_splits = [t.shape[0] for t in tensors]
         out_splits = _exchange_splits(in_splits, group)
-        out = AllToAll.apply(torch.cat(tensors), out_splits, in_splits, group)
+        out = _all_to_all(torch.cat(tensors), out_splits, in_splits, group)
         return list(torch.split(out, out_splits))
     x = _tensor(input, "input", group)
     rows = x.shape[0] if x.dim() else 0
@@ -172,6 +194,12 @@ def all_to_all(
         out_splits = list(in_splits)
     else:
         out_splits = _exchange_splits(in_splits, group)
+    return _all_to_all(x, out_splits, in_splits, group)
+
+
+def _all_to_all(x: torch.Tensor, out_splits: List[int], in_splits: List[int], group: Any) -> torch.Tensor:
+    if torch.compiler.is_compiling():
+        return torch.ops.symm.all_to_all(x, out_splits, in_splits, library.group_name(group))
     return AllToAll.apply(x, out_splits, in_splits, group)
 
 
@@ -179,10 +207,13 @@ def broadcast(input: torch.Tensor, src: int, group: Any = None) -> torch.Tensor:
     """Group rank ``src``'s ``input`` on every rank (the others' ``input`` gives only the shape).
     Gradient: ``src`` gets the sum of every rank's gradient, the others zeros."""
     x = _tensor(input, "input", group)
-    n, _ = _api._group_size_rank(group)
+    compiling = torch.compiler.is_compiling()
+    n, _ = library._size_rank(library.group_name(group)) if compiling else _api._group_size_rank(group)
     s = int(src) if isinstance(src, int) or (isinstance(src, torch.Tensor) and src.numel() == 1) else -1
     if not 0 <= s < n:
         raise _api._rejected(group, "src", repr(src), f"must be a rank of the group (0..{n - 1})")
+    if compiling:
+        return torch.ops.symm.broadcast(x, s, library.group_name(group))
     return Broadcast.apply(x, s, group)
 
 
@@ -196,6 +227,12 @@ def send(input: torch.Tensor, dst: int, group: Any = None) -> torch.Tensor:
     it to the loss with a zero weight (``loss = loss + 0 * y.sum()``); a backward that never
     runs leaves ``dst``'s gradient message unread (the next receive from ``dst`` would get it).
     """
+    if torch.compiler.is_compiling():
+        return library._eagerly(_send, input, dst, group)  # outside the graph (module docstring)
+    return _send(input, dst, group)
+
+
+def _send(input: torch.Tensor, dst: int, group: Any) -> torch.Tensor:
     return Send.apply(_tensor(input, "input", group, collective=False), dst, group)
 
 
@@ -240,6 +277,12 @@ def recv(
     the gradient is not wanted here (grad mode off), the sender's backward waits in vain and
     raises Timeout.
     """
+    if torch.compiler.is_compiling():
+        return library._eagerly(_recv, like, src, dtype, group)  # outside the graph (module docstring)
+    return _recv(like, src, dtype, group)
+
+
+def _recv(like: Any, src: int, dtype: Optional[torch.dtype], group: Any) -> torch.Tensor:
     shape, dt = _shape_dtype(like, dtype, torch.float32)
     return Recv.apply(_anchor(recv_grad_flag(src, group), like), shape, dt, src, group)
 
@@ -284,6 +327,12 @@ def sendrecv(
     ``dst`` would take it. With grad mode off here, ``src``'s backward waits in vain and raises
     Timeout.
     """
+    if torch.compiler.is_compiling():
+        return library._eagerly(_sendrecv, input, dst, src, like, dtype, group)  # outside the graph
+    return _sendrecv(input, dst, src, like, dtype, group)
+
+
+def _sendrecv(input: Any, dst: int, src: int, like: Any, dtype: Optional[torch.dtype], group: Any) -> torch.Tensor:
     x = _tensor(input, "input", group, collective=False)
     shape, dt = (tuple(x.shape), dtype or x.dtype) if like is None else _shape_dtype(like, dtype, x.dtype)
     wants = x.requires_grad and torch.is_grad_enabled()

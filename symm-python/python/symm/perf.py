@@ -156,6 +156,15 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="make every symm and gloo call with async_op=True and wait() for its work at once",
     )
+    p.add_argument(
+        "--ddp",
+        action="store_true",
+        help='instead of the collectives: a DDP training step over torch.distributed\'s backend "symm" and over '
+        '"gloo", end to end (symm/perf_ddp.py; -n steps after -w warm-up, -r runs, -g ranks)',
+    )
+    p.add_argument("--ddp-width", type=int, default=1024, help="--ddp: features of each square layer (default 1024)")
+    p.add_argument("--ddp-layers", type=int, default=8, help="--ddp: layers of the MLP (default 8)")
+    p.add_argument("--ddp-batch", type=int, default=8, help="--ddp: samples per step and rank (default 8)")
     p.add_argument("--json", metavar="FILE", help="save the run (times and bounds) as JSON in FILE")
     p.add_argument(
         "--plot",
@@ -205,6 +214,8 @@ def validate(args: argparse.Namespace) -> None:
         raise SystemExit(f"symm.perf: --pin {args.pin}: expected 0 or 1")
     if args.bound not in (0, 1):
         raise SystemExit(f"symm.perf: --bound {args.bound}: expected 0 or 1")
+    if min(args.ddp_width, args.ddp_layers, args.ddp_batch) < 1:
+        raise SystemExit("symm.perf: --ddp-width, --ddp-layers and --ddp-batch must be >= 1")
     if args.saved and not args.plot:
         raise SystemExit(f"symm.perf: --from {args.saved}: draws a saved run, it needs --plot FILE")
     if args.plot:
@@ -783,7 +794,12 @@ def _in_process_group(n: int, args: argparse.Namespace, mpi_comm: Any = None, **
 
     dist.init_process_group("gloo", **init)
     try:
-        rank_main(dist.get_rank(), n, args, mpi_comm)
+        if args.ddp:
+            from .perf_ddp import ddp_main
+
+            ddp_main(dist.get_rank(), n, args)
+        else:
+            rank_main(dist.get_rank(), n, args, mpi_comm)
     finally:
         dist.destroy_process_group()
 

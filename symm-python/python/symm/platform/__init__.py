@@ -17,6 +17,7 @@ __all__ = ["Desc", "FastPath", "Platform", "get_platform", "set_platform", "avai
 
 
 def _torch() -> Platform:
+    from .. import library  # noqa: F401 - torch.ops.symm, and how torch.compile traces symm's calls
     from .torch import TorchPlatform
 
     return TorchPlatform()

@@ -148,6 +148,17 @@ class Platform(abc.ABC):
         """A tensor of ``shape`` and ``dtype`` whose storage is ``block`` (a native heap block
         exporting writable bytes), without copying; the tensor keeps ``block`` alive."""
 
+    def itemsize(self, dtype: Any) -> Optional[int]:
+        """Bytes per element of the framework dtype ``dtype``, or None when it is not one."""
+        return None
+
+    def wrap_peer(self, view: Any, shape: Sequence[int], dtype: Any, storage_offset: int) -> Any:
+        """A tensor of ``shape`` and ``dtype`` starting ``storage_offset`` elements into ``view`` (a
+        native ``PeerBuffer``: writable bytes of a member's copy of a whole allocation), without
+        copying; its storage is all of ``view``, which the tensor keeps alive. The caller checked
+        that the elements lie within ``view``."""
+        raise NotImplementedError(f"the {self.name} platform cannot wrap peer memory")
+
     @abc.abstractmethod
     def detach_storage(self, tensor: Any) -> None:
         """Points ``tensor`` at empty storage and marks it freed, so that a freed symmetric

@@ -157,7 +157,24 @@ class TorchPlatform(Platform):
             # Nothing to share (the buffer protocol cannot export zero bytes to torch).
             return torch.empty(tuple(shape), dtype=torch_dtype)
         raw = torch.frombuffer(block, dtype=torch.uint8)
-        return raw.view(torch_dtype).view(tuple(shape))
+        # A tensor on that storage, not a view of `raw`: a view carries autograd metadata, past
+        # which the fast path must ask whether the tensor requires grad (tensor.rs, `Grad`).
+        out = torch.empty(0, dtype=torch_dtype)
+        with torch.no_grad():
+            out.set_(raw.untyped_storage(), 0, tuple(shape))
+        return out
+
+    def itemsize(self, dtype: Any) -> Optional[int]:
+        return dtype.itemsize if isinstance(dtype, torch.dtype) else None
+
+    def wrap_peer(self, view: Any, shape: Sequence[int], dtype: Any, storage_offset: int) -> Any:
+        # The storage is the member's whole copy (its deleter holds `view`); the tensor starts
+        # `storage_offset` elements in, as torch's own get_buffer places it.
+        storage = torch.frombuffer(view, dtype=torch.uint8).untyped_storage()
+        out = torch.empty(0, dtype=dtype)
+        with torch.no_grad():
+            out.set_(storage, storage_offset, tuple(shape))
+        return out
 
     def device_type(self, tensor: Any) -> str:
         # The base class's descriptor (not a subclass's override), without describing the rest.
@@ -320,9 +337,31 @@ def _c_shim(dtype_names: Any) -> Optional[Dict[str, Any]]:
             # torch's tensor objects (THPVariable) hold their at::Tensor inline: the fast path
             # may find where by probing, and then reads no attribute per call.
             "tensor_in_object": True,
+            # A call whose tensor requires grad in grad mode records its backward (the full
+            # path): the fast path asks grad mode, and finds where a TensorImpl keeps its
+            # autograd metadata (null: the tensor cannot require grad) by these probes.
+            "grad_mode": _address(lib, "aoti_torch_grad_mode_is_enabled"),
+            "grad_probes": _grad_probes(),
         }
     except (OSError, AttributeError):
         return None
+
+
+def _address(lib: Any, name: str) -> int:
+    """The address of ``name`` in ``lib``, 0 when it has none."""
+    fn = getattr(lib, name, None)
+    return 0 if fn is None else int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
+
+
+def _grad_probes() -> Tuple[Tuple[Any, ...], Tuple[Any, ...]]:
+    """Tensors without autograd metadata (made by factories with grad mode off), and tensors
+    that require grad (a leaf, a result, a parameter)."""
+    with torch.no_grad():
+        plain = (torch.zeros(3), torch.ones(2, 3, dtype=torch.float64), torch.empty(0, dtype=torch.int64))
+    leaf = torch.ones(3, requires_grad=True)
+    with torch.enable_grad():
+        with_grad = (leaf, leaf * 2, torch.nn.Parameter(torch.ones(2)))
+    return plain, with_grad
 
 
 def _probes() -> Tuple[Any, ...]:

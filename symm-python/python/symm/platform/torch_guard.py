@@ -77,12 +77,15 @@ def _shown(arg: str, t: torch.Tensor) -> str:
     return f"{arg} ({tuple(t.shape)} x {t.dtype} at {t.data_ptr():#x})"
 
 
-def _library(bound: inspect.BoundArguments) -> str:
+def _backend(bound: inspect.BoundArguments) -> str:
     try:
-        backend = dist.get_backend(bound.arguments.get("group"))
+        return str(dist.get_backend(bound.arguments.get("group")))
     except (RuntimeError, ValueError):
-        backend = "?"
-    return f"torch.distributed ({backend})"
+        return "?"
+
+
+def _library(bound: inspect.BoundArguments) -> str:
+    return f"torch.distributed ({_backend(bound)})"
 
 
 def _wrap(name: str, fn: Callable[..., Any], guard: OtherLibraryGuard) -> Callable[..., Any]:
@@ -94,6 +97,11 @@ def _wrap(name: str, fn: Callable[..., Any], guard: OtherLibraryGuard) -> Callab
             bound = signature.bind(*args, **kwargs)
         except TypeError:
             return fn(*args, **kwargs)  # torch reports the bad call itself
+        if _backend(bound) == "symm":
+            # symm's own torch.distributed backend (symm/c10d.py): these are symm's operations,
+            # which symm checks itself (and whose works torch wraps so that is_completed() never
+            # turns true: registered here, they would block their tensors for good).
+            return fn(*args, **kwargs)
         tensors: List[Tuple[str, torch.Tensor, int, int]] = []
         for arg, t in _tensors(bound):
             lo, n = _storage(t)
