@@ -60,14 +60,14 @@ def _shape_rows(shape: str, world: int, args: argparse.Namespace) -> list:
         symm.shmem_reduce_scatter(part, product)
 
     def rs_unfused():
-        torch.mm(x1, b, out=product)
-        scatter()
+        # As a caller writes it, and as the fused call returns: a new output tensor.
+        symm.shmem_reduce_scatter(torch.empty(m, n), torch.mm(x1, b, out=product))
 
     cases = [
         ("all_gather+matmul", gather, lambda: torch.mm(g, b, out=c), ag_unfused,
          lambda: mc2.fused_all_gather_matmul(a, b, c, g, block_size=args.block)),
         ("matmul+reduce_scatter", scatter, lambda: torch.mm(x1, b, out=product), rs_unfused,
-         lambda: mc2.fused_matmul_reduce_scatter(x1, b, block_size=args.block)),
+         lambda: mc2.fused_matmul_reduce_scatter(x1, b, product, block_size=args.block)),
     ]  # fmt: skip
     rows = []
     for name, comm, mm, unfused, fused in cases:

@@ -31,7 +31,7 @@ collectives do.
   and 8-bit inputs (HyperParallel accumulates in the input dtype in a different order on each
   rank): every rank's rows are what an allreduce of ``x1 @ x2`` would give it.
 - ``gather_out`` and ``symm_tensor`` need not be symmetric tensors (any contiguous tensor of the
-  right shape; ``symm_tensor`` is accepted for the signature and not used).
+  right shape; ``symm_tensor``, where it fits, holds the product before it is reduced).
 
 **Differentiable.** With grad mode on and ``a``/``b`` (``x1``/``x2``) requiring grad, the
 HyperParallel forms record their backward: all-gather + matmul: ``grad_a`` is the
@@ -59,10 +59,13 @@ __all__ = ["fused_all_gather_matmul", "fused_matmul_reduce_scatter", "DEFAULT_BL
 DEFAULT_BLOCKS = 4
 
 
-def _check(ok: bool, group: Any, arg: str, value: Any, reason: str) -> None:
-    """Refuses ``arg`` (rejecting the group's next collective, so that peers fail at once)."""
+def _check(ok: bool, group: Any, arg: str, value: Any, reason: Any) -> None:
+    """Refuses ``arg`` (rejecting the group's next collective, so that peers fail at once).
+    ``value`` and ``reason`` are shown, or called for what to show: only on a refusal, so that
+    the calls that pass format nothing (a fused call's validation is on its critical path)."""
     if not ok:
-        raise _api._rejected(group, arg, value, reason)
+        shown = value() if callable(value) else value
+        raise _api._rejected(group, arg, shown, reason() if callable(reason) else reason)
 
 
 def _shape(t: Any) -> str:
@@ -140,15 +143,28 @@ def _all_gather_matmul(
 
 
 def _matmul_reduce_scatter(
-    x1: torch.Tensor, x2: torch.Tensor, out: torch.Tensor, op: str, block_size: Optional[int], group: Any
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    out: torch.Tensor,
+    op: str,
+    block_size: Optional[int],
+    group: Any,
+    stage: Optional[torch.Tensor] = None,
 ) -> None:
     """``out = reduce_scatter(x1 @ x2)`` along dim 0: each block of the product a peer owns is
     sent to it as soon as it is multiplied (while the next one is), then the parts this rank
     received are reduced in group-rank order, in float32 for 16-bit data, as symm's collectives
-    reduce."""
+    reduce. ``stage``, when it fits, holds the product (no allocation)."""
     if not _pipelined(block_size):
-        # Into a tensor of its own: torch.mm with out= takes a faster kernel here than without.
-        product = torch.empty((x1.shape[0], x2.shape[1]), dtype=x1.dtype)
+        shape = (x1.shape[0], x2.shape[1])
+        fits = (
+            stage is not None
+            and stage.dtype == x1.dtype
+            and stage.is_contiguous()
+            and stage.numel() == shape[0] * shape[1]
+        )
+        product = stage.view(shape) if fits else torch.empty(shape, dtype=x1.dtype)
+        # torch.mm with out= takes a faster kernel here than without.
         shmem_reduce_scatter(out, torch.mm(x1, x2, out=product), op, group=group)
         return
     world, me = _api._group_size_rank(group)
@@ -220,16 +236,16 @@ class _MatmulReduceScatter(torch.autograd.Function):
 
 
 def _matrix(t: Any, arg: str, group: Any, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    ok = isinstance(t, torch.Tensor) and t.dim() == 2 and t.device.type == "cpu"
-    _check(ok, group, arg, _shape(t), "expected a 2-D CPU torch.Tensor")
+    ok = isinstance(t, torch.Tensor) and t.dim() == 2 and t.is_cpu
+    _check(ok, group, arg, lambda: _shape(t), "expected a 2-D CPU torch.Tensor")
     if dtype is not None:
-        _check(t.dtype == dtype, group, arg, _shape(t), f"expected dtype {dtype} (the other operands')")
+        _check(t.dtype == dtype, group, arg, lambda: _shape(t), lambda: f"expected dtype {dtype} (the other operands')")
     return t
 
 
 def _signal(signal: Any, group: Any) -> None:
     ok = signal is None or (isinstance(signal, torch.Tensor) and signal.dtype == torch.int32)
-    _check(ok, group, "signal", _shape(signal), "expected an int32 tensor or None (symm does not use it)")
+    _check(ok, group, "signal", lambda: _shape(signal), "expected an int32 tensor or None (symm does not use it)")
 
 
 def _wants_grad(*tensors: torch.Tensor) -> bool:
@@ -267,16 +283,22 @@ def fused_all_gather_matmul(
     c = _matrix(c, "c", group, a.dtype)
     gather_out = _matrix(gather_out, "gather_out", group, a.dtype)
     m, k = a.shape
-    _check(b.shape[0] == k, group, "b", _shape(b), f"expected {k} rows (a's columns)")
+    _check(b.shape[0] == k, group, "b", lambda: _shape(b), lambda: f"expected {k} rows (a's columns)")
     want = (world * m, b.shape[1])
-    _check(tuple(c.shape) == want and c.is_contiguous(), group, "c", _shape(c), f"expected a contiguous {want}")
+    _check(
+        tuple(c.shape) == want and c.is_contiguous(),
+        group,
+        "c",
+        lambda: _shape(c),
+        lambda: f"expected a contiguous {want}",
+    )
     want = (world * m, k)
     _check(
         tuple(gather_out.shape) == want and gather_out.is_contiguous(),
         group,
         "gather_out",
-        _shape(gather_out),
-        f"expected a contiguous {want}",
+        lambda: _shape(gather_out),
+        lambda: f"expected a contiguous {want}",
     )
     _signal(signal, group)
     _blocks(m, block_size, group)
@@ -302,7 +324,9 @@ def fused_matmul_reduce_scatter(
 
     Args:
         x1: ``(M, k)``, ``M`` a multiple of the group's size. x2: ``(k, n)``.
-        symm_tensor, signal: HyperParallel's staging tensor and signal: accepted, not used
+        symm_tensor, signal: HyperParallel's staging tensor and signal: ``symm_tensor``, when it
+            holds ``M x n`` elements of ``x1``'s dtype contiguously, stages the product (saving
+            an allocation), else it is not used; ``signal`` is not used
             (symm's collectives stage and signal themselves; see the module's docs).
         reduce_op: ``"sum"`` or ``"avg"``.
 
@@ -313,10 +337,22 @@ def fused_matmul_reduce_scatter(
     world, _ = _api._group_size_rank(group)
     x1 = _matrix(x1, "x1", group)
     x2 = _matrix(x2, "x2", group, x1.dtype)
-    _check(x2.shape[0] == x1.shape[1], group, "x2", _shape(x2), f"expected {x1.shape[1]} rows (x1's columns)")
-    _check(x1.shape[0] % world == 0, group, "x1", _shape(x1), f"rows must be a multiple of the group's size {world}")
+    _check(
+        x2.shape[0] == x1.shape[1],
+        group,
+        "x2",
+        lambda: _shape(x2),
+        lambda: f"expected {x1.shape[1]} rows (x1's columns)",
+    )
+    _check(
+        x1.shape[0] % world == 0,
+        group,
+        "x1",
+        lambda: _shape(x1),
+        lambda: f"rows must be a multiple of the group's size {world}",
+    )
     ok = symm_tensor is None or isinstance(symm_tensor, torch.Tensor)
-    _check(ok, group, "symm_tensor", _shape(symm_tensor), "expected a tensor or None (symm does not use it)")
+    _check(ok, group, "symm_tensor", lambda: _shape(symm_tensor), "expected a tensor or None (symm does not use it)")
     _signal(signal, group)
     _check(reduce_op in ("sum", "avg"), group, "reduce_op", repr(reduce_op), "expected 'sum' or 'avg'")
     _blocks(x1.shape[0] // world, block_size, group)
@@ -324,7 +360,7 @@ def fused_matmul_reduce_scatter(
     if _wants_grad(x1, x2):
         return _MatmulReduceScatter.apply(x1, x2, reduce_op, block_size, group)
     out = torch.empty((x1.shape[0] // world, x2.shape[1]), dtype=x1.dtype)
-    _matmul_reduce_scatter(x1, x2, out, reduce_op, block_size, group)
+    _matmul_reduce_scatter(x1, x2, out, reduce_op, block_size, group, symm_tensor)
     return out
 
 
@@ -367,7 +403,7 @@ def _torch_matmul_reduce_scatter(
         group,
         "scatter_dim",
         scatter_dim,
-        f"the product's dim {dim} ({product.shape[dim]}) is no multiple of the group's size {world}",
+        lambda: f"the product's dim {dim} ({product.shape[dim]}) is no multiple of the group's size {world}",
     )
     moved = product.movedim(dim, 0).contiguous()
     part = torch.empty((moved.shape[0] // world, *moved.shape[1:]), dtype=A.dtype)
