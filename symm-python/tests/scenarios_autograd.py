@@ -596,8 +596,15 @@ def rfc_gradchecks(group):
         "shmem_sendrecv": (sendrecv, (3,)),
         "shmem_sendrecv, other shape": (sendrecv_other_shape, (3,)),
     }
+    # shmem_allreduce has the replicated convention (identity backward): its output is one
+    # value, the same on every rank, and so is what follows it (no Gather), as for
+    # symm.functional.all_reduce's default.
+    replicated = ("shmem_allreduce sum", "shmem_allreduce avg")
     for seed, (name, (fn, shape)) in enumerate(checks.items()):
-        gradcheck(name, lambda X, fn=fn: ga(fn(sc(X))), global_input(n, *shape, seed=seed))
+        if name in replicated:
+            gradcheck(name, lambda X, fn=fn: fn(sc(X)), global_input(n, *shape, seed=seed))
+        else:
+            gradcheck(name, lambda X, fn=fn: ga(fn(sc(X))), global_input(n, *shape, seed=seed))
 
 
 def rfc_calls_by_hand(group):
@@ -606,15 +613,15 @@ def rfc_calls_by_hand(group):
     n, me = dist.get_world_size(group), dist.get_rank(group)
     x = torch.arange(4, dtype=torch.float64).requires_grad_()
     w = torch.tensor([1.0, -2.0, 3.0, 0.5], dtype=torch.float64) * (me + 1)
-    # allreduce: L = sum_r <w_r, y>, y = sum_r x_r: dL/dx_r = sum_r w_r
+    # allreduce, the RFC's identity backward (the result and its gradient are replicated):
+    # L = <w, y>, y = sum_r x_r: dL/dx = w, this rank's own
     y = x * 1
     v = y._version
     assert symm.shmem_allreduce(y, group=group) is None
     assert type(y.grad_fn).__name__ == "ShmemAllReduceBackward" and y._version > v, (y.grad_fn, y._version)
     assert torch.equal(y.detach(), n * torch.arange(4, dtype=torch.float64))
     (y * w).sum().backward()
-    want = sum(torch.tensor([1.0, -2.0, 3.0, 0.5], dtype=torch.float64) * (r + 1) for r in range(n))
-    assert torch.equal(x.grad, want), (x.grad, want)
+    assert torch.equal(x.grad, w), (x.grad, w)
     # allgather into a plain tensor: loss.backward() reaches x (reduce_scatter of the gradient)
     x.grad = None
     out = torch.empty(4 * n, dtype=torch.float64)
@@ -650,7 +657,8 @@ def rfc_calls_by_hand(group):
     work.wait()
     assert torch.allclose(y.detach(), torch.arange(4, dtype=torch.float64))
     y.sum().backward()
-    assert torch.equal(x.grad, torch.ones(4, dtype=torch.float64)), x.grad  # avg of the ones
+    want = torch.full((4,), 1.0 / n, dtype=torch.float64)  # avg: identity divided by the group's size
+    assert torch.equal(x.grad, want), x.grad
     # nothing requires grad, or grad mode off: nothing recorded, the call as before
     t = torch.ones(3)
     assert symm.shmem_allreduce(t, group=group) is None and t.grad_fn is None and not t.requires_grad

@@ -455,12 +455,16 @@ def _count_ints(value: Any) -> Optional[List[int]]:
 
 class ShmemAllReduce(torch.autograd.Function):
     """``symm.shmem_allreduce(tensor, op)`` with autograd: ``tensor`` is reduced in place (and
-    marked modified). Backward: the same allreduce of the gradient (sum, or avg)."""
+    marked modified). Backward: identity, the RFC's convention (its duality table: the result
+    is replicated, and so is its gradient; Megatron's): the gradient itself for sum, divided by
+    the group's size for avg. ``symm.functional.all_reduce(..., backward="all_reduce")`` has the
+    sum-over-ranks convention."""
 
     @staticmethod
     @_traced("ShmemAllReduce.forward", "tensor", "group")
     def forward(ctx: Any, tensor: torch.Tensor, op: str, group: Any, lp: Any, async_op: bool, box: list) -> Any:
-        ctx.group, ctx.op = group, op
+        ctx.op = op
+        ctx.n, _ = _api._group_size_rank(group)
         box.append(_api.shmem_allreduce(tensor, op, group, lp, async_op))
         ctx.mark_dirty(tensor)
         return tensor
@@ -469,8 +473,7 @@ class ShmemAllReduce(torch.autograd.Function):
     @once_differentiable
     @_traced("ShmemAllReduce.backward", "grad")
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
-        g = grad.contiguous().clone()
-        _api.shmem_allreduce(g, ctx.op, ctx.group)
+        g = grad if ctx.op == "sum" else grad / ctx.n
         return (g,) + (None,) * 5
 
 

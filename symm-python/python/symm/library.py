@@ -400,7 +400,7 @@ def _allreduce(tensor: Any, op: Any = "sum", group: Any = None, low_precision_dt
         return _eagerly(_symm.shmem_allreduce, tensor, op, group, low_precision_dtype, async_op)
     name, lp = group_name(group), _lp_name(low_precision_dtype)
     if _records(tensor):
-        tensor.copy_(torch.ops.symm.all_reduce(tensor, _op_name(op), name, "all_reduce", lp))
+        tensor.copy_(torch.ops.symm.all_reduce(tensor, _op_name(op), name, "identity", lp))
     else:
         torch.ops.symm.shmem_allreduce(tensor, _op_name(op), name, lp)
     return None
