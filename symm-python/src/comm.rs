@@ -1136,7 +1136,6 @@ impl HeapBlock {
     /// # Safety
     /// Called by the interpreter with a `view` to fill (or null).
     unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut pyo3::ffi::Py_buffer, flags: c_int) -> PyResult<()> {
-        use pyo3::ffi;
         if view.is_null() {
             return Err(PyBufferError::new_err("the buffer view is null"));
         }
@@ -1152,30 +1151,8 @@ impl HeapBlock {
         // SAFETY: `view` is non-null and points to a Py_buffer the interpreter gives us to fill.
         // `buf` is this rank's heap at the block's range, which stays mapped while the block
         // lives (it holds the communicator), and the view holds a strong reference to the block
-        // (`obj`) until it is released. `format` points to a static C string, never freed.
-        // `shape` and `strides` point into the view itself, as the buffer protocol allows.
-        unsafe {
-            (*view).obj = slf.into_any().into_ptr();
-            (*view).buf = buf.cast();
-            (*view).len = len;
-            (*view).readonly = 0;
-            (*view).itemsize = 1;
-            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
-                c"B".as_ptr().cast_mut()
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).ndim = 1;
-            (*view).shape =
-                if flags & ffi::PyBUF_ND == ffi::PyBUF_ND { &mut (*view).len } else { std::ptr::null_mut() };
-            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
-                &mut (*view).itemsize
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).suboffsets = std::ptr::null_mut();
-            (*view).internal = std::ptr::null_mut();
-        }
+        // (`obj`) until it is released.
+        unsafe { fill_bytes_view(view, slf.into_any(), buf, len, flags) };
         Ok(())
     }
 
@@ -1281,6 +1258,43 @@ pub fn init(
 /// The dtype names the library moves (canonical spelling).
 pub(crate) fn dtype_names(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
     PyTuple::new(py, DType::ALL.iter().map(|d| d.name()))
+}
+
+/// Fills `view` as a writable 1-D view of `len` bytes (format `B`) at `buf`, owned by `obj`
+/// (the buffer protocol of `HeapBlock` and `PeerBuffer`).
+///
+/// # Safety
+/// `view` is the non-null `Py_buffer` the interpreter gave to fill; `buf` holds `len` bytes
+/// that stay valid while `obj` lives (the view keeps a strong reference to it until released).
+pub(crate) unsafe fn fill_bytes_view(
+    view: *mut pyo3::ffi::Py_buffer,
+    obj: Bound<'_, PyAny>,
+    buf: *mut u8,
+    len: isize,
+    flags: c_int,
+) {
+    use pyo3::ffi;
+    // SAFETY: `view` is valid for writes (contract). `format` points to a static C string,
+    // never freed; `shape` and `strides` point into the view itself, as the buffer protocol
+    // allows.
+    unsafe {
+        (*view).obj = obj.into_ptr();
+        (*view).buf = buf.cast();
+        (*view).len = len;
+        (*view).readonly = 0;
+        (*view).itemsize = 1;
+        (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
+            c"B".as_ptr().cast_mut()
+        } else {
+            std::ptr::null_mut()
+        };
+        (*view).ndim = 1;
+        (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND { &mut (*view).len } else { std::ptr::null_mut() };
+        (*view).strides =
+            if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES { &mut (*view).itemsize } else { std::ptr::null_mut() };
+        (*view).suboffsets = std::ptr::null_mut();
+        (*view).internal = std::ptr::null_mut();
+    }
 }
 
 #[cfg(test)]

@@ -187,7 +187,6 @@ impl PeerBuffer {
     /// # Safety
     /// Called by the interpreter with a `view` to fill (or null).
     unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut pyo3::ffi::Py_buffer, flags: c_int) -> PyResult<()> {
-        use pyo3::ffi;
         if view.is_null() {
             return Err(PyBufferError::new_err("the buffer view is null"));
         }
@@ -198,30 +197,8 @@ impl PeerBuffer {
         // `buf` is the member's copy of a live allocation in a heap this process maps (checked by
         // `peer_place` through `PeerMemory::peer_ptr`), which stays mapped while this object
         // lives (it holds the communicator), and the view holds a strong reference to this
-        // object (`obj`) until it is released. `format` points to a static C string, never
-        // freed. `shape` and `strides` point into the view itself, as the buffer protocol allows.
-        unsafe {
-            (*view).obj = slf.into_any().into_ptr();
-            (*view).buf = buf.cast();
-            (*view).len = len;
-            (*view).readonly = 0;
-            (*view).itemsize = 1;
-            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
-                c"B".as_ptr().cast_mut()
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).ndim = 1;
-            (*view).shape =
-                if flags & ffi::PyBUF_ND == ffi::PyBUF_ND { &mut (*view).len } else { std::ptr::null_mut() };
-            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
-                &mut (*view).itemsize
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).suboffsets = std::ptr::null_mut();
-            (*view).internal = std::ptr::null_mut();
-        }
+        // object (`obj`) until it is released.
+        unsafe { crate::comm::fill_bytes_view(view, slf.into_any(), buf, len, flags) };
         Ok(())
     }
 

@@ -99,11 +99,14 @@ def attributes_and_aliasing(rank, world):
     assert h.get_signal_pad(peer, (8, 8)).shape == (8, 8)
     assert h.get_signal_pad(peer, dtype=torch.int64).numel() == h.signal_pad_size // 8
     assert h.get_signal_pad(peer, dtype=torch.uint32, storage_offset=4).numel() == h.signal_pad_size // 4 - 4
-    # Writes into the buffer leave the pad alone (PyTorch's "sanity check").
+    # Writes into the buffer leave the pad alone (PyTorch's "sanity check"). symm's own barriers
+    # (not the pad's) keep the peers' pad barrier below from signalling this pad meanwhile.
+    symm.barrier()
     mine = h.get_signal_pad(rank)
     before = mine.clone()
     t.fill_(0)
     assert torch.equal(mine, before) and torch.equal(mine, h.signal_pad)
+    symm.barrier()
     h.barrier()
 
     # Refusals, naming the argument and its value; nothing is touched.
