@@ -71,3 +71,16 @@ ensure_miri() {
     # Builds miri's standard library once (cached in ~/.cache/miri).
     cargo +nightly miri setup >/dev/null
 }
+
+# A C++ compiler: the header check compiles against the ACL/HCCL headers, and torch.compile's
+# Inductor (the Python tests) compiles its CPU kernels. Installed with apt where we are root.
+ensure_cxx() {
+    command -v "${CXX:-c++}" >/dev/null 2>&1 && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing g++ (a C++ compiler: the header check and torch.compile's Inductor need one)" >&2
+        apt-get install -y -q g++ >&2 || { apt-get update -q >&2 && apt-get install -y -q g++ >&2; }
+    else
+        echo "a C++ compiler is needed (the header check, torch.compile's Inductor): install g++ (or set CXX)" >&2
+        exit 1
+    fi
+}

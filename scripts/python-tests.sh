@@ -44,6 +44,9 @@ if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
     "$PYTHON" -m pip install torch --index-url "$index" || "$PYTHON" -m pip install torch
 fi
 
+# torch.compile's Inductor (tests/test_compile.py) compiles C++ kernels.
+ensure_cxx
+
 # The one command of the README: builds the extension (release) with maturin and installs it.
 "$PYTHON" -m pip install ./symm-python
 

@@ -114,15 +114,7 @@ with zipfile.ZipFile(glob.glob(dest + "/wheel/*.whl")[0]) as z:
 PY
         rm -rf "$dir/wheel"
     fi
-    if ! command -v "${CXX:-c++}" >/dev/null; then
-        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-            echo "installing g++ (the header check compiles against the headers)" >&2
-            apt-get install -y -q g++ >&2
-        else
-            echo "the header check needs a C++ compiler: install g++ (or set CXX)" >&2
-            exit 1
-        fi
-    fi
+    ensure_cxx
     # ascend-sys against ACL's headers (and the SHMEM and aclnn transcriptions); symm-hccl against
     # HCCL's, which the same wheel ships beside ACL's (its hccl.h includes acl/acl.h).
     SYMM_ASCEND_HEADERS="$PWD/$inc" SYMM_HCCL_HEADERS="$PWD/$dir/torch_npu/include/third_party/hccl/inc" \

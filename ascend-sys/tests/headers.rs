@@ -10,9 +10,8 @@
 //! include directory in `SYMM_ASCEND_HEADERS`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use ascend_sys::sys::header_check::assertions;
+use ascend_sys::sys::header_check::{self, assertions};
 use ascend_sys::sys::{acl, aclnn, shmem, Alias, Constant, Layout, Signature};
 
 /// The include directory of the wheel's ACL headers; the run fails without it.
@@ -27,26 +26,8 @@ fn acl_headers() -> PathBuf {
 
 /// Compiles `source` (C++17, syntax only) against the headers: the compiler's messages on failure.
 fn compile(name: &str, source: &str) -> Result<(), String> {
-    let dir = std::env::temp_dir().join(format!("ascend-sys-headers-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join(format!("{name}.cpp"));
-    std::fs::write(&file, source).unwrap();
     let facts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/facts");
-    let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    let out = Command::new(&compiler)
-        .args(["-std=c++17", "-fsyntax-only", "-Wno-deprecated-declarations"])
-        .arg("-I")
-        .arg(acl_headers())
-        .arg("-I")
-        .arg(&facts)
-        .arg(&file)
-        .output()
-        .unwrap_or_else(|e| panic!("could not run the C++ compiler {compiler:?} (set CXX, or install g++): {e}"));
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    header_check::compile("ascend-sys", name, source, &[acl_headers(), facts])
 }
 
 const PRELUDE: &str = "#include <cstddef>\n#include <cstdint>\n#include <type_traits>\n";

@@ -10,9 +10,8 @@
 //! default the `hccl/inc` beside `SYMM_ASCEND_HEADERS`'s `acl/inc`).
 
 use std::path::PathBuf;
-use std::process::Command;
 
-use ascend_sys::sys::header_check::assertions;
+use ascend_sys::sys::header_check::{self, assertions};
 use ascend_sys::sys::{Alias, Constant, Layout, Signature};
 use symm_hccl::sys::{self, HcclApi};
 
@@ -42,25 +41,7 @@ fn include_dirs() -> Vec<PathBuf> {
 
 /// Compiles `source` (C++17, syntax only) against the headers: the compiler's messages on failure.
 fn compile(name: &str, source: &str) -> Result<(), String> {
-    let dir = std::env::temp_dir().join(format!("symm-hccl-headers-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join(format!("{name}.cpp"));
-    std::fs::write(&file, source).unwrap();
-    let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    let mut command = Command::new(&compiler);
-    command.args(["-std=c++17", "-fsyntax-only", "-Wno-deprecated-declarations"]);
-    for dir in include_dirs() {
-        command.arg("-I").arg(dir);
-    }
-    let out = command
-        .arg(&file)
-        .output()
-        .unwrap_or_else(|e| panic!("could not run the C++ compiler {compiler:?} (set CXX, or install g++): {e}"));
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    header_check::compile("symm-hccl", name, source, &include_dirs())
 }
 
 const PRELUDE: &str = "#include <cstddef>\n#include <cstdint>\n#include <type_traits>\n#include \"hccl/hccl.h\"\n";

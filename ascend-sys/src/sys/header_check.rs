@@ -81,6 +81,31 @@ pub fn assertions(signatures: &[Signature], constants: &[Constant], aliases: &[A
     out
 }
 
+/// Compiles `source` (saved as `<name>.cpp` under `tag` in the temporary directory) as C++17,
+/// syntax only, with `include_dirs`: `Err` carries the compiler's messages. The compiler is
+/// `$CXX`, else `c++`.
+pub fn compile(tag: &str, name: &str, source: &str, include_dirs: &[std::path::PathBuf]) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("{tag}-headers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("could not create {}: {e}", dir.display()))?;
+    let file = dir.join(format!("{name}.cpp"));
+    std::fs::write(&file, source).map_err(|e| format!("could not write {}: {e}", file.display()))?;
+    let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let mut command = std::process::Command::new(&compiler);
+    command.args(["-std=c++17", "-fsyntax-only", "-Wno-deprecated-declarations"]);
+    for dir in include_dirs {
+        command.arg("-I").arg(dir);
+    }
+    let out = command
+        .arg(&file)
+        .output()
+        .map_err(|e| format!("could not run the C++ compiler {compiler:?} (set CXX, or install g++): {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -43,7 +43,6 @@ collective: the ranks run it in the same order.
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -59,13 +58,10 @@ __all__ = ["fused_all_gather_matmul", "fused_matmul_reduce_scatter", "DEFAULT_BL
 DEFAULT_BLOCKS = 4
 
 
-def _check(ok: bool, group: Any, arg: str, value: Any, reason: Any) -> None:
-    """Refuses ``arg`` (rejecting the group's next collective, so that peers fail at once).
-    ``value`` and ``reason`` are shown, or called for what to show: only on a refusal, so that
-    the calls that pass format nothing (a fused call's validation is on its critical path)."""
+def _check(ok: bool, group: Any, arg: str, value: Any, reason: str) -> None:
+    """Refuses ``arg`` (rejecting the group's next collective, so that peers fail at once)."""
     if not ok:
-        shown = value() if callable(value) else value
-        raise _api._rejected(group, arg, shown, reason() if callable(reason) else reason)
+        raise _api._rejected(group, arg, value, reason)
 
 
 def _shape(t: Any) -> str:
@@ -100,13 +96,7 @@ def _pipelined(block_size: Optional[int]) -> bool:
     operators"): the call is then the plain collective and one matmul."""
     if block_size is not None:
         return True
-    return _spare_core(_api._current().comm.world_size)
-
-
-@functools.lru_cache(maxsize=None)
-def _spare_core(ranks: int) -> bool:
-    # Asked once: the CPUs this process may run on do not change under it.
-    return len(os.sched_getaffinity(0)) >= 2 * ranks
+    return len(os.sched_getaffinity(0)) >= 2 * _api._current().comm.world_size
 
 
 def _all_gather_matmul(
@@ -164,7 +154,6 @@ def _matmul_reduce_scatter(
             and stage.numel() == shape[0] * shape[1]
         )
         product = stage.view(shape) if fits else torch.empty(shape, dtype=x1.dtype)
-        # torch.mm with out= takes a faster kernel here than without.
         shmem_reduce_scatter(out, torch.mm(x1, x2, out=product), op, group=group)
         return
     world, me = _api._group_size_rank(group)
@@ -237,15 +226,15 @@ class _MatmulReduceScatter(torch.autograd.Function):
 
 def _matrix(t: Any, arg: str, group: Any, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     ok = isinstance(t, torch.Tensor) and t.dim() == 2 and t.is_cpu
-    _check(ok, group, arg, lambda: _shape(t), "expected a 2-D CPU torch.Tensor")
+    _check(ok, group, arg, _shape(t), "expected a 2-D CPU torch.Tensor")
     if dtype is not None:
-        _check(t.dtype == dtype, group, arg, lambda: _shape(t), lambda: f"expected dtype {dtype} (the other operands')")
+        _check(t.dtype == dtype, group, arg, _shape(t), f"expected dtype {dtype} (the other operands')")
     return t
 
 
 def _signal(signal: Any, group: Any) -> None:
     ok = signal is None or (isinstance(signal, torch.Tensor) and signal.dtype == torch.int32)
-    _check(ok, group, "signal", lambda: _shape(signal), "expected an int32 tensor or None (symm does not use it)")
+    _check(ok, group, "signal", _shape(signal), "expected an int32 tensor or None (symm does not use it)")
 
 
 def _wants_grad(*tensors: torch.Tensor) -> bool:
@@ -283,22 +272,22 @@ def fused_all_gather_matmul(
     c = _matrix(c, "c", group, a.dtype)
     gather_out = _matrix(gather_out, "gather_out", group, a.dtype)
     m, k = a.shape
-    _check(b.shape[0] == k, group, "b", lambda: _shape(b), lambda: f"expected {k} rows (a's columns)")
+    _check(b.shape[0] == k, group, "b", _shape(b), f"expected {k} rows (a's columns)")
     want = (world * m, b.shape[1])
     _check(
         tuple(c.shape) == want and c.is_contiguous(),
         group,
         "c",
-        lambda: _shape(c),
-        lambda: f"expected a contiguous {want}",
+        _shape(c),
+        f"expected a contiguous {want}",
     )
     want = (world * m, k)
     _check(
         tuple(gather_out.shape) == want and gather_out.is_contiguous(),
         group,
         "gather_out",
-        lambda: _shape(gather_out),
-        lambda: f"expected a contiguous {want}",
+        _shape(gather_out),
+        f"expected a contiguous {want}",
     )
     _signal(signal, group)
     _blocks(m, block_size, group)
@@ -341,18 +330,18 @@ def fused_matmul_reduce_scatter(
         x2.shape[0] == x1.shape[1],
         group,
         "x2",
-        lambda: _shape(x2),
-        lambda: f"expected {x1.shape[1]} rows (x1's columns)",
+        _shape(x2),
+        f"expected {x1.shape[1]} rows (x1's columns)",
     )
     _check(
         x1.shape[0] % world == 0,
         group,
         "x1",
-        lambda: _shape(x1),
-        lambda: f"rows must be a multiple of the group's size {world}",
+        _shape(x1),
+        f"rows must be a multiple of the group's size {world}",
     )
     ok = symm_tensor is None or isinstance(symm_tensor, torch.Tensor)
-    _check(ok, group, "symm_tensor", lambda: _shape(symm_tensor), "expected a tensor or None (symm does not use it)")
+    _check(ok, group, "symm_tensor", _shape(symm_tensor), "expected a tensor or None (symm does not use it)")
     _signal(signal, group)
     _check(reduce_op in ("sum", "avg"), group, "reduce_op", repr(reduce_op), "expected 'sum' or 'avg'")
     _blocks(x1.shape[0] // world, block_size, group)
@@ -403,7 +392,7 @@ def _torch_matmul_reduce_scatter(
         group,
         "scatter_dim",
         scatter_dim,
-        lambda: f"the product's dim {dim} ({product.shape[dim]}) is no multiple of the group's size {world}",
+        f"the product's dim {dim} ({product.shape[dim]}) is no multiple of the group's size {world}",
     )
     moved = product.movedim(dim, 0).contiguous()
     part = torch.empty((moved.shape[0] // world, *moved.shape[1:]), dtype=A.dtype)
