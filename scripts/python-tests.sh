@@ -33,6 +33,8 @@ fi
 missing=()
 "$PYTHON" -c 'import maturin' 2>/dev/null || missing+=("maturin>=1.16,<2")
 "$PYTHON" -c 'import pytest' 2>/dev/null || missing+=("pytest>=7")
+# The scenarios shared with MindSpore (tests/scenarios_platform.py) compute expected values in NumPy.
+"$PYTHON" -c 'import numpy' 2>/dev/null || missing+=("numpy")
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]}" >&2
     "$PYTHON" -m pip install "${missing[@]}"

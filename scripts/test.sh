@@ -9,6 +9,8 @@
 #            processes, fault and locality tests; the diagnostics tests again on the reference
 #            collectives (SYMM_COLLECTIVES=reference)
 #   python   scripts/python-tests.sh (builds and installs the Python package, runs its tests)
+#   mindspore  scripts/mindspore-tests.sh: the package on MindSpore (mindspore 2.10.0, numpy<2,
+#            no PyTorch, in a virtualenv of its own under target/tools), its MindSpore tests
 #   miri     the unit tests of the kernels, low-precision codecs and copy routines under miri
 #            (nightly toolchain, installed with rustup when missing)
 #   ascend   the Ascend bindings (ascend-sys) against the headers: ACL's from the torch-npu wheel
@@ -28,7 +30,7 @@ ensure_cargo
 RUFF_VERSION=0.17.6
 PYTHON="${PYTHON:-python3}"
 
-ALL_STEPS=(fmt ruff clippy doc rust python ascend miri loom)
+ALL_STEPS=(fmt ruff clippy doc rust python mindspore ascend miri loom)
 STEPS=("$@")
 [ ${#STEPS[@]} -gt 0 ] || STEPS=("${ALL_STEPS[@]}")
 for s in "${STEPS[@]}"; do
@@ -88,6 +90,10 @@ step_python() {
         exit 1
     fi
     PYTHON="$PYTHON" scripts/python-tests.sh
+}
+
+step_mindspore() {
+    PYTHON="$PYTHON" scripts/mindspore-tests.sh
 }
 
 # The torch-npu wheel whose ACL headers the bindings are checked against (any Python tag: the

@@ -529,6 +529,19 @@ impl PyCommunicator {
         self.comm().default_timeout().as_secs_f64()
     }
 
+    /// Each native rank's host identity (hostname and boot id, or `SYMM_HOST_ID`), as the ranks
+    /// exchanged at start-up: ranks with the same identity share a node (`symm.hier`).
+    #[getter]
+    fn hosts(&self) -> Vec<String> {
+        self.comm().hosts().to_vec()
+    }
+
+    /// `op` (a name or a code) checked as the collectives check it, by its name (`"avg"`):
+    /// InvalidArgument naming `op` otherwise. For the calls `symm.hier` composes.
+    fn reduce_op(&self, py: Python<'_>, op: &Bound<'_, PyAny>) -> PyResult<&'static str> {
+        crate::coll::op_arg(py, self.rank_id(), op).map(|o| o.name())
+    }
+
     /// The group of every rank.
     #[getter]
     fn world(&self) -> PyGroup {
@@ -1073,6 +1086,13 @@ impl PyGroup {
     #[getter]
     fn rank(&self) -> Option<u32> {
         self.g.my_rank().map(|r| r.0)
+    }
+
+    /// Whether its members lie on more than one host: symmetric memory cannot serve it, its
+    /// collectives run hierarchically (`symm.hier`) and its one-sided calls are refused.
+    #[getter]
+    fn spans_hosts(&self) -> bool {
+        matches!(self.g.member(), Err(GroupError::SpansHosts { .. }))
     }
 
     /// The group's identity (a hash of its ordered rank list, the same on every rank).

@@ -15,7 +15,7 @@ use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCFunction, PyDict, PyList, PyString, PyTuple, PyType};
-use symm_core::{Event, Group, ReduceOp, Stream, Transport};
+use symm_core::{Event, Group, GroupError, ReduceOp, Stream, Transport};
 use symm_registry::Comm;
 
 use crate::coll::{group_rank_arg, low_precision_arg, op_arg};
@@ -190,6 +190,13 @@ impl Kind {
         let group = param("group").unwrap_or_else(|| py.None().into_bound(py));
         let g = api.call_method1(intern!(py, "_native_group"), (&st, &group))?.cast_into::<PyGroup>()?;
         let comm = st.getattr(intern!(py, "comm"))?.cast_into::<PyCommunicator>()?;
+        let spans = g.get().group();
+        if spans.my_rank().is_some() && matches!(spans.member(), Err(GroupError::SpansHosts { .. })) {
+            // Symmetric memory is shared inside a node only: a member of a group on several
+            // hosts runs the call hierarchically, symm inside each node and the platform's
+            // process groups between nodes.
+            return self.hierarchical(py, a);
+        }
         comm.get().member_of(py, g.get().group())?;
         // A device communicator's calls run on the caller's current stream.
         let stream = if comm.get().device_type() == "cpu" {
@@ -274,6 +281,25 @@ impl Kind {
         })
     }
 
+    /// Runs the call through `symm.hier._call(function, arguments)`: a group whose members lie
+    /// on several hosts.
+    fn hierarchical(self, py: Python<'_>, a: &Args<'_, '_>) -> PyResult<Py<PyAny>> {
+        static HIER: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+        let hier = HIER.get_or_try_init(py, || py.import("symm.hier").map(Bound::unbind))?.bind(py);
+        hier.call_method1(intern!(py, "_call"), (self.function(), self.given(py, a)?)).map(Bound::unbind)
+    }
+
+    /// The arguments given, by parameter name.
+    fn given<'py>(self, py: Python<'py>, a: &Args<'_, 'py>) -> PyResult<Bound<'py, PyDict>> {
+        let given = PyDict::new(py);
+        for (name, v) in self.params().iter().zip(a) {
+            if let Some(v) = v {
+                given.set_item(name, v)?;
+            }
+        }
+        Ok(given)
+    }
+
     /// Runs the call through `symm.autograd._record(function, arguments)`: an autograd
     /// Function per collective whose forward makes this call again (grad mode is off there)
     /// and marks the tensor it writes as modified in place, and whose backward runs the dual
@@ -281,13 +307,7 @@ impl Kind {
     fn record(self, py: Python<'_>, a: &Args<'_, '_>) -> PyResult<Py<PyAny>> {
         static AUTOGRAD: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
         let autograd = AUTOGRAD.get_or_try_init(py, || py.import("symm.autograd").map(Bound::unbind))?.bind(py);
-        let given = PyDict::new(py);
-        for (name, v) in self.params().iter().zip(a) {
-            if let Some(v) = v {
-                given.set_item(name, v)?;
-            }
-        }
-        autograd.call_method1(intern!(py, "_record"), (self.function(), given)).map(Bound::unbind)
+        autograd.call_method1(intern!(py, "_record"), (self.function(), self.given(py, a)?)).map(Bound::unbind)
     }
 }
 

@@ -22,6 +22,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "worker.py"
+MS_WORKER = HERE / "ms_worker.py"
 PASS = "SYMM-TEST-PASS"
 
 #: Settings every rank gets unless a test overrides them: a small heap (8 ranks fit easily),
@@ -116,6 +117,79 @@ def run_ranks(
                 p.kill()
                 p.wait()
                 killed.add(r)
+    results = []
+    for r, (p, log) in enumerate(zip(procs, logs)):
+        log.seek(0)
+        results.append(RankResult(r, None if r in killed else p.returncode, log.read()))
+        log.close()
+    return results
+
+
+def run_ms_ranks(
+    scenario: str,
+    world: int,
+    tmp_path: Path,
+    *,
+    env: Optional[Dict[str, str]] = None,
+    timeout: float = 150.0,
+    grace: float = 45.0,
+) -> List[RankResult]:
+    """Runs ``<module>.<fn>(rank, world)`` on ``world`` MindSpore workers of a dynamic cluster
+    (one scheduler process and the workers, ``ms_worker.py``) on a free loopback port; returns
+    per-rank results. A dead worker shows up at its peers only after MindSpore's own 30 s, hence
+    the longer bounds."""
+    port = free_port()
+    base = {**os.environ, **DEFAULT_ENV, **(env or {})}
+    base.update(
+        MS_WORKER_NUM=str(world),
+        MS_SCHED_HOST="127.0.0.1",
+        MS_SCHED_PORT=str(port),
+        MS_TOPO_TIMEOUT="60",
+        GLOG_v="3",
+        SYMM_TEST_DUMP_AFTER=str(max(timeout - 5.0, 1.0)),
+    )
+    sched_log = open(tmp_path / "scheduler.log", "w+")
+    sched = subprocess.Popen(
+        [sys.executable, str(MS_WORKER), scenario],
+        env={**base, "MS_ROLE": "MS_SCHED"},
+        stdout=sched_log,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+    )
+    procs, logs = [], []
+    for r in range(world):
+        log = open(tmp_path / f"rank{r}.log", "w+")
+        logs.append(log)
+        e = {**base, "MS_ROLE": "MS_WORKER", "MS_NODE_ID": str(r)}
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(MS_WORKER), scenario], env=e, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path
+            )
+        )
+    deadline = time.monotonic() + timeout
+    failed_at = None
+    killed = set()
+    try:
+        while None in [p.poll() for p in procs]:
+            now = time.monotonic()
+            if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+                failed_at = now
+            if now > deadline or (failed_at is not None and now > failed_at + grace):
+                break
+            time.sleep(0.1)
+    finally:
+        for r, p in enumerate(procs):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+                killed.add(r)
+        if sched.poll() is None:
+            try:
+                sched.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                sched.kill()
+                sched.wait()
+        sched_log.close()
     results = []
     for r, (p, log) in enumerate(zip(procs, logs)):
         log.seek(0)

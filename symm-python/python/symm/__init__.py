@@ -21,7 +21,7 @@ Collectives (``shmem_allreduce``, ``shmem_reduce_scatter``, ``shmem_allgather``,
 ``shmem_put``, ``shmem_get`` or ``shmem_put_with_signal`` returns a ``symm.Work`` at once
 (``wait``, ``is_completed``, ``get_future``, as ``torch.distributed``'s); its tensors belong to
 the operation until it has completed. Their differentiable forms are in
-``symm.functional`` (PyTorch), and ``python -m symm.perf`` measures them against
+``symm.functional`` (PyTorch and MindSpore tensors), and ``python -m symm.perf`` measures them against
 ``torch.distributed`` (gloo).
 
 Offsets and sizes count elements. ``target_rank`` is a rank of ``group`` (global when ``group``

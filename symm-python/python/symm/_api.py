@@ -37,6 +37,9 @@ class _State:
     ) -> None:
         self.platform = platform
         self.comm = comm
+        #: What completes the framework's queued work on host memory before each call (None:
+        #: the framework's CPU operations have finished when they return).
+        self.settle_host = platform.host_work_settler()
         #: The device type of the tensors it moves (``"cpu"``, ``"npu"``), read once.
         self.device: str = comm.device
         #: The start-up store and secret, for the runtimes of devices started later.
@@ -55,6 +58,11 @@ class _State:
         self.init_key = init_key
         #: Native group per framework group object, built once.
         self.groups: Dict[Hashable, _symm.Group] = {}
+        #: The framework group ``init`` was given (None: the whole job): what ``group=None``
+        #: means to the platform (``symm.hier`` splits it).
+        self.group: Any = None
+        #: The topology of each group spanning hosts, by native group id (``symm.hier``).
+        self.hier: Dict[int, Any] = {}
         #: How the fast path of ``shmem_allreduce`` reads tensors (``"handle"``, ``"shim"``,
         #: ``"descriptors"``), or None when it is off (``SYMM_FAST_PATH=0``, or a platform
         #: without one).
@@ -210,7 +218,7 @@ def init(group: Any = None) -> None:
                 _symm.BootstrapError,
                 None,
                 f"bootstrap failed: the {platform.name} distributed runtime is not initialised "
-                "(call torch.distributed.init_process_group first, or run under torchrun)",
+                f"({platform.how_to_start})",
             )
         me = platform.rank()
         key = None if group is None else platform.group_key(group)
@@ -225,7 +233,7 @@ def init(group: Any = None) -> None:
             raise _error(_symm.GroupError, me, f"this rank is not a member of the group with global ranks {ranks}")
         # Distinct groups initialising on one store (one per node) never share keys.
         digest = hashlib.sha1(",".join(map(str, ranks)).encode()).hexdigest()[:16]
-        store = platform.store(f"symm/{len(ranks)}-{digest}/")
+        store = platform.store(f"symm/{len(ranks)}-{digest}/", group)
         _attempts += 1
         # Every rank takes part (also one with SYMM_JOB_SECRET set, which then wins in the native
         # init), so ranks that differ in that variable do not wait for each other here.
@@ -241,6 +249,7 @@ def init(group: Any = None) -> None:
             )
         comm = _symm.init(ranks.index(me), len(ranks), store, prefix=f"boot{_attempts}", secret=secret)
         state = _State(platform, comm, ranks, key, store, secret)
+        state.group = group
         # _symm.init refused any SYMM_FAST_PATH but an on/off value (symm_core::config).
         if os.environ.get("SYMM_FAST_PATH", "").strip().lower() not in ("0", "false", "no", "off"):
             try:
@@ -286,6 +295,8 @@ def _current() -> _State:
         init()
         state = _state
         assert state is not None
+    if state.settle_host is not None:
+        state.settle_host()
     return state
 
 
@@ -355,6 +366,7 @@ def _start_device(st: _State, device: str) -> _State:
             device=st.platform.current_device(device),
         )
         dev = _State(st.platform, comm, st.ranks, st.init_key, st.store, st.secret)
+        dev.group = st.group
         st.devices[device] = dev
         return dev
 
@@ -373,6 +385,8 @@ def _stream(st: _State) -> Optional[int]:
 def _native_group(st: _State, group: Any) -> _symm.Group:
     if group is None:
         return st.world
+    if isinstance(group, _symm.Group):
+        return group  # a native group already (symm.hier's node groups)
     key = st.platform.group_key(group)
     g = st.groups.get(key)
     if g is not None:
@@ -390,6 +404,21 @@ def _native_group(st: _State, group: Any) -> _symm.Group:
     g = st.comm.group([st.native_of[r] for r in ranks])
     st.groups[key] = g
     return g
+
+
+def _one_sided(st: _State, group: Any, target_rank: Any, what: str) -> _symm.Group:
+    """The native group of a one-sided call; GroupError naming both hosts when it spans hosts
+    (one-sided calls load and store into the target's memory: one node only)."""
+    g = _native_group(st, group)
+    if g.spans_hosts:
+        raise _hier().refusal(st, g, what, target_rank)
+    return g
+
+
+def _hier() -> Any:
+    from . import hier
+
+    return hier
 
 
 def _freed(st: _State, arg: str, entry: Optional[int] = None) -> Exception:
@@ -463,6 +492,8 @@ def empty(shape: Any, dtype: Any, group: Any = None, device: Any = None) -> Any:
     st = _current()
     st = _on_device(st, _check_device(st.comm.rank, device))
     g = _native_group(st, group)
+    if g.spans_hosts:
+        raise _hier().refusal(st, g, "empty")
     name = st.platform.dtype_name(dtype)
     if name is None:
         raise _invalid(st.comm.rank, "dtype", repr(dtype), f"expected a {st.platform.name} dtype")
@@ -586,7 +617,10 @@ def barrier(group: Any = None) -> None:
     tensors were used, also a barrier of the npu runtime, after the caller's work on its current
     stream."""
     st = _current()
-    st.comm.barrier(_native_group(st, group))
+    g = _native_group(st, group)
+    if g.spans_hosts:
+        return _hier().barrier(st, group)
+    st.comm.barrier(g)
     for dev in st.devices.values():
         dev.comm.barrier(_native_group(dev, group), _device_stream(dev))
 
@@ -614,7 +648,7 @@ def shmem_put(
     to the copy until the work has completed (do not write it before ``wait()``).
     """
     st, d = _located(target, "target")
-    g = _native_group(st, group)
+    g = _one_sided(st, group, target_rank, "shmem_put")
     args = _transfer(st, d, target_offset, src, src_offset, size)
     hold = [src, target] if async_op else None
     return st.comm.put(g, *args, st.platform.scalar(target_rank), hold, _stream(st))
@@ -640,7 +674,7 @@ def shmem_get(
     has completed; its future's value: ``[src]``).
     """
     st, d = _located(target, "target")
-    g = _native_group(st, group)
+    g = _one_sided(st, group, target_rank, "shmem_get")
     args = _transfer(st, d, target_offset, src, src_offset, size)
     hold = [src, target] if async_op else None
     return st.comm.get(g, *args, st.platform.scalar(target_rank), hold, _stream(st))
@@ -661,7 +695,7 @@ def shmem_signal_op(
         group: the group ``target_rank`` is counted in.
     """
     st, d = _located(signal, "signal")
-    g = _native_group(st, group)
+    g = _one_sided(st, group, target_rank, "shmem_signal_op")
     args = _signal(st, d, signal_offset, signal_value)
     st.comm.signal_op(g, *args, signal_op, st.platform.scalar(target_rank), _stream(st))
 
@@ -686,7 +720,7 @@ def shmem_put_with_signal(
     ``shmem_put``."""
     st, d = _located(target, "target")
     return st.comm.put_with_signal(
-        _native_group(st, group),
+        _one_sided(st, group, target_rank, "shmem_put_with_signal"),
         *_transfer(st, d, target_offset, src, src_offset, size),
         *_signal(st, _desc(st, signal, "signal"), signal_offset, signal_value),
         signal_op,

@@ -323,7 +323,7 @@ class _StartPlatform(TorchPlatform):
     def world_size(self) -> int:
         return self._size
 
-    def store(self, prefix: str) -> Any:
+    def store(self, prefix: str, group: Any = None) -> Any:
         return dist.PrefixStore(prefix, self._store)
 
     def share_secret(self, group: Any, ranks: Sequence[int]) -> Optional[bytes]:

@@ -165,6 +165,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ddp-width", type=int, default=1024, help="--ddp: features of each square layer (default 1024)")
     p.add_argument("--ddp-layers", type=int, default=8, help="--ddp: layers of the MLP (default 8)")
     p.add_argument("--ddp-batch", type=int, default=8, help="--ddp: samples per step and rank (default 8)")
+    p.add_argument(
+        "--hosts",
+        type=int,
+        default=1,
+        help="simulate this many hosts (SYMM_HOST_ID, spawned ranks in consecutive blocks): symm's collectives "
+        "then run hierarchically (symm in each host, gloo between hosts) on ordinary tensors (default 1)",
+    )
     p.add_argument("--json", metavar="FILE", help="save the run (times and bounds) as JSON in FILE")
     p.add_argument(
         "--plot",
@@ -212,6 +219,10 @@ def validate(args: argparse.Namespace) -> None:
         )
     if args.pin not in (0, 1):
         raise SystemExit(f"symm.perf: --pin {args.pin}: expected 0 or 1")
+    if args.hosts < 1 or args.hosts > args.ranks:
+        raise SystemExit(f"symm.perf: --hosts {args.hosts}: expected 1 to -g {args.ranks}")
+    if args.hosts > 1 and args.async_op:
+        raise SystemExit("symm.perf: --hosts with --async-op: groups spanning hosts run blocking only")
     if args.bound not in (0, 1):
         raise SystemExit(f"symm.perf: --bound {args.bound}: expected 0 or 1")
     if min(args.ddp_width, args.ddp_layers, args.ddp_batch) < 1:
@@ -330,15 +341,25 @@ class Backend:
 class SymmBackend(Backend):
     name = "symm"
 
+    def __init__(self, hosts: int = 1) -> None:
+        #: Several (simulated) hosts: no symmetric allocation spans them, the collectives run
+        #: on ordinary tensors (hierarchically, symm.hier).
+        self.hosts = hosts
+
     def alloc(self, numel: int) -> Any:
         import symm
 
+        if self.hosts > 1:
+            import torch
+
+            return torch.empty(numel, dtype=DT)
         return symm.empty(numel, DT)
 
     def release(self, t: Any) -> None:
         import symm
 
-        symm.free(t)
+        if self.hosts == 1:
+            symm.free(t)
 
     def barrier(self) -> None:
         # symm's own barrier: ranks leave it within a fraction of a microsecond of each other.
@@ -607,7 +628,7 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
         os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     backends: List[Backend] = []
     if "symm" in args.backends:
-        backends.append(SymmBackend())
+        backends.append(SymmBackend(args.hosts))
     if "gloo" in args.backends:
         backends.append(GlooBackend())
     if "mpi" in args.backends and mpi_comm is not None and args.dtype not in ("bfloat16", "float16"):
@@ -620,7 +641,9 @@ def rank_main(rank: int, n: int, args: argparse.Namespace, mpi_comm: Any = None)
     out = sys.stdout
     if rank == 0:
         out.write(
-            f"# symm.perf: {n} ranks, dtype {args.dtype}, {args.iters} iterations after {args.warmup_iters} "
+            f"# symm.perf: {n} ranks"
+            + (f" on {args.hosts} simulated hosts (symm: hierarchical, gloo between hosts)" if args.hosts > 1 else "")
+            + f", dtype {args.dtype}, {args.iters} iterations after {args.warmup_iters} "
             f"warm-up, backends {', '.join(names)}, OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS', 'unset')}"
             + (f", {args.runs} runs (backends taking turns)" if args.runs > 1 else "")
             + (", async_op=True (symm and gloo: each call's work waited for at once)" if args.async_op else "")
@@ -805,6 +828,8 @@ def _in_process_group(n: int, args: argparse.Namespace, mpi_comm: Any = None, **
 
 
 def _spawned(rank: int, n: int, port: int, args: argparse.Namespace) -> None:
+    if args.hosts > 1:
+        os.environ["SYMM_HOST_ID"] = f"perf-host-{rank * args.hosts // n}"
     init = f"tcp://127.0.0.1:{port}"
     _in_process_group(n, args, init_method=init, rank=rank, world_size=n, timeout=datetime.timedelta(seconds=120))
 

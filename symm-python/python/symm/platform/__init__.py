@@ -1,13 +1,16 @@
 """Platforms: the deep-learning frameworks symm runs under.
 
 ``get_platform()`` returns the platform in use: the one given to ``set_platform``, else the one
-named by ``SYMM_PLATFORM`` (default ``"torch"``). A MindSpore platform will register itself in
-``_FACTORIES`` under ``"mindspore"``; the public API does not change.
+named by ``SYMM_PLATFORM`` (``"torch"`` or ``"mindspore"``), else the framework whose
+distributed runtime the process started (MindSpore when ``mindspore.communication.init()`` ran
+and ``torch.distributed`` is not initialised; torch otherwise). The public API is the same on
+every platform.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from typing import Callable, Dict, Optional
 
@@ -23,7 +26,13 @@ def _torch() -> Platform:
     return TorchPlatform()
 
 
-_FACTORIES: Dict[str, Callable[[], Platform]] = {"torch": _torch}
+def _mindspore() -> Platform:
+    from .mindspore import MindSporePlatform
+
+    return MindSporePlatform()
+
+
+_FACTORIES: Dict[str, Callable[[], Platform]] = {"torch": _torch, "mindspore": _mindspore}
 _lock = threading.Lock()
 _current: Optional[Platform] = None
 
@@ -47,7 +56,7 @@ def get_platform() -> Platform:
     global _current
     with _lock:
         if _current is None:
-            name = os.environ.get("SYMM_PLATFORM", "torch").strip().lower()
+            name = os.environ.get("SYMM_PLATFORM", "").strip().lower() or _imported()
             factory = _FACTORIES.get(name)
             if factory is None:
                 from .._symm import Unsupported
@@ -57,3 +66,15 @@ def get_platform() -> Platform:
                 )
             _current = factory()
         return _current
+
+
+def _imported() -> str:
+    """The platform of the framework whose distributed runtime this process started: MindSpore's
+    when ``mindspore.communication`` is initialised and ``torch.distributed`` is not (``import
+    symm`` imports torch wherever it is installed), else torch's."""
+    ms_comm = sys.modules.get("mindspore.communication")
+    if ms_comm is None or not ms_comm.GlobalComm.INITED:
+        return "torch"
+    dist = sys.modules.get("torch.distributed")
+    torch_started = dist is not None and dist.is_available() and dist.is_initialized()
+    return "torch" if torch_started else "mindspore"

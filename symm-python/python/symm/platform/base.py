@@ -71,6 +71,8 @@ class Platform(abc.ABC):
 
     #: Short name shown in messages (``"torch"``, ``"mindspore"``).
     name: str = "?"
+    #: What a job does to start the framework's distributed runtime (shown when it has not).
+    how_to_start: str = "start the framework's distributed runtime first"
 
     # -- the job ---------------------------------------------------------------------------
     @abc.abstractmethod
@@ -86,8 +88,9 @@ class Platform(abc.ABC):
         """Number of processes in the job."""
 
     @abc.abstractmethod
-    def store(self, prefix: str) -> Any:
-        """A key-value store shared by every rank, with keys under ``prefix``.
+    def store(self, prefix: str, group: Any = None) -> Any:
+        """A key-value store shared by every rank of ``group`` (``None``: the job), with keys under
+        ``prefix``. Collective over ``group`` (symm's start-up calls it on every member).
 
         The object speaks the c10d protocol: ``set(key, value: bytes)``, ``get(key) -> bytes``
         and ``wait(keys, timeout: datetime.timedelta)`` (raises once the timeout passes).
@@ -123,6 +126,71 @@ class Platform(abc.ABC):
         """A new group of the members ``ranks`` of ``parent`` (ranks of ``parent``, in the new
         group's order). Every member of ``parent`` calls it with the same ``ranks``; the
         others get the framework's non-member value."""
+
+    # -- messages between nodes (symm.hier) -------------------------------------------------
+    # A group whose members lie on several hosts runs its collectives hierarchically: symm
+    # inside each node, messages of the framework between nodes, on the caller's own group
+    # (making dedicated groups would be collective over the whole job in most frameworks, which
+    # a call on a sub-group cannot ask). Tensors are 1-D and contiguous, of any dtype symm
+    # moves: the messages carry their bytes (symm reduces them itself, in a fixed order). Ranks
+    # are ranks of ``group`` (``None``: the whole job). A platform without them serves groups
+    # inside one node only.
+
+    def inter_isend(self, tensor: Any, dst: int, group: Any) -> Any:
+        """Starts sending ``tensor`` to rank ``dst`` of ``group``; returns a handle for
+        ``inter_wait``. Messages between two ranks arrive in the order they were started."""
+        raise self._no_inter("send")
+
+    def inter_irecv(self, tensor: Any, src: int, group: Any) -> Any:
+        """Starts receiving rank ``src``'s next message into ``tensor``; returns a handle for
+        ``inter_wait``."""
+        raise self._no_inter("recv")
+
+    def inter_wait(self, handles: Sequence[Any], timeout: float) -> None:
+        """Returns once every message of ``handles`` is sent or has arrived; raises once
+        ``timeout`` seconds have passed."""
+        raise self._no_inter("wait")
+
+    def inter_barrier(self, group: Any) -> None:
+        """Returns once every member of ``group`` has called it."""
+        raise self._no_inter("barrier")
+
+    def _no_inter(self, what: str) -> Exception:
+        from .._symm import Unsupported
+
+        return Unsupported(
+            f"the {self.name} platform has no {what} between nodes: groups whose members lie on several hosts "
+            f"need it (symm moves data between nodes over the framework's own process groups)"
+        )
+
+    # -- the local work of symm.hier (same defaults) -------------------------------------------
+    def flat(self, tensor: Any) -> Any:
+        """A 1-D view of the contiguous ``tensor`` (no copy)."""
+        raise self._no_inter("flat view")
+
+    def narrow(self, flat: Any, start: int, numel: int) -> Any:
+        """The view of ``numel`` elements of the 1-D ``flat`` from ``start`` (no copy)."""
+        raise self._no_inter("narrow view")
+
+    def scratch(self, like: Any, numel: int) -> Any:
+        """A new 1-D tensor of ``numel`` elements of ``like``'s dtype, on its device, zeroed."""
+        raise self._no_inter("scratch tensor")
+
+    def int_tensor(self, values: Sequence[int]) -> Any:
+        """A new 1-D int64 tensor of ``values`` (on the host)."""
+        raise self._no_inter("integer tensor")
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        """Copies ``src`` into ``dst`` (same dtype and element count)."""
+        raise self._no_inter("copy")
+
+    def reduce_into(self, out: Any, parts: Sequence[Any], op: str, divisor: int) -> None:
+        """``out`` = ``parts[0] (op) parts[1] (op) ...``, folded in this order in the accumulator
+        of symm's reductions (f32 for 16-bit and 8-bit floats, the dtype itself otherwise) and
+        rounded once into ``out``'s dtype; ``op`` is ``"sum"``, ``"avg"`` (the sum divided by
+        ``divisor`` in the accumulator), ``"max"`` or ``"min"`` (NaN wins; for bool: or, or, and).
+        ``out`` may be one of ``parts``."""
+        raise self._no_inter("local reduction")
 
     # -- tensors ---------------------------------------------------------------------------
     @abc.abstractmethod
@@ -207,6 +275,13 @@ class Platform(abc.ABC):
         the other's unfinished asynchronous operation still uses fails (``docs/design.md``,
         "Interop"). Returns whether it did; the default does nothing."""
         return False
+
+    def host_work_settler(self) -> Optional[Callable[[], None]]:
+        """A function that completes the framework's queued operations on host memory, which
+        symm calls before each call (a peer may read, through the heap, what such an operation
+        writes: a barrier must not overtake it); None (the default) when the framework's CPU
+        operations have finished when they return."""
+        return None
 
     def fast_path(self) -> Optional[FastPath]:
         """What the native fast path needs to read this platform's tensors itself, or None

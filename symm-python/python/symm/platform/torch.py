@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import ctypes
+import datetime
+import time
 from typing import Any, ContextManager, Dict, Hashable, Optional, Sequence, Tuple
 
 import torch
@@ -45,6 +47,7 @@ class TorchPlatform(Platform):
     """PyTorch (``torch.distributed``), CPU tensors."""
 
     name = "torch"
+    how_to_start = "call torch.distributed.init_process_group first, or run under torchrun"
 
     def is_initialized(self) -> bool:
         return dist.is_available() and dist.is_initialized()
@@ -55,9 +58,9 @@ class TorchPlatform(Platform):
     def world_size(self) -> int:
         return dist.get_world_size()
 
-    def store(self, prefix: str) -> Any:
-        # The default group's store is what every rank already rendezvoused through; a private
-        # prefix keeps symm's keys apart from torch's own.
+    def store(self, prefix: str, group: Any = None) -> Any:
+        # The default group's store, which every rank already rendezvoused through, serves every
+        # group; a private prefix keeps symm's keys apart from torch's own.
         return dist.PrefixStore(prefix, dist.distributed_c10d._get_default_store())
 
     def share_secret(self, group: Any, ranks: Sequence[int]) -> Optional[bytes]:
@@ -104,6 +107,63 @@ class TorchPlatform(Platform):
                 f"split_group needs torch.distributed.split_group (torch >= 2.6); this is {torch.__version__}"
             )
         return split(parent, [list(ranks)])
+
+    # -- messages between nodes: bytes over torch.distributed (gloo moves every dtype's bytes
+    # as uint8; symm reduces them itself) -------------------------------------------------------
+    def inter_isend(self, tensor: Any, dst: int, group: Any) -> Any:
+        return dist.isend(_bytes(tensor), dst=_global(group, dst), group=group)
+
+    def inter_irecv(self, tensor: Any, src: int, group: Any) -> Any:
+        return dist.irecv(_bytes(tensor), src=_global(group, src), group=group)
+
+    def inter_wait(self, handles: Sequence[Any], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for work in handles:
+            work.wait(datetime.timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+
+    def inter_barrier(self, group: Any) -> None:
+        dist.barrier(group=group)
+
+    def flat(self, tensor: Any) -> Any:
+        return tensor.view(-1)
+
+    def narrow(self, flat: Any, start: int, numel: int) -> Any:
+        return flat.narrow(0, start, numel)
+
+    def scratch(self, like: Any, numel: int) -> Any:
+        return torch.zeros(numel, dtype=like.dtype, device=like.device)
+
+    def int_tensor(self, values: Sequence[int]) -> Any:
+        return torch.tensor(list(values), dtype=torch.int64)
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        with torch.no_grad():
+            dst.copy_(src)
+
+    def reduce_into(self, out: Any, parts: Sequence[Any], op: str, divisor: int) -> None:
+        with torch.no_grad():
+            if out.dtype == torch.bool:
+                fold = torch.logical_and if op == "min" else torch.logical_or
+                acc = parts[0].clone()
+                for p in parts[1:]:
+                    fold(acc, p, out=acc)
+                out.copy_(acc)
+                return
+            if op in ("max", "min"):  # exact in any dtype; torch's maximum/minimum keep NaN
+                fold = torch.maximum if op == "max" else torch.minimum
+                acc = parts[0].clone()
+                for p in parts[1:]:
+                    fold(acc, p, out=acc)
+                out.copy_(acc)
+                return
+            # symm's accumulator: f32 for 16-bit and 8-bit floats, the dtype itself otherwise.
+            wide = out.dtype if out.dtype in (torch.float32, torch.float64) or not out.is_floating_point() else None
+            acc = parts[0].to(wide or torch.float32, copy=True)
+            for p in parts[1:]:
+                acc.add_(p.to(acc.dtype) if wide is None else p)
+            if op == "avg":
+                acc.div_(divisor)
+            out.copy_(acc)
 
     def describe(self, tensor: Any) -> Optional[Desc]:
         if not isinstance(tensor, torch.Tensor) or isinstance(tensor, FreedTensor):
@@ -271,6 +331,16 @@ class TorchPlatform(Platform):
 
 #: torch's tensor base class, whose descriptors read the C++ tensor (see ``describe``).
 _BASE = torch._C.TensorBase
+
+
+def _bytes(tensor: Any) -> Any:
+    """The bytes of a contiguous tensor, as a uint8 tensor over the same memory."""
+    return tensor.view(-1).view(torch.uint8)
+
+
+def _global(group: Any, rank: int) -> int:
+    """The global rank of ``rank`` of ``group`` (``None``: the whole job)."""
+    return rank if group is None else dist.get_global_rank(group, rank)
 
 
 def _storage(tensor: Any) -> Tuple[int, int]:
