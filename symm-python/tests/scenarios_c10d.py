@@ -673,3 +673,98 @@ def train_4(rank: int, world: int) -> None:
     assert {dist.get_backend(mesh_s.get_group(d)) for d in ("dp", "tp")} == {"symm"}
     mesh_g = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"), backend_override={"dp": "gloo", "tp": "gloo"})
     compare_params(rank, "2-D mesh (TP + FSDP2), 4 ranks", two_d(mesh_s), two_d(mesh_g), 0.0)
+
+
+# --------------------------------------------------------------------------------------------
+# Groups spanning (simulated) hosts: SYMM_HOST_ID puts ranks 0, 1 on host a, 2, 3 on host b
+# (test_c10d.py). symm runs inside each node; between nodes the backend's private Gloo group.
+# --------------------------------------------------------------------------------------------
+
+#: DDP over the "symm" world spanning two hosts against the same training over Gloo. Not bit for
+#: bit on 4 ranks: symm sums each bucket's four float32 gradients as (r0 + r1) + (r2 + r3) (each
+#: node, then the nodes in order), Gloo in its ring's order; a sum may differ in its last bit
+#: (~6e-8 of it), which 5 SGD steps at lr 0.05 leave far below this bound.
+DDP_SPANNING_TOLERANCE = 1e-6
+
+
+def spans(group: Any) -> bool:
+    """Whether the "symm" backend of ``group`` (None: the world) serves it across hosts (it
+    then holds a private Gloo group for the messages between them)."""
+    pg = dist.group.WORLD if group is None else group
+    return pg._get_backend(torch.device("cpu"))._inter is not None
+
+
+def spanning_symm_world(rank: int, world: int) -> None:
+    """``init_process_group("symm")`` on 4 ranks of 2 hosts: every operation on the world and on a
+    reordered sub-group spanning both hosts against Gloo (async ones complete when returned),
+    symm's own calls on the world, and DDP against the same training over Gloo."""
+    import symm
+
+    assert world == 4 and dist.get_backend() == "symm", dist.get_backend()
+    assert spans(None), "the world does not span hosts: SYMM_HOST_ID was not taken"
+    gg = dist.new_group(backend="gloo")
+    p = Pair(dist.group.WORLD, gg, list(range(world)), rank)
+    for check in (check_reductions, check_movement, check_messages, check_works):
+        check(p)
+    # async: the hierarchical form runs on the calling thread, its work complete when returned.
+    t = torch.full((5,), float(rank + 1))
+    work = dist.all_reduce(t, async_op=True)
+    assert work.get_future().done(), "an async all_reduce across hosts is complete when returned"
+    work.wait()
+    assert torch.equal(t, torch.full((5,), 10.0)), t
+    # symm's own calls on the world (group None): their messages between hosts go on the same
+    # private Gloo group, never back into the "symm" default group.
+    x = torch.arange(6, dtype=torch.int64) * (rank + 1)
+    symm.shmem_allreduce(x)
+    assert torch.equal(x, torch.arange(6, dtype=torch.int64) * 10), x
+    symm.barrier()
+    # A sub-group of one member per host, in another order (its creation makes its own transport).
+    members = [3, 0]
+    sub_s = dist.new_group(members, sort_ranks=False)
+    sub_g = dist.new_group(members, backend="gloo", sort_ranks=False)
+    if rank in members:
+        assert dist.get_backend(sub_s) == "symm" and spans(sub_s)
+        q = Pair(sub_s, sub_g, members, rank)
+        for check in (check_movement, check_messages):
+            check(q)
+        print(f"rank {rank}: {p.checked} results on the world, {q.checked} on {members} equal Gloo's", flush=True)
+    a = train_ddp(rank, None, False, steps=5)
+    b = train_ddp(rank, gg, False, steps=5)
+    compare_params(rank, "DDP over a symm world spanning 2 hosts, 4 ranks", a, b, DDP_SPANNING_TOLERANCE)
+    replicas_agree(a, gg)
+    dist.barrier()
+
+
+def spanning_group_of_a_gloo_world(rank: int, world: int) -> None:
+    """A Gloo world on 2 hosts: ``new_group([0, 1, 2, 3], backend="symm")`` spans both; async
+    operations and messages on it equal Gloo's, and symm's own calls on it work alongside."""
+    import symm
+
+    sg = dist.new_group([0, 1, 2, 3], backend="symm")
+    assert symm.is_initialized() and spans(sg)
+    t = data(130, (1001,), torch.int64, rank)
+    want = t.clone()
+    dist.all_reduce(want)
+    work = dist.all_reduce(t, group=sg, async_op=True)
+    work.wait()
+    assert same_bits(t, want), f"rank {rank}: async all_reduce {t[:6]} vs gloo {want[:6]}"
+    f = data(131, (2, 7), torch.float32, rank)
+    out, ref = torch.empty(world * 2, 7), torch.empty(world * 2, 7)
+    dist.all_gather_into_tensor(out, f, group=sg, async_op=True).wait()
+    dist.all_gather_into_tensor(ref, f)
+    assert same_bits(out, ref), f"rank {rank}: async all_gather_into_tensor"
+    # A ring of isend/irecv: 0 -> 1 inside host a, 1 -> 2 across, ...; none waits for another.
+    got = torch.empty(9, dtype=torch.float64)
+    works = [
+        dist.isend(data(132, (9,), torch.float64, rank), (rank + 1) % world, group=sg),
+        dist.irecv(got, (rank - 1) % world, group=sg),
+    ]
+    for w in works:
+        w.wait()
+    assert same_bits(got, data(132, (9,), torch.float64, (rank - 1) % world)), f"rank {rank}: ring {got}"
+    u = torch.ones(3)
+    symm.shmem_allreduce(u, "sum", group=sg)
+    assert torch.equal(u, torch.full((3,), 4.0)), u
+    dist.barrier(group=sg, async_op=True).wait()
+    print(f"rank {rank}: async operations on a symm group spanning 2 hosts equal Gloo's", flush=True)
+    dist.barrier()

@@ -18,6 +18,18 @@ import symm
 
 OPS = ("sum", "avg", "max", "min")
 
+#: The jobs both platforms' tests run: the scenarios of each world size, in one job each (a job's
+#: start-up costs more than most scenarios).
+JOBS = {
+    2: ("primitives", "low_precision", "autograd", "bad_inputs"),
+    4: ("groups", "collectives", "autograd"),
+}
+
+
+def job(world: int) -> str:
+    """The comma-separated scenario names of the job of ``world`` ranks."""
+    return ",".join(f"scenarios_platform.{s}" for s in JOBS[world])
+
 
 def expect(cls: type, fn: Callable[[], Any], *needles: str, rank: Any = None, also: type = Exception) -> Exception:
     """Runs ``fn``; asserts it raises ``cls`` (also an instance of ``also``) whose message has

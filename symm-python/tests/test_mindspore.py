@@ -123,14 +123,11 @@ def test_store_has_wait_and_check():
     assert not _PrefixStore(base, "q/").check(["k"])  # prefixes keep keys apart
 
 
-def test_two_ranks(tmp_path):
-    scenarios = ",".join(f"scenarios_platform.{s}" for s in ("primitives", "low_precision", "autograd", "bad_inputs"))
-    check_all_passed(run_ms_ranks(scenarios, 2, tmp_path))
+@pytest.mark.parametrize("world", [2, 4])
+def test_platform_scenarios_on_mindspore(tmp_path, world):
+    from scenarios_platform import job
 
-
-def test_four_ranks(tmp_path):
-    scenarios = ",".join(f"scenarios_platform.{s}" for s in ("groups", "collectives", "autograd"))
-    check_all_passed(run_ms_ranks(scenarios, 4, tmp_path, timeout=240))
+    check_all_passed(run_ms_ranks(job(world), world, tmp_path, timeout=240))
 
 
 def test_under_msrun(tmp_path):

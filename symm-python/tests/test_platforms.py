@@ -5,19 +5,11 @@ import pytest
 from harness import check_all_passed, run_ranks
 
 pytest.importorskip("torch")
+pytest.importorskip("numpy")
+
+from scenarios_platform import JOBS, job  # noqa: E402 - needs numpy
 
 
-@pytest.mark.parametrize(
-    "scenario,world",
-    [
-        ("primitives", 2),
-        ("groups", 4),
-        ("collectives", 4),
-        ("low_precision", 2),
-        ("autograd", 2),
-        ("autograd", 4),
-        ("bad_inputs", 2),
-    ],
-)
-def test_platform_scenario_on_torch(tmp_path, scenario, world):
-    check_all_passed(run_ranks(f"scenarios_platform.{scenario}", world, tmp_path, timeout=150))
+@pytest.mark.parametrize("world", sorted(JOBS))
+def test_platform_scenarios_on_torch(tmp_path, world):
+    check_all_passed(run_ranks(job(world), world, tmp_path, timeout=240))

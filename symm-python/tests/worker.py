@@ -1,5 +1,6 @@
 """One rank of a test job: joins the process group, runs ``scenarios.<name>(rank, world)``
-(or ``<module>.<name>(rank, world)`` for a name with a dot).
+(or ``<module>.<name>(rank, world)`` for a name with a dot; several names, comma-separated, in
+turn).
 
 Launched by ``harness.run_ranks`` (RANK, WORLD_SIZE, SYMM_TEST_INIT = file:// or tcp:// URL)
 or by torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; init through env://).
@@ -36,9 +37,11 @@ def main() -> None:
     )
     import importlib
 
-    # "fn" is scenarios.fn; "module.fn" is a function of another scenario module.
-    module, _, fn = name.rpartition(".")
-    getattr(importlib.import_module(module or "scenarios"), fn)(rank, world)
+    # "fn" is scenarios.fn; "module.fn" is a function of another scenario module; several,
+    # comma-separated, run one after the other in one job.
+    for one in name.split(","):
+        module, _, fn = one.rpartition(".")
+        getattr(importlib.import_module(module or "scenarios"), fn)(rank, world)
     print(f"SYMM-TEST-PASS rank {rank}", flush=True)
     dist.destroy_process_group()
 
