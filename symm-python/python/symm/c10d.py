@@ -23,6 +23,12 @@ Every operation of ``ProcessGroup`` maps onto symm's native collectives (see the
 order, the same bits on every member); PRODUCT, BAND, BOR and BXOR gather every member's data
 and reduce it locally in group-rank order; PREMUL_SUM scales locally, then sums.
 
+Groups whose members lie on several hosts run hierarchically (``symm.hier``): symm inside each
+node, and between nodes a private Gloo group of the same members that the backend makes when
+torch creates the group (the group's own messages would come back into symm). Their collectives
+have no asynchronous form: ``async_op=True`` runs them blocking and returns a completed work;
+sends and receives stay asynchronous (symm's on the node, Gloo's between hosts).
+
 Timeouts: an operation waits at most the process group's timeout (or the call's own
 ``timeout`` option). symm's native waits are bounded by ``SYMMETRIC_MEMORY_TIMEOUT``: a call
 that may wait longer than that (``async_op=False``) runs as symm's blocking call; a shorter
@@ -41,9 +47,9 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 from torch._C._distributed_c10d import ReduceOp
 
-from . import _api, _symm
+from . import _api, _symm, hier
 from .platform import get_platform, set_platform
-from .platform.torch import TorchPlatform
+from .platform.torch import P2P_TAG, TorchPlatform, drop_transport, set_transport
 
 __all__ = ["NAME", "SymmBackend", "SymmWork", "register"]
 
@@ -293,6 +299,32 @@ def _done(part: Any) -> bool:
         return True
 
 
+class _GlooPart:
+    """A message between hosts on a group's private Gloo group, as a part of a ``SymmWork``
+    (which waits for its parts as for symm's works: ``wait(seconds)``, ``is_completed()``,
+    ``get_future()``)."""
+
+    def __init__(self, work: Any, what: str, rank: int, bound: float) -> None:
+        self._work, self._what, self._rank, self._bound = work, what, rank, bound
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        # Never unbounded: Gloo's wait without a timeout would wait for a peer forever.
+        seconds = timeout if timeout is not None else self._bound
+        try:
+            self._work.wait(datetime.timedelta(seconds=seconds))
+        except RuntimeError as e:
+            kind = _symm.Timeout if "timed out" in str(e).lower() else _symm.SymmError
+            raise _api._error(kind, self._rank, f"{self._what}: {e}") from e
+        return True
+
+    def is_completed(self) -> bool:
+        # A failed message is completed too: wait() raises its error.
+        return bool(self._work.is_completed())
+
+    def get_future(self) -> torch.futures.Future:
+        return self._work.get_future()
+
+
 class _Window:
     """The point-to-point operations of one coalescing window (``batch_isend_irecv``), issued
     together when it ends, and the works of the collectives issued meanwhile."""
@@ -382,7 +414,15 @@ class SymmBackend(_BackendBase):
     """A ``torch.distributed`` backend over symm's collectives: the world of symm's runtime
     (``group=None``) or one of its groups (a ``ProcessGroup`` symm knows)."""
 
-    def __init__(self, rank: int, size: int, timeout: datetime.timedelta, group: Any, ranks: List[int]) -> None:
+    def __init__(
+        self,
+        rank: int,
+        size: int,
+        timeout: datetime.timedelta,
+        group: Any,
+        ranks: List[int],
+        transport: Any = None,
+    ) -> None:
         super().__init__(rank, size)
         #: What symm's calls get as ``group``: None for the world, else the ProcessGroup.
         self._group = group
@@ -393,6 +433,9 @@ class SymmBackend(_BackendBase):
         #: symm's own bound on its waits (SYMMETRIC_MEMORY_TIMEOUT, read at its start).
         self._native_timeout = _api._current().comm.default_timeout
         self._window: Optional[_Window] = None
+        #: The private Gloo group of the same members carrying the messages between hosts, when
+        #: the members lie on several hosts (symm.hier composes the collectives); else None.
+        self._inter = transport
 
     # -- what torch asks of every backend ------------------------------------------------
     def getBackendName(self) -> str:
@@ -409,8 +452,10 @@ class SymmBackend(_BackendBase):
         return True
 
     def shutdown(self) -> None:
-        # symm's runtime belongs to the process, not to one group: it outlives the group.
-        pass
+        # symm's runtime belongs to the process, not to one group: it outlives the group. The
+        # group's private transport between hosts goes with it.
+        if self._inter is not None:
+            drop_transport(self._group)
 
     def abort(self) -> None:
         pass
@@ -436,9 +481,11 @@ class SymmBackend(_BackendBase):
             async_op = bool(getattr(opts, "asyncOp", True))
         # symm's blocking call is bounded by its own timeout: when that is within the bound
         # asked for, the call runs blocking (the fast path); otherwise on symm's stream, waited
-        # for with the bound.
+        # for with the bound. A group spanning hosts has no asynchronous form (symm.hier composes
+        # symm in each node with messages between nodes on the calling thread): it always runs
+        # blocking, bounded by SYMMETRIC_MEMORY_TIMEOUT, and its work is complete when returned.
         blocking = not async_op and self._window is None and bound is not None and bound >= self._native_timeout
-        if blocking:
+        if blocking or self._inter is not None:
             try:
                 # A process group's collectives record no autograd (Gloo's leave a tensor that
                 # requires grad as it is); symm's own calls would record their backward.
@@ -446,6 +493,11 @@ class SymmBackend(_BackendBase):
                     for call in calls:
                         call(False)
             except _symm.SymmError as e:
+                raise _error(f"{op} on {self._where}: {type(e).__name__}: {e}", e) from e
+            except RuntimeError as e:
+                if self._inter is None:
+                    raise
+                # Between hosts, Gloo's error (a message not completed in time), named here.
                 raise _error(f"{op} on {self._where}: {type(e).__name__}: {e}", e) from e
             return SymmWork(self._where, op, outputs, (), finish, bound)
         work = SymmWork(self._where, op, outputs, self._issue(op, calls), finish, bound)
@@ -790,10 +842,16 @@ class SymmBackend(_BackendBase):
     def barrier(self, opts: Any) -> SymmWork:
         g = self._group
         bound = self._bound(opts)
-        if not opts.asyncOp and self._window is None and bound is not None and bound >= self._native_timeout:
+        blocking = not opts.asyncOp and self._window is None and bound is not None and bound >= self._native_timeout
+        if blocking or self._inter is not None:
+            # (spanning hosts: symm.hier's barrier, the node's then the private Gloo group's)
             try:
                 _api.barrier(g)
             except _symm.SymmError as e:
+                raise _error(f"barrier on {self._where}: {type(e).__name__}: {e}", e) from e
+            except RuntimeError as e:
+                if self._inter is None:
+                    raise
                 raise _error(f"barrier on {self._where}: {type(e).__name__}: {e}", e) from e
             return SymmWork(self._where, "barrier", [], timeout=bound)
         # symm's barrier has no asynchronous form: an allreduce of one element is one (every
@@ -831,8 +889,32 @@ class SymmBackend(_BackendBase):
             work._window = self._window
             self._window.p2p.append((kind, t, peer, finish, work))
             return work
+        if self._inter is not None:
+            return SymmWork(self._where, kind, outputs, [self._spanning_p2p(kind, t, peer)], finish, self._timeout)
         fn = _symm.shmem_send if kind == "send" else _symm.shmem_recv
         return self._run(kind, None, [lambda a: fn(t, peer, g, async_op=a)], outputs, finish, async_op=True)
+
+    def _spanning_p2p(self, kind: str, t: torch.Tensor, peer: int) -> Any:
+        """A send or receive on a group spanning hosts, started and not waited for (torch's
+        isend must not block, and a blocking send waits for its receive: a ring of them would
+        wait for each other): symm's asynchronous one on the node's group when the peer is on
+        this host, else a message on the private Gloo group (tag P2P_TAG: never matched with
+        symm.hier's messages of the collectives)."""
+        try:
+            st = _api._current()
+            topo = hier.topology(st, self._group)
+            if not 0 <= peer < topo.size:
+                raise _error(f"{kind} on {self._where}: peer rank {peer} is outside the group of {topo.size} ranks")
+            if topo.node_of[peer] == topo.my_node:
+                fn = _symm.shmem_send if kind == "send" else _symm.shmem_recv
+                with torch.no_grad():
+                    return fn(t, topo.local_of[peer], group=topo.node, async_op=True)
+            raw = [t.reshape(-1).view(torch.uint8)]
+            work = self._inter.send(raw, peer, P2P_TAG) if kind == "send" else self._inter.recv(raw, peer, P2P_TAG)
+        except _symm.SymmError as e:
+            raise _error(f"{kind} on {self._where}: {type(e).__name__}: {e}", e) from e
+        what = f"{kind} {'to' if kind == 'send' else 'from'} group rank {peer} (on another host)"
+        return _GlooPart(work, what, st.comm.rank, self._native_timeout)
 
     def start_coalescing(self) -> None:
         if self._window is not None:
@@ -844,22 +926,37 @@ class SymmBackend(_BackendBase):
         if window is None:
             raise _error(f"end_coalescing on {self._where}: no coalescing window is open")
         self._window = None
-        sends = [p for p in window.p2p if p[0] == "send"]
         recvs = [p for p in window.p2p if p[0] == "recv"]
-        g = self._group
+        g: Any = self._group
+        at: Callable[[int], int] = lambda r: r  # noqa: E731 - a peer's rank in g
+        paired = window.p2p
+        started: List[Any] = []
+        if self._inter is not None:
+            # Spanning hosts: the messages to and from other hosts go on the private Gloo group,
+            # each started on its own before any is waited for; those inside this node are
+            # paired below on the node's group, where symm runs them asynchronously.
+            topo = hier.topology(_api._current(), g)
+            here = [0 <= p[2] < topo.size and topo.node_of[p[2]] == topo.my_node for p in window.p2p]
+            started = [self._spanning_p2p(p[0], p[1], p[2]) for p, h in zip(window.p2p, here) if not h]
+            paired = [p for p, h in zip(window.p2p, here) if h]
+            g, at = topo.node, lambda r: topo.local_of[r]
+        sends = [p for p in paired if p[0] == "send"]
+        local_recvs = [p for p in paired if p[0] == "recv"]
         calls: List[Callable[[bool], Any]] = []
         finish: List[Callable[[], None]] = []
         # The k-th send and the k-th receive move together (shmem_sendrecv): ranks that send to
         # each other and then receive make progress at any size (a ring, a pairwise exchange).
-        for k in range(max(len(sends), len(recvs))):
+        for k in range(max(len(sends), len(local_recvs))):
             s = sends[k] if k < len(sends) else None
-            r = recvs[k] if k < len(recvs) else None
+            r = local_recvs[k] if k < len(local_recvs) else None
             if s is not None and r is not None:
-                calls.append(lambda a, s=s, r=r: _symm.shmem_sendrecv(s[1], s[2], r[1], r[2], g, async_op=a))
+                calls.append(
+                    lambda a, s=s, r=r: _symm.shmem_sendrecv(s[1], at(s[2]), r[1], at(r[2]), g, async_op=a)
+                )
             elif s is not None:
-                calls.append(lambda a, s=s: _symm.shmem_send(s[1], s[2], g, async_op=a))
+                calls.append(lambda a, s=s: _symm.shmem_send(s[1], at(s[2]), g, async_op=a))
             elif r is not None:
-                calls.append(lambda a, r=r: _symm.shmem_recv(r[1], r[2], g, async_op=a))
+                calls.append(lambda a, r=r: _symm.shmem_recv(r[1], at(r[2]), g, async_op=a))
         for p in recvs:
             finish += p[3]
         outputs = [t for p in recvs for t in p[4]._outputs]
@@ -871,7 +968,7 @@ class SymmBackend(_BackendBase):
                 if w._exc is not None:
                     raise w._exc
 
-        parts = [part for w in window.works for part in w._parts] + self._issue("coalesced", calls)
+        parts = [part for w in window.works for part in w._parts] + started + self._issue("coalesced", calls)
         window.work = SymmWork(self._where, "coalesced", outputs, parts, finish + [collectives_done], self._timeout)
         return window.work
 
@@ -879,8 +976,10 @@ class SymmBackend(_BackendBase):
     def _refuse(self, text: str, collective: bool = True) -> Exception:
         """The error of an argument refused here. In a collective this rank still takes part in
         the group's round to reject it (as symm's own checks do), so that its peers fail at
-        once with PeerRejected instead of waiting for it until the timeout."""
-        if collective:
+        once with PeerRejected instead of waiting for it until the timeout. Not on a group
+        spanning hosts: there the peers run symm.hier's composition, not symm's round (they
+        refuse the same arguments themselves, or wait until SYMMETRIC_MEMORY_TIMEOUT)."""
+        if collective and self._inter is None:
             st = _api._current()
             try:
                 st.comm.reject(_api._native_group(st, self._group))
@@ -959,14 +1058,37 @@ def _create(opts: Any, backend_options: Any) -> SymmBackend:
             _start_for_group(ranks)
             group = opts.process_group
             _register_group(group, ranks)
+        st = _api._current()
+        transport = None
+        warm = group
+        if _api._native_group(st, group).spans_hosts:
+            transport = _transport(opts.store, rank, size, timeout, group, ranks)
+            warm = hier.topology(st, group).node
         # The group's first collective allocates its workspace, collectively: done here, where
-        # every member takes part, so that a first send/recv between two members cannot be it.
-        _symm.shmem_allreduce(torch.empty(0), "sum", group)
+        # every member takes part, so that a first send/recv between two members cannot be it
+        # (spanning hosts: the workspace of this rank's node, where symm runs).
+        _symm.shmem_allreduce(torch.empty(0), "sum", warm)
     except _symm.SymmError as e:
         raise _error(
             f"creating the group of global ranks {ranks or list(range(size))}: {type(e).__name__}: {e}", e
         ) from e
-    return SymmBackend(rank, size, timeout, group, ranks)
+    return SymmBackend(rank, size, timeout, group, ranks, transport)
+
+
+def _transport(store: Any, rank: int, size: int, timeout: datetime.timedelta, group: Any, ranks: List[int]) -> Any:
+    """The private Gloo group of a "symm" group whose members lie on several hosts: symm.hier's
+    messages between nodes travel on it (the group's own send would come back into symm). Made
+    here, in the backend's creation, where every member takes part (making a Gloo group is
+    collective), over the group's store, ranks and timeout; registered with the torch platform,
+    whose messages between nodes then use it for this group."""
+    if not dist.is_gloo_available():
+        raise _error(
+            f"creating the group of global ranks {ranks or list(range(size))}: its members lie on several hosts "
+            "and symm moves data between hosts over a private Gloo group, but this torch has no Gloo"
+        )
+    pg = dist.ProcessGroupGloo(dist.PrefixStore("symm-inter/", store), rank, size, timeout)
+    set_transport(group, pg, timeout)
+    return pg
 
 
 def _register_group(group: Any, ranks: List[int]) -> None:

@@ -15,7 +15,10 @@ It is computed locally (no communication) and cached per group, like every group
 Between nodes, the members of one local index (one per node that has one, in node order)
 exchange the platform's messages (``Platform.inter_isend``/``inter_irecv``) on the caller's own
 process group: making dedicated groups is collective over the whole job in torch (a call on a
-sub-group cannot ask the other ranks), and messages need no group of their own.
+sub-group cannot ask the other ranks), and messages need no group of their own. A group whose
+own backend is symm's (the "symm" torch.distributed backend, ``c10d.py``) cannot carry them (they
+would come back here): the backend makes a private Gloo group of the same members when torch
+creates the group, and the torch platform's ``inter_*`` use it for that group.
 
 Algorithms (``k`` nodes, ``n`` members; docs/accuracy.md gives the order of reduction):
 
@@ -41,7 +44,8 @@ Algorithms (``k`` nodes, ``n`` members; docs/accuracy.md gives the order of redu
 Every wait is bounded by ``SYMMETRIC_MEMORY_TIMEOUT``: symm's, and the platform's messages
 (``inter_wait``); ``symm.barrier`` uses the platform's barrier of the caller's group (bounded by
 that group's timeout). ``async_op=True`` is refused on such groups (``Unsupported``): the
-composition runs on the calling thread.
+composition runs on the calling thread (the "symm" torch.distributed backend runs its async
+operations blocking on such groups, and returns them complete).
 """
 
 from __future__ import annotations
@@ -428,8 +432,8 @@ def _exchange(st: Any, topo: Topology, send: Optional[Tuple[Any, int]], recv: Op
         _symm.shmem_send(local_send[0], topo.local_of[local_send[1]], group=topo.node)
     elif local_recv:
         _symm.shmem_recv(local_recv[0], topo.local_of[local_recv[1]], group=topo.node)
-    for work in started:
-        work.wait()
+    # Bounded as every wait here (a message's own wait() may wait for its peer forever).
+    P.inter_wait(started, st.comm.default_timeout)
 
 
 def barrier(st: Any, group: Any) -> None:

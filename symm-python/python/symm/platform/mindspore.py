@@ -54,8 +54,16 @@ _BY_NAME = {name: dtype for dtype, name in _DTYPES.items()}
 #: NumPy has no bfloat16 or float8: their blocks are viewed as unsigned words of the same size.
 _NUMPY = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8}
 
-#: Whole seconds the members of a group wait for its store's first rank.
-_STORE_TIMEOUT = datetime.timedelta(seconds=int(os.environ.get("SYMMETRIC_MEMORY_TIMEOUT", "120") or 120))
+
+def _store_timeout() -> datetime.timedelta:
+    """How long the members of a group wait for its store's first rank: symm's wait bound
+    (``SYMMETRIC_MEMORY_TIMEOUT``, seconds; a value symm refuses gets the default here and is
+    refused by name when symm starts)."""
+    try:
+        seconds = float(os.environ.get("SYMMETRIC_MEMORY_TIMEOUT", "") or 120)
+    except ValueError:
+        seconds = 120.0
+    return datetime.timedelta(seconds=seconds if seconds > 0 else 120.0)
 
 
 class MindSporePlatform(Platform):
@@ -234,7 +242,7 @@ def _open_store(group: str, ranks: Sequence[int], me: int) -> Any:
         message = [*map(int, address.split(".")), port]
     shared = _all_reduce_ints(message, group)
     address, port = ".".join(map(str, shared[:4])), shared[4]
-    return TCPStore(address, port, len(ranks), is_master=first, timeout=_STORE_TIMEOUT, wait_for_workers=False)
+    return TCPStore(address, port, len(ranks), is_master=first, timeout=_store_timeout(), wait_for_workers=False)
 
 
 class _PrefixStore:

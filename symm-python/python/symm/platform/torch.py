@@ -109,12 +109,19 @@ class TorchPlatform(Platform):
         return split(parent, [list(ranks)])
 
     # -- messages between nodes: bytes over torch.distributed (gloo moves every dtype's bytes
-    # as uint8; symm reduces them itself) -------------------------------------------------------
+    # as uint8; symm reduces them itself). A group whose backend is symm's ("symm", symm/c10d.py)
+    # cannot carry them (its send would come back into symm): its private Gloo group does. ------
     def inter_isend(self, tensor: Any, dst: int, group: Any) -> Any:
-        return dist.isend(_bytes(tensor), dst=_global(group, dst), group=group)
+        own = _transport(group)
+        if own is not None:
+            return own[0].send([_bytes(tensor)], dst, HIER_TAG)
+        return dist.isend(_bytes(tensor), dst=_global(group, dst), group=_not_symm(group))
 
     def inter_irecv(self, tensor: Any, src: int, group: Any) -> Any:
-        return dist.irecv(_bytes(tensor), src=_global(group, src), group=group)
+        own = _transport(group)
+        if own is not None:
+            return own[0].recv([_bytes(tensor)], src, HIER_TAG)
+        return dist.irecv(_bytes(tensor), src=_global(group, src), group=_not_symm(group))
 
     def inter_wait(self, handles: Sequence[Any], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -122,7 +129,12 @@ class TorchPlatform(Platform):
             work.wait(datetime.timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
 
     def inter_barrier(self, group: Any) -> None:
-        dist.barrier(group=group)
+        own = _transport(group)
+        if own is not None:
+            # Bounded by the process group's timeout, as dist.barrier on the group would be.
+            own[0].barrier(dist.BarrierOptions()).wait(own[1])
+            return
+        dist.barrier(group=_not_symm(group))
 
     def flat(self, tensor: Any) -> Any:
         return tensor.view(-1)
@@ -336,6 +348,53 @@ _BASE = torch._C.TensorBase
 def _bytes(tensor: Any) -> Any:
     """The bytes of a contiguous tensor, as a uint8 tensor over the same memory."""
     return tensor.view(-1).view(torch.uint8)
+
+
+#: The Gloo tag (slot) of symm.hier's messages on a private transport; the "symm" backend's own
+#: point-to-point messages between hosts use P2P_TAG, so that neither stream overtakes the other.
+HIER_TAG = 0
+P2P_TAG = 1
+
+#: The private Gloo group (and its timeout) of each process group whose backend is symm's and
+#: whose members lie on several hosts, by group key (None: the default group, when it is
+#: symm's). symm/c10d.py makes it where every member takes part (the backend's creation).
+_TRANSPORTS: Dict[Any, Tuple[Any, datetime.timedelta]] = {}
+
+
+def set_transport(group: Any, pg: Any, timeout: datetime.timedelta) -> None:
+    """Registers ``pg`` (a ``ProcessGroupGloo`` of the same members, in the same order) as the
+    transport between nodes of ``group`` (None: the default group)."""
+    _TRANSPORTS[group] = (pg, timeout)
+
+
+def drop_transport(group: Any) -> None:
+    _TRANSPORTS.pop(group, None)
+
+
+def _transport(group: Any) -> Optional[Tuple[Any, datetime.timedelta]]:
+    if not _TRANSPORTS:
+        return None
+    own = _TRANSPORTS.get(group)
+    # The default group reaches symm as None or as its ProcessGroup object.
+    if own is None and group is not None and group is dist.group.WORLD:
+        own = _TRANSPORTS.get(None)
+    return own
+
+
+def _not_symm(group: Any) -> Any:
+    """``group``, refused when its backend is symm's: its messages would come back into symm
+    (recursion), and it has no private transport (the backend makes one for every group whose
+    members lie on several hosts, so this is a group torch built some other way)."""
+    name = str(dist.get_backend(group))  # "symm", or "cpu:symm" among several
+    if any(b.rpartition(":")[2] == "symm" for b in name.split(",")):
+        from .._symm import Unsupported
+
+        raise Unsupported(
+            "messages between hosts on a process group whose backend is 'symm' need the private Gloo group "
+            "symm's backend makes when it creates a group spanning hosts; this group has none (torch built "
+            "it without symm's backend factory): create it with new_group(ranks, backend='symm')"
+        )
+    return group
 
 
 def _global(group: Any, rank: int) -> int:
