@@ -312,6 +312,20 @@ def autograd(rank: int, world: int) -> None:
     check("all_to_all", F.all_to_all, (n, 2), np.stack([w[k][rank] for k in range(n)]))
     check("broadcast", lambda t: F.broadcast(t, 1), (n, 2), sum(w) if rank == 1 else np.zeros((n, 2)))
 
+    # Uneven splits, the output's learned from the senders; a bad split refused by name.
+    def rows(src: int, dst: int) -> int:
+        return (src + dst) % 2 + 1
+
+    def block(src: int) -> np.ndarray:
+        return np.arange(2 * sum(rows(src, d) for d in range(n))).reshape(-1, 2) + 100.0 * src
+
+    sizes = [rows(rank, d) for d in range(n)]
+    got = fw.numpy(F.all_to_all(fw.tensor(block(rank), "float64"), input_split_sizes=sizes))
+    want = [block(s)[sum(rows(s, d) for d in range(rank)) :][: rows(s, rank)] for s in range(n)]
+    assert (got == np.concatenate(want)).all(), (got, want)
+    expect(symm.InvalidArgument, lambda: F.all_to_all(fw.tensor(block(rank), "float64"), input_split_sizes=[1] * n),
+           "input_split_sizes", "must sum", rank=rank, also=ValueError)
+
     # send -> the copy's gradient plus what dst sends back; recv -> sends the gradient back.
     peer = rank ^ 1
     if rank % 2 == 0:

@@ -32,6 +32,7 @@ import numpy as np
 from mindspore import nn
 
 from . import _api
+from .functional import split_sizes
 
 __all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast", "send", "recv", "sendrecv"]
 
@@ -251,16 +252,6 @@ def all_reduce(
     return _AllReduce(name, group, backward, low_precision_dtype)(x)
 
 
-def _splits(value: Any, arg: str, n: int, group: Any) -> List[int]:
-    try:
-        out = [int(v) for v in (value.asnumpy().tolist() if isinstance(value, ms.Tensor) else value)]
-    except (TypeError, ValueError):
-        out = None
-    if out is None or len(out) != n or any(v < 0 for v in out):
-        raise _api._rejected(group, arg, repr(value), f"expected {n} row counts >= 0, one per group rank")
-    return out
-
-
 def _exchange_splits(input_splits: List[int], group: Any) -> List[int]:
     """What every rank sends here (rows), learned from the ranks' ``input_splits``."""
     n = len(input_splits)
@@ -292,27 +283,9 @@ def all_to_all(
         out = _AllToAll(out_splits, in_splits, group)(ms.mint.cat(list(tensors)))
         return list(ms.mint.split(out, out_splits)) if out.shape[0] else [out[0:0] for _ in out_splits]
     x = _tensor(input, "input", group)
-    if x.ndim == 0:
-        raise _api._rejected(group, "input", "a 0-d tensor", "needs a dimension 0 to split")
-    rows = x.shape[0]
-    if input_split_sizes is None:
-        if rows % n:
-            raise _api._rejected(
-                group, "input", f"tensor of shape {tuple(x.shape)}", f"dim 0 must split into group size {n} equal parts"
-            )
-        in_splits = [rows // n] * n
-    else:
-        in_splits = _splits(input_split_sizes, "input_split_sizes", n, group)
-        if sum(in_splits) != rows:
-            raise _api._rejected(
-                group, "input_split_sizes", repr(in_splits), f"must sum to input's dim 0 ({rows} rows)"
-            )
-    if output_split_sizes is not None:
-        out_splits = _splits(output_split_sizes, "output_split_sizes", n, group)
-    elif input_split_sizes is None:
-        out_splits = list(in_splits)
-    else:
-        out_splits = _exchange_splits(in_splits, group)
+    in_splits, out_splits = split_sizes(
+        tuple(x.shape), n, input_split_sizes, output_split_sizes, group, lambda s: _exchange_splits(s, group)
+    )
     return _AllToAll(out_splits, in_splits, group)(x)
 
 

@@ -28,6 +28,7 @@ from typing import Any, List, Optional, Sequence, Union
 import torch
 
 from . import _api, library
+from .functional import split_sizes
 from .autograd import (
     AllGather,
     AllReduce,
@@ -112,16 +113,6 @@ def all_reduce(
     return AllReduce.apply(x, name, group, backward, low_precision_dtype)
 
 
-def _splits(value: Any, arg: str, n: int, group: Any) -> List[int]:
-    try:
-        out = [int(v) for v in (value.tolist() if isinstance(value, torch.Tensor) else value)]
-    except (TypeError, ValueError):
-        out = None
-    if out is None or len(out) != n or any(v < 0 for v in out):
-        raise _api._rejected(group, arg, repr(value), f"expected {n} row counts >= 0, one per group rank")
-    return out
-
-
 def _exchange_splits(input_splits: List[int], group: Any) -> List[int]:
     """What every rank sends here (rows), learned from the ranks' ``input_splits``."""
     if torch.compiler.is_compiling():
@@ -173,27 +164,9 @@ def all_to_all(
         out = _all_to_all(torch.cat(tensors), out_splits, in_splits, group)
         return list(torch.split(out, out_splits))
     x = _tensor(input, "input", group)
-    rows = x.shape[0] if x.dim() else 0
-    if x.dim() == 0:
-        raise _api._rejected(group, "input", "a 0-d tensor", "needs a dimension 0 to split")
-    if input_split_sizes is None:
-        if rows % n:
-            raise _api._rejected(
-                group, "input", f"tensor of shape {tuple(x.shape)}", f"dim 0 must split into group size {n} equal parts"
-            )
-        in_splits = [rows // n] * n
-    else:
-        in_splits = _splits(input_split_sizes, "input_split_sizes", n, group)
-        if sum(in_splits) != rows:
-            raise _api._rejected(
-                group, "input_split_sizes", repr(in_splits), f"must sum to input's dim 0 ({rows} rows)"
-            )
-    if output_split_sizes is not None:
-        out_splits = _splits(output_split_sizes, "output_split_sizes", n, group)
-    elif input_split_sizes is None:
-        out_splits = list(in_splits)
-    else:
-        out_splits = _exchange_splits(in_splits, group)
+    in_splits, out_splits = split_sizes(
+        tuple(x.shape), n, input_split_sizes, output_split_sizes, group, lambda s: _exchange_splits(s, group)
+    )
     return _all_to_all(x, out_splits, in_splits, group)
 
 

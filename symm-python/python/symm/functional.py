@@ -19,7 +19,7 @@ so is its backward: the ranks run the same differentiable calls in the same orde
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 __all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast", "send", "recv", "sendrecv"]
 
@@ -110,3 +110,59 @@ def sendrecv(input: Any, dst: int, src: int, like: Any = None, dtype: Any = None
     """Sends ``input`` to group rank ``dst`` and receives a new tensor from group rank ``src``, at
     once. Gradient: the transposed exchange."""
     return _impl(input, like, dtype).sendrecv(input, dst, src, like=like, dtype=dtype, group=group)
+
+
+# --------------------------------------------------------------------------------------------
+# What both implementations share
+# --------------------------------------------------------------------------------------------
+
+
+def split_sizes(
+    shape: Sequence[int],
+    n: int,
+    input_split_sizes: Any,
+    output_split_sizes: Any,
+    group: Any,
+    exchange: Callable[[List[int]], List[int]],
+) -> Tuple[List[int], List[int]]:
+    """``(input splits, output splits)`` of ``all_to_all``'s tensor form over ``n`` ranks for an
+    input of ``shape``, checked (each refusal rejects the group's round and names the argument);
+    ``exchange(input splits)`` learns the output splits from the senders when they are needed."""
+    from . import _api
+
+    if len(shape) == 0:
+        raise _api._rejected(group, "input", "a 0-d tensor", "needs a dimension 0 to split")
+    rows = shape[0]
+    if input_split_sizes is None:
+        if rows % n:
+            raise _api._rejected(
+                group, "input", f"tensor of shape {tuple(shape)}", f"dim 0 must split into group size {n} equal parts"
+            )
+        in_splits = [rows // n] * n
+    else:
+        in_splits = _counts(input_split_sizes, "input_split_sizes", n, group)
+        if sum(in_splits) != rows:
+            raise _api._rejected(
+                group, "input_split_sizes", repr(in_splits), f"must sum to input's dim 0 ({rows} rows)"
+            )
+    if output_split_sizes is not None:
+        out_splits = _counts(output_split_sizes, "output_split_sizes", n, group)
+    elif input_split_sizes is None:
+        out_splits = list(in_splits)
+    else:
+        out_splits = exchange(in_splits)
+    return in_splits, out_splits
+
+
+def _counts(value: Any, arg: str, n: int, group: Any) -> List[int]:
+    """``value`` (a sequence or a tensor of ``n`` row counts) as a list; refused by name else."""
+    from . import _api
+
+    out: Optional[List[int]]
+    try:
+        out = [int(v) for v in (value.tolist() if hasattr(value, "tolist") else value)]
+    except (TypeError, ValueError):
+        out = None
+    if out is None or len(out) != n or any(v < 0 for v in out):
+        raise _api._rejected(group, arg, repr(value), f"expected {n} row counts >= 0, one per group rank")
+    return out
