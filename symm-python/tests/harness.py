@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
@@ -70,6 +70,37 @@ def _report(results: List[RankResult], tail: int = 4000) -> str:
     return "\n".join(parts)
 
 
+def _supervise(procs: List[subprocess.Popen], logs: List[Any], timeout: float, grace: float) -> List[RankResult]:
+    """Waits for the ranks ``procs`` (output in ``logs``): at most ``timeout`` seconds, and
+    ``grace`` seconds after the first one failed; kills what still runs then. Returns each
+    rank's result."""
+    deadline = time.monotonic() + timeout
+    failed_at = None
+    killed = set()
+    try:
+        # Poll every rank each round (not `any`, which stops at the first running one): polling
+        # reaps exited ranks at once, and a zombie would look alive to its peers.
+        while None in [p.poll() for p in procs]:
+            now = time.monotonic()
+            if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+                failed_at = now
+            if now > deadline or (failed_at is not None and now > failed_at + grace):
+                break
+            time.sleep(0.05)
+    finally:
+        for r, p in enumerate(procs):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+                killed.add(r)
+    results = []
+    for r, (p, log) in enumerate(zip(procs, logs)):
+        log.seek(0)
+        results.append(RankResult(r, None if r in killed else p.returncode, log.read()))
+        log.close()
+    return results
+
+
 def run_ranks(
     scenario: str,
     world: int,
@@ -98,31 +129,7 @@ def run_ranks(
         procs.append(
             subprocess.Popen([sys.executable, str(WORKER), scenario], env=e, stdout=log, stderr=subprocess.STDOUT)
         )
-    deadline = time.monotonic() + timeout
-    failed_at = None
-    try:
-        # Poll every rank each round (not `any`, which stops at the first running one): polling
-        # reaps exited ranks at once, and a zombie would look alive to its peers.
-        while None in [p.poll() for p in procs]:
-            now = time.monotonic()
-            if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
-                failed_at = now
-            if now > deadline or (failed_at is not None and now > failed_at + grace):
-                break
-            time.sleep(0.05)
-    finally:
-        killed = set()
-        for r, p in enumerate(procs):
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-                killed.add(r)
-    results = []
-    for r, (p, log) in enumerate(zip(procs, logs)):
-        log.seek(0)
-        results.append(RankResult(r, None if r in killed else p.returncode, log.read()))
-        log.close()
-    return results
+    return _supervise(procs, logs, timeout, grace)
 
 
 def run_ms_ranks(
@@ -166,23 +173,9 @@ def run_ms_ranks(
                 [sys.executable, str(MS_WORKER), scenario], env=e, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path
             )
         )
-    deadline = time.monotonic() + timeout
-    failed_at = None
-    killed = set()
     try:
-        while None in [p.poll() for p in procs]:
-            now = time.monotonic()
-            if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
-                failed_at = now
-            if now > deadline or (failed_at is not None and now > failed_at + grace):
-                break
-            time.sleep(0.1)
+        return _supervise(procs, logs, timeout, grace)
     finally:
-        for r, p in enumerate(procs):
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-                killed.add(r)
         if sched.poll() is None:
             try:
                 sched.wait(timeout=15)
@@ -190,12 +183,6 @@ def run_ms_ranks(
                 sched.kill()
                 sched.wait()
         sched_log.close()
-    results = []
-    for r, (p, log) in enumerate(zip(procs, logs)):
-        log.seek(0)
-        results.append(RankResult(r, None if r in killed else p.returncode, log.read()))
-        log.close()
-    return results
 
 
 def check_all_passed(results: List[RankResult]) -> None:
