@@ -32,7 +32,7 @@ import numpy as np
 from mindspore import nn
 
 from . import _api
-from .functional import split_sizes
+from .functional import message_shape, split_sizes
 
 __all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast", "send", "recv", "sendrecv"]
 
@@ -299,27 +299,13 @@ def send(input: Any, dst: int, group: Any = None) -> ms.Tensor:
     return _Send(_rank(dst, "dst", group, collective=False), group)(x)
 
 
-def _shape_dtype(like: Any, dtype: Any, default: Any) -> Tuple[Tuple[int, ...], Any]:
-    if isinstance(like, ms.Tensor):
-        if dtype is not None and dtype != like.dtype:
-            raise _api._invalid_argument("dtype", repr(dtype), f"differs from like's {like.dtype}; pass one of them")
-        return tuple(like.shape), like.dtype
-    try:
-        shape = (int(like),) if isinstance(like, int) else tuple(int(d) for d in like)
-    except (TypeError, ValueError):
-        raise _api._invalid_argument(
-            "like", repr(like), "expected a tensor or a shape (an int or a sequence of ints)"
-        ) from None
-    return shape, (dtype if dtype is not None else default)
-
-
 def _anchor(like: Any) -> ms.Tensor:
     """The input a received tensor hangs off in the graph: ``like`` when it is a tensor."""
     return like if isinstance(like, ms.Tensor) else ms.ops.zeros((0,), ms.float32)
 
 
 def recv(like: Any, src: int, dtype: Any = None, group: Any = None) -> ms.Tensor:
-    shape, dt = _shape_dtype(like, dtype, ms.float32)
+    shape, dt = message_shape(like, dtype, ms.float32, ms.Tensor)
     return _Recv(shape, dt, _rank(src, "src", group, collective=False), group)(_anchor(like))
 
 
@@ -327,7 +313,10 @@ def sendrecv(
     input: Any, dst: int, src: int, like: Optional[Any] = None, dtype: Any = None, group: Any = None
 ) -> ms.Tensor:
     x = _tensor(input, "input", group, collective=False)
-    shape, dt = (tuple(x.shape), dtype or x.dtype) if like is None else _shape_dtype(like, dtype, x.dtype)
+    if like is None:
+        shape, dt = tuple(x.shape), dtype or x.dtype
+    else:
+        shape, dt = message_shape(like, dtype, x.dtype, ms.Tensor)
     dst = _rank(dst, "dst", group, collective=False)
     src = _rank(src, "src", group, collective=False)
     return _SendRecv(dst, src, shape, dt, group)(x, _anchor(x if like is None else like))

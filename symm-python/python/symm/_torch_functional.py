@@ -28,7 +28,7 @@ from typing import Any, List, Optional, Sequence, Union
 import torch
 
 from . import _api, library
-from .functional import split_sizes
+from .functional import message_shape, split_sizes
 from .autograd import (
     AllGather,
     AllReduce,
@@ -212,24 +212,6 @@ def _send(input: torch.Tensor, dst: int, group: Any) -> torch.Tensor:
 _ANCHOR: Optional[torch.Tensor] = None
 
 
-def _shape_dtype(
-    like: Union[torch.Tensor, int, Sequence[int]], dtype: Optional[torch.dtype], default: torch.dtype
-) -> Any:
-    """The shape and dtype of a message to receive: ``like``'s (a tensor), or the shape ``like``
-    (an int or a sequence of ints) with ``dtype`` (else ``default``)."""
-    if isinstance(like, torch.Tensor):
-        if dtype is not None and dtype != like.dtype:
-            raise _api._invalid_argument("dtype", repr(dtype), f"differs from like's {like.dtype}; pass one of them")
-        return tuple(like.shape), like.dtype
-    try:
-        shape = (int(like),) if isinstance(like, int) else tuple(int(d) for d in like)
-    except (TypeError, ValueError):
-        raise _api._invalid_argument(
-            "like", repr(like), "expected a tensor or a shape (an int or a sequence of ints)"
-        ) from None
-    return shape, (dtype if dtype is not None else default)
-
-
 def recv(
     like: Union[torch.Tensor, int, Sequence[int]],
     src: int,
@@ -256,7 +238,7 @@ def recv(
 
 
 def _recv(like: Any, src: int, dtype: Optional[torch.dtype], group: Any) -> torch.Tensor:
-    shape, dt = _shape_dtype(like, dtype, torch.float32)
+    shape, dt = message_shape(like, dtype, torch.float32, torch.Tensor)
     return Recv.apply(_anchor(recv_grad_flag(src, group), like), shape, dt, src, group)
 
 
@@ -307,7 +289,10 @@ def sendrecv(
 
 def _sendrecv(input: Any, dst: int, src: int, like: Any, dtype: Optional[torch.dtype], group: Any) -> torch.Tensor:
     x = _tensor(input, "input", group, collective=False)
-    shape, dt = (tuple(x.shape), dtype or x.dtype) if like is None else _shape_dtype(like, dtype, x.dtype)
+    if like is None:
+        shape, dt = tuple(x.shape), dtype or x.dtype
+    else:
+        shape, dt = message_shape(like, dtype, x.dtype, torch.Tensor)
     wants = x.requires_grad and torch.is_grad_enabled()
     src_wants = exchange_grad_flags(wants, dst, src, group)
     anchor = _anchor(src_wants, like if isinstance(like, torch.Tensor) else x)

@@ -166,3 +166,21 @@ def _counts(value: Any, arg: str, n: int, group: Any) -> List[int]:
     if out is None or len(out) != n or any(v < 0 for v in out):
         raise _api._rejected(group, arg, repr(value), f"expected {n} row counts >= 0, one per group rank")
     return out
+
+
+def message_shape(like: Any, dtype: Any, default: Any, tensor_type: type) -> Tuple[Tuple[int, ...], Any]:
+    """The shape and dtype of a message to receive: ``like``'s (a ``tensor_type``), or the shape
+    ``like`` (an int or a sequence of ints) with ``dtype`` (else ``default``)."""
+    from . import _api
+
+    if isinstance(like, tensor_type):
+        if dtype is not None and dtype != like.dtype:
+            raise _api._invalid_argument("dtype", repr(dtype), f"differs from like's {like.dtype}; pass one of them")
+        return tuple(like.shape), like.dtype
+    try:
+        shape = (int(like),) if isinstance(like, int) else tuple(int(d) for d in like)
+    except (TypeError, ValueError):
+        raise _api._invalid_argument(
+            "like", repr(like), "expected a tensor or a shape (an int or a sequence of ints)"
+        ) from None
+    return shape, (dtype if dtype is not None else default)
