@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 import symm
+from expect import expect  # the other scenario modules import it from here too
 
 ALL_DTYPES = [
     torch.float32,
@@ -38,26 +39,6 @@ ALL_DTYPES = [
 # Whether the collectives are the reference ones (SYMM_COLLECTIVES=reference): their small
 # broadcasts are rounds like any other (no eager root), and their timeouts name the round's epoch.
 ON_REFERENCE = os.environ.get("SYMM_COLLECTIVES", "").strip() == "reference"
-
-
-def expect(cls, fn, *needles, rank=None):
-    """Runs ``fn``; asserts it raises ``cls`` whose message contains every needle (and the
-    rank, when given) and which carries the class's stable code."""
-    try:
-        fn()
-    except cls as e:
-        text = str(e)
-        for n in needles:
-            assert n in text, f"{cls.__name__} message lacks {n!r}: {text}"
-        if rank is not None:
-            assert f"rank {rank}" in text, f"message does not name rank {rank}: {text}"
-            assert e.rank == rank, (e.rank, rank)
-        assert isinstance(e, symm.SymmError)
-        assert e.code == type(e).code or type(e) is symm.SymmError, (e.code, type(e).code)
-        return e
-    except Exception as e:  # noqa: BLE001 - reported as the wrong class
-        raise AssertionError(f"expected {cls.__name__}, got {type(e).__name__}: {e}") from e
-    raise AssertionError(f"expected {cls.__name__}, nothing was raised")
 
 
 def other_threads_run_while_waiting(rank, call, sync):

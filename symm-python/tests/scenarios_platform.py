@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, List
 
 import numpy as np
+from expect import expect
 from fw import FLOATS, INTS, current
 
 import symm
@@ -29,24 +30,6 @@ JOBS = {
 def job(world: int) -> str:
     """The comma-separated scenario names of the job of ``world`` ranks."""
     return ",".join(f"scenarios_platform.{s}" for s in JOBS[world])
-
-
-def expect(cls: type, fn: Callable[[], Any], *needles: str, rank: Any = None, also: type = Exception) -> Exception:
-    """Runs ``fn``; asserts it raises ``cls`` (also an instance of ``also``) whose message has
-    every needle and names ``rank``."""
-    try:
-        fn()
-    except cls as e:
-        text = str(e)
-        for n in needles:
-            assert n in text, f"{cls.__name__} message lacks {n!r}: {text}"
-        if rank is not None:
-            assert f"rank {rank}" in text and e.rank == rank, (rank, text)
-        assert isinstance(e, also), (type(e).__mro__, also)
-        return e
-    except Exception as e:  # noqa: BLE001 - reported as the wrong class
-        raise AssertionError(f"expected {cls.__name__}, got {type(e).__name__}: {e}") from e
-    raise AssertionError(f"expected {cls.__name__}, nothing was raised")
 
 
 def data(rank: int, n: int, salt: int = 0) -> np.ndarray:
