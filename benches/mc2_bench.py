@@ -2,10 +2,13 @@
 """Fused MC2 operators (symm.mc2) against the unfused sequence, in one run.
 
     python benches/mc2_bench.py [--ranks 2] [--iters 15] [--shapes 512x1024x256,1024x1024x128]
+                                [--device cpu|npu] [--dtype float32]
 
-Spawns ``--ranks`` processes (a gloo world and symm over it, rank r pinned to CPU r). For each
-shape ``m x k x n`` (a: ``(m, k)`` per rank, b: ``(k, n)``; matmul + reduce-scatter: x1
-``(ranks * m, k)``) it times, median of ``--iters`` after warm-up, in microseconds:
+Spawns ``--ranks`` processes (a gloo world and symm over it; on the CPU rank r pinned to CPU r
+with one torch thread, on ``npu`` rank r on device r). For each shape ``m x k x n`` (a:
+``(m, k)`` per rank, b: ``(k, n)``; matmul + reduce-scatter: x1 ``(ranks * m, k)``), tensors on
+``--device``, it times, median of ``--iters`` after warm-up, in microseconds (on a device, from
+an idle device until the device has finished the call: ``torch.npu.synchronize``):
 
 - ``comm``: the collective alone (symm all-gather of ``a``; symm reduce-scatter of the product);
 - ``mm``: the matmul alone;
@@ -24,29 +27,32 @@ import tempfile
 import time
 
 
-def _median_us(fn, iters: int, barrier) -> float:
+def _median_us(fn, iters: int, barrier, sync) -> float:
     for _ in range(3):
         fn()
     times = []
     for _ in range(iters):
+        sync()
         barrier()
         t0 = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1e6
 
 
-def _shape_rows(shape: str, world: int, args: argparse.Namespace) -> list:
+def _shape_rows(shape: str, world: int, args: argparse.Namespace, place) -> list:
     """The table's rows of one shape ``m x k x n``: both operators, unfused and fused."""
     import symm
     import torch
     from symm import mc2
 
     m, k, n = (int(v) for v in shape.split("x"))
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    c, g = torch.empty(world * m, n), torch.empty(world * m, k)
-    x1 = torch.randn(world * m, k)
-    part = torch.empty(m, n)
+    on = {"dtype": getattr(torch, args.dtype), "device": place}
+    a, b = torch.randn(m, k, **on), torch.randn(k, n, **on)
+    c, g = torch.empty(world * m, n, **on), torch.empty(world * m, k, **on)
+    x1 = torch.randn(world * m, k, **on)
+    part = torch.empty(m, n, **on)
     product = x1 @ b
 
     def gather():
@@ -61,7 +67,7 @@ def _shape_rows(shape: str, world: int, args: argparse.Namespace) -> list:
 
     def rs_unfused():
         # As a caller writes it, and as the fused call returns: a new output tensor.
-        symm.shmem_reduce_scatter(torch.empty(m, n), torch.mm(x1, b, out=product))
+        symm.shmem_reduce_scatter(torch.empty(m, n, **on), torch.mm(x1, b, out=product))
 
     cases = [
         ("all_gather+matmul", gather, lambda: torch.mm(g, b, out=c), ag_unfused,
@@ -70,13 +76,14 @@ def _shape_rows(shape: str, world: int, args: argparse.Namespace) -> list:
          lambda: mc2.fused_matmul_reduce_scatter(x1, b, product, block_size=args.block)),
     ]  # fmt: skip
     rows = []
+    sync = torch.npu.synchronize if args.device == "npu" else (lambda: None)
     for name, comm, mm, unfused, fused in cases:
-        t = [_median_us(f, args.iters, symm.barrier) for f in (comm, mm)]
+        t = [_median_us(f, args.iters, symm.barrier, sync) for f in (comm, mm)]
         # Unfused and fused alternate, so that both see the same machine state.
         pair: dict = {"unfused": [], "fused": []}
         for _ in range(3):
-            pair["unfused"].append(_median_us(unfused, args.iters, symm.barrier))
-            pair["fused"].append(_median_us(fused, args.iters, symm.barrier))
+            pair["unfused"].append(_median_us(unfused, args.iters, symm.barrier, sync))
+            pair["fused"].append(_median_us(fused, args.iters, symm.barrier, sync))
         tu, tf = min(pair["unfused"]), min(pair["fused"])
         rows.append((name, shape, t[0], t[1], tu, tf, tf / tu, (tu - tf) / min(t)))
     return rows
@@ -87,19 +94,27 @@ def _worker(rank: int, world: int, init: str, args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    cpus = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
-    torch.set_num_threads(1)
+    if args.device == "npu":
+        import torch_npu  # noqa: F401 - registers torch.npu
+
+        torch.npu.set_device(rank)
+        place = torch.device("npu", rank)
+    else:
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+        torch.set_num_threads(1)
+        place = torch.device("cpu")
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     symm.init()
     rows = [
         row
         for shape in args.shapes.split(",")
-        for row in _shape_rows(shape, world, args)
+        for row in _shape_rows(shape, world, args, place)
     ]
     if rank == 0:
         print(
-            f"# {world} ranks, {args.iters} iterations, block {args.block or 'default'}; times in us"
+            f"# {world} ranks, {args.device}, {args.dtype}, {args.iters} iterations, "
+            f"block {args.block or 'default'}; times in us"
         )
         print(f"{'op':>22} {'m x k x n':>16} {'comm':>9} {'mm':>9} {'unfused':>9} {'fused':>9} "
               f"{'fused/unf':>9} {'overlap':>8}")  # fmt: skip
@@ -123,6 +138,15 @@ def main() -> None:
         type=int,
         default=None,
         help="rows per pipelined block (default: 4 blocks)",
+    )
+    p.add_argument(
+        "--device",
+        choices=("cpu", "npu"),
+        default="cpu",
+        help="where the tensors are (npu: torch_npu)",
+    )
+    p.add_argument(
+        "--dtype", default="float32", help="the tensors' torch dtype (default float32)"
     )
     args = p.parse_args()
     import torch.multiprocessing as mp

@@ -12,16 +12,20 @@
 #      (`ASCEND_CHECK_MAX_BYTES`, default 64M, the largest size), every result checked;
 #   4. where torch_npu imports: installs the Python package built with the backend and runs
 #      symm-python/tests/npu_smoke.py (npu tensors, the caller's stream, low-precision
-#      transport against the CPU backend's bytes, and the mixed step: symm's allreduce then
-#      HCCL's all-gather, a side stream ordered by symm.stream_event) under torchrun on 2 and
-#      on every device;
-#   5. says what is not yet there to run (docs/ascend.md, "Not yet").
+#      transport against the CPU backend's bytes, the mixed step: symm's allreduce then
+#      HCCL's all-gather, a side stream ordered by symm.stream_event; the MC2 fused operators
+#      on npu tensors, pipelined on a side stream, against the unfused computation on the CPU,
+#      their backward and PyTorch's torch.ops.symm_mem forms) under torchrun on 2 and on every
+#      device;
+#   5. there too: benches/mc2_bench.py on 2 devices, the MC2 fused operators against the
+#      unfused sequence on npu tensors (float16; `ASCEND_CHECK_MC2_SHAPES` the shapes);
+#   6. says what is not yet there to run (docs/ascend.md, "Not yet").
 # Each rank's output is kept under target/ascend-check/<ranks>/rank<r>.log.
 #
 # Variables: ASCEND_CHECK_DEVICES (devices to use, default: what `npu-smi` counts, else 8);
 # ASCEND_CHECK_BACKEND (default ascend; `sim` runs step 2 on the CPU backend, which is how the
 # script itself is tested where there is no device); ASCEND_CHECK_TIMEOUT (seconds per run,
-# default 300).
+# default 300); ASCEND_CHECK_MC2_SHAPES (step 5's `m x k x n` shapes, comma-separated).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
@@ -105,10 +109,21 @@ if [ "$BACKEND" = ascend ] && "$PYTHON" -c "import torch_npu" 2>/dev/null; then
         SYMMETRIC_MEMORY_TIMEOUT=60 timeout "$TIMEOUT" "$PYTHON" -m torch.distributed.run --nproc-per-node "$n" \
             symm-python/tests/npu_smoke.py || { echo "npu smoke on $n ranks: FAILED"; status=1; }
     done
+    echo "== symm.mc2 fused against unfused on npu tensors, 2 ranks (benches/mc2_bench.py; times in us)"
+    if [ "$have" -ge 2 ]; then
+        SYMMETRIC_MEMORY_HEAP_SIZE=256M SYMMETRIC_MEMORY_TIMEOUT=60 timeout "$TIMEOUT" "$PYTHON" benches/mc2_bench.py \
+            --device npu --ranks 2 --dtype float16 --iters 21 \
+            --shapes "${ASCEND_CHECK_MC2_SHAPES:-1024x4096x4096,4096x4096x1024,4096x1024x4096}" ||
+            { echo "mc2 bench on npu: FAILED"; status=1; }
+    else
+        echo "skipped: $have devices"
+    fi
 else
     echo "skipped: torch_npu does not import here (or ASCEND_CHECK_BACKEND is not ascend)"
 fi
 
 echo "== not yet on the Ascend backend (docs/ascend.md, \"Not yet\")"
-echo "the conformance cases that keep buffers in host memory."
+echo "the conformance cases that keep buffers in host memory;"
+echo "PyTorch's torch.ops.symm_mem fused operators pipelined on npu (they run the collective, then the matmul);"
+echo "symm.mc2's all-gather + matmul on npu over more than 2 ranks under SYMM_VALIDATE=1 (its sends of one block overlap)."
 exit $status

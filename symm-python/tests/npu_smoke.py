@@ -7,7 +7,8 @@ Each rank checks, against values it computes itself: a symmetric npu tensor from
 current stream; allreduce, allgather and broadcast of ordinary npu tensors; an asynchronous
 allreduce; allreduce in every low-precision format, bit for bit the CPU backend's; a side
 stream ordered after symm's work by ``stream_event``, and HCCL's all-gather after symm's
-allreduce; the heap's use; ``free``. Exits non-zero, naming the check, when one fails.
+allreduce; the MC2 fused operators (``mc2_checks``); the heap's use; ``free``. Exits non-zero,
+naming the check, when one fails.
 """
 
 import os
@@ -91,6 +92,8 @@ def main() -> None:
     dist.all_gather(gathered, z, group=hccl)
     assert all(torch.equal(g.cpu(), torch.full((4096,), total)) for g in gathered), "HCCL after symm"
 
+    mc2_checks(rank, n, npu)
+
     stats = symm.memory_stats(device="npu")
     assert stats["in_use"] >= 3 * 4096, f"memory_stats(device='npu'): {stats}"
     symm.barrier()
@@ -98,6 +101,85 @@ def main() -> None:
         symm.free(t)
     print(f"npu smoke: rank {rank} of {n} passed", flush=True)
     dist.destroy_process_group()
+
+
+#: The MC2 checks' tolerance per dtype: float32 as the CPU tests of symm.mc2, the 16-bit ones as
+#: the CPU tests of the low-precision collectives.
+MC2_TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2}
+
+
+def _rows(rank: int, call: int, rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
+    """A rank's inputs of a call, on the CPU: any rank makes any rank's, for the references."""
+    g = torch.Generator().manual_seed(1000 * call + rank)
+    return (torch.randn(rows, cols, generator=g) / 8).to(dtype)
+
+
+def mc2_checks(rank: int, n: int, npu: torch.device) -> None:
+    """symm.mc2 on npu tensors against the unfused computation on CPU copies, in float32: both
+    HyperParallel forms, pipelined (the device's default: exchanges on a side stream) with two
+    block sizes, three calls with the same tensors and new data, in every dtype; their backward;
+    PyTorch's operators (torch.ops.symm_mem) where symm's kernels serve npu tensors."""
+    m, k, cols = 64, 128, 48
+    for dtype, tol in MC2_TOLERANCE.items():
+        a = torch.empty(m, k, dtype=dtype, device=npu)
+        b = torch.empty(k, cols, dtype=dtype, device=npu)
+        x1 = torch.empty(n * m, k, dtype=dtype, device=npu)
+        c = torch.empty(n * m, cols, dtype=dtype, device=npu)
+        g = torch.empty(n * m, k, dtype=dtype, device=npu)
+        for call in range(3):
+            a.copy_(_rows(rank, call, m, k, dtype))
+            b.copy_(_rows(n, call, k, cols, dtype))
+            x1.copy_(_rows(rank, 10 + call, n * m, k, dtype))
+            gathered = torch.cat([_rows(r, call, m, k, dtype) for r in range(n)])
+            weights = b.cpu().float()
+            total = sum(_rows(r, 10 + call, n * m, k, dtype).float() @ weights for r in range(n))
+            for block_size in (None, 16):
+                tag = f"{dtype}, call {call}, block_size {block_size}"
+                got_g, got_c = symm.fused_all_gather_matmul(a, b, c, g, None, block_size)
+                assert got_g is g and got_c is c, f"fused_all_gather_matmul returns its outputs ({tag})"
+                assert torch.equal(g.cpu(), gathered), f"fused_all_gather_matmul: gather_out ({tag})"
+                want = gathered.float() @ weights
+                assert torch.allclose(c.cpu().float(), want, rtol=tol, atol=tol), f"fused_all_gather_matmul: c ({tag})"
+                for op in ("sum", "avg"):
+                    out = symm.fused_matmul_reduce_scatter(x1, b, None, None, op, block_size)
+                    want = (total / n if op == "avg" else total)[rank * m : (rank + 1) * m]
+                    close = torch.allclose(out.cpu().float(), want, rtol=tol, atol=tol)
+                    assert close, f"fused_matmul_reduce_scatter ({op}, {tag})"
+
+    # The backward, float32: every rank's loss is the sum of its outputs.
+    a = _rows(rank, 7, m, k, torch.float32).to(npu).requires_grad_()
+    b = _rows(n, 7, k, cols, torch.float32).to(npu).requires_grad_()
+    c = torch.empty(n * m, cols, device=npu)
+    g = torch.empty(n * m, k, device=npu)
+    _, out = symm.fused_all_gather_matmul(a, b, c, g)
+    out.sum().backward()
+    ones = torch.ones(n * m, cols)
+    weights, gathered = b.detach().cpu(), torch.cat([_rows(r, 7, m, k, torch.float32) for r in range(n)])
+    tol = MC2_TOLERANCE[torch.float32]
+    assert torch.allclose(a.grad.cpu(), n * ones[:m] @ weights.t(), rtol=tol, atol=tol), "all-gather + matmul: grad_a"
+    assert torch.allclose(b.grad.cpu(), gathered.t() @ ones, rtol=tol, atol=tol), "all-gather + matmul: grad_b"
+    x1 = _rows(rank, 8, n * m, k, torch.float32).to(npu).requires_grad_()
+    b.grad = None
+    symm.fused_matmul_reduce_scatter(x1, b).sum().backward()
+    assert torch.allclose(x1.grad.cpu(), ones @ weights.t(), rtol=tol, atol=tol), "matmul + reduce-scatter: grad_x1"
+    want = x1.detach().cpu().t() @ ones
+    assert torch.allclose(b.grad.cpu(), want, rtol=tol, atol=tol), "matmul + reduce-scatter: grad_x2"
+
+    # PyTorch's operators: symm's kernels where torch_npu has none of its own (symm.mc2).
+    import symm.mc2 as mc2
+
+    if ("fused_all_gather_matmul", "PrivateUse1") not in mc2._registered:
+        print(f"rank {rank}: torch.ops.symm_mem on npu: torch_npu's own kernels serve them, not checked here")
+        return
+    name = dist.group.WORLD.group_name
+    shard = _rows(rank, 9, m, k, torch.float32)
+    gathered = torch.cat([_rows(r, 9, m, k, torch.float32) for r in range(n)])
+    A, outs = torch.ops.symm_mem.fused_all_gather_matmul(shard.to(npu), [b.detach()], 0, name)
+    assert torch.equal(A.cpu(), gathered), "torch.ops.symm_mem.fused_all_gather_matmul: A_gathered"
+    assert torch.allclose(outs[0].cpu(), gathered @ weights, rtol=tol, atol=tol), "torch.ops ... all_gather_matmul"
+    out = torch.ops.symm_mem.fused_matmul_reduce_scatter(gathered.to(npu), b.detach(), "avg", 0, name)
+    want = (gathered @ weights)[rank * m : (rank + 1) * m]  # every rank's A is the same: avg = one
+    assert torch.allclose(out.cpu(), want, rtol=tol, atol=tol), "torch.ops.symm_mem.fused_matmul_reduce_scatter"
 
 
 if __name__ == "__main__":

@@ -564,14 +564,15 @@ def mlp() -> torch.nn.Module:
     )
 
 
-def train_ddp(rank: int, group: Any, hook: bool, steps: int = 20) -> List[torch.Tensor]:
+def train_ddp(rank: int, group: Any, hook: bool, steps: int = 20, comm_hook: Any = None) -> List[torch.Tensor]:
+    """DDP training of ``mlp()``: with ``hook``, ``comm_hook`` (default: the fp16 compression)."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     # A 0.25 MB cap: three buckets once DDP has rebuilt them after the first step.
     model = DDP(mlp(), process_group=group, bucket_cap_mb=0.25)
     if hook:
-        model.register_comm_hook(group, fp16_compress_hook)
+        model.register_comm_hook(group, comm_hook or fp16_compress_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     for step in range(steps):
         x = torch.randn(16, 256, generator=torch.Generator().manual_seed(100 * step + rank))
@@ -606,6 +607,12 @@ def replicas_agree(params: List[torch.Tensor], group: Any) -> None:
 #: partial sum. A gradient may differ by an fp16 ulp or two (~1e-3 of it), which 20 SGD steps at
 #: lr 0.05 turn into parameter differences of about 2e-7 (measured); the bound leaves 50x.
 DDP_FP16_TOLERANCE_4 = 1e-5
+
+
+#: DDP with symm's hook on 4 ranks against DDP over Gloo: symm averages each gradient as
+#: (((r0 + r1) + r2) + r3) / 4, Gloo adds the quarters in its ring's order; a gradient may differ
+#: in its last bit (~6e-8 of it), which 20 SGD steps at lr 0.05 keep far below this bound.
+DDP_AVG_TOLERANCE_4 = 1e-6
 
 
 def train_2(rank: int, world: int) -> None:
@@ -643,7 +650,8 @@ def train_2(rank: int, world: int) -> None:
 
 def train_4(rank: int, world: int) -> None:
     """4 ranks, init_process_group("symm"): DDP with the fp16 hook against a Gloo group (within
-    DDP_FP16_TOLERANCE_4), and a 2-D DP x TP DeviceMesh (tensor parallel + FSDP2) over "symm"
+    DDP_FP16_TOLERANCE_4), DDP with symm.ddp.allreduce_hook against DDP over Gloo (within
+    DDP_AVG_TOLERANCE_4), and a 2-D DP x TP DeviceMesh (tensor parallel + FSDP2) over "symm"
     against the same mesh over Gloo, bit for bit (every mesh group has two members)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -654,6 +662,12 @@ def train_4(rank: int, world: int) -> None:
     a = train_ddp(rank, None, True)
     b = train_ddp(rank, gg, True)
     compare_params(rank, "DDP + fp16_compress_hook, 4 ranks", a, b, DDP_FP16_TOLERANCE_4)
+    replicas_agree(a, gg)
+    from symm.ddp import allreduce_hook
+
+    a = train_ddp(rank, None, True, comm_hook=allreduce_hook)
+    b = train_ddp(rank, gg, False)
+    compare_params(rank, "DDP + symm.ddp.allreduce_hook, 4 ranks", a, b, DDP_AVG_TOLERANCE_4)
     replicas_agree(a, gg)
 
     def two_d(mesh: Any) -> List[torch.Tensor]:
@@ -673,6 +687,69 @@ def train_4(rank: int, world: int) -> None:
     assert {dist.get_backend(mesh_s.get_group(d)) for d in ("dp", "tp")} == {"symm"}
     mesh_g = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"), backend_override={"dp": "gloo", "tp": "gloo"})
     compare_params(rank, "2-D mesh (TP + FSDP2), 4 ranks", two_d(mesh_s), two_d(mesh_g), 0.0)
+
+
+class FakeBucket:
+    """What ``symm.ddp.allreduce_hook`` asks of DDP's ``GradBucket``: its index and buffer."""
+
+    def __init__(self, index: int, buffer: torch.Tensor) -> None:
+        self._index, self._buffer = index, buffer
+
+    def index(self) -> int:
+        return self._index
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+
+def ddp_hook(rank: int, world: int) -> None:
+    """symm.ddp.allreduce_hook on 2 ranks (heap 64 MiB): DDP with the hook equals DDP over Gloo
+    bit for bit, with and without gradient_as_bucket_view, and its buckets (with the view, the
+    gradients too) end in symmetric memory; a bucket one member cannot move (a view into a larger
+    storage) and one larger than the heap stay where they are and are averaged all the same."""
+    import symm
+    from symm.ddp import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    assert world == 2
+    sg = dist.new_group(backend="symm")
+
+    def train(group: Any, hook: bool, view: bool) -> Any:
+        model = DDP(mlp(), process_group=group, bucket_cap_mb=0.25, gradient_as_bucket_view=view)
+        if hook:
+            model.register_comm_hook(group, allreduce_hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        for step in range(10):
+            x = torch.randn(16, 256, generator=torch.Generator().manual_seed(100 * step + rank))
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+        return model
+
+    for view in (False, True):
+        a, b = train(sg, True, view), train(None, False, view)
+        what = f"DDP + symm.ddp.allreduce_hook{', gradient_as_bucket_view' if view else ''}, 2 ranks"
+        compare_params(rank, what, [p.detach() for p in a.parameters()], [p.detach() for p in b.parameters()], 0.0)
+        if view:
+            moved = [symm.is_symmetric(p.grad) for p in a.parameters()]
+            assert all(moved), f"rank {rank}: gradients in symmetric memory: {moved}"
+
+    def averaged(t: torch.Tensor, want: torch.Tensor, what: str) -> None:
+        got = allreduce_hook(sg, FakeBucket(7, t)).wait()
+        assert got is t and torch.equal(t, want), f"rank {rank}, {what}: {t[:4]} != {want[:4]}"
+        assert not symm.is_symmetric(t), f"rank {rank}, {what}: moved"
+
+    base = torch.arange(4096, dtype=torch.float32)
+    mine = base * (rank + 1)
+    # Rank 1's bucket starts one element into its storage: no member moves its bucket.
+    bucket = mine.clone() if rank == 0 else torch.cat([torch.zeros(1), mine])[1:]
+    for _ in range(2):  # asked once, staged from then on
+        averaged(bucket, base * 1.5, "a bucket rank 1 cannot move")
+        bucket.copy_(mine)
+    big = torch.full((80 << 18,), float(rank))  # 80 MiB: more than the heap
+    allreduce_hook(sg, FakeBucket(8, big)).wait()
+    assert torch.equal(big, torch.full_like(big, 0.5)) and not symm.is_symmetric(big), f"rank {rank}: 80 MiB bucket"
+    print(f"rank {rank}: ddp_hook passed", flush=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -731,6 +808,12 @@ def spanning_symm_world(rank: int, world: int) -> None:
     a = train_ddp(rank, None, False, steps=5)
     b = train_ddp(rank, gg, False, steps=5)
     compare_params(rank, "DDP over a symm world spanning 2 hosts, 4 ranks", a, b, DDP_SPANNING_TOLERANCE)
+    replicas_agree(a, gg)
+    # symm's DDP hook on a group spanning hosts moves nothing and allreduces blocking.
+    from symm.ddp import allreduce_hook
+
+    a = train_ddp(rank, None, True, steps=5, comm_hook=allreduce_hook)
+    compare_params(rank, "DDP + symm.ddp.allreduce_hook spanning 2 hosts, 4 ranks", a, b, DDP_SPANNING_TOLERANCE)
     replicas_agree(a, gg)
     dist.barrier()
 

@@ -86,6 +86,13 @@ def test_ddp_and_fsdp2_over_symm_equal_gloo_bit_for_bit_on_2_ranks(tmp_path):
     assert all("FSDP2 (fully_shard), 2 ranks: max |symm - gloo| = 0" in r.output for r in results)
 
 
+def test_symm_ddp_hook_moves_buckets_into_the_heap_and_trains_as_gloo_bit_for_bit(tmp_path):
+    env = {"SYMMETRIC_MEMORY_HEAP_SIZE": "64M"}
+    results = run_ranks("scenarios_c10d.ddp_hook", 2, tmp_path, env=env, timeout=150)
+    check_all_passed(results)
+    assert all("gradient_as_bucket_view, 2 ranks: max |symm - gloo| = 0" in r.output for r in results)
+
+
 def test_ddp_on_4_ranks_and_a_2d_device_mesh_over_symm_match_gloo(tmp_path):
     results = run_ranks("scenarios_c10d.train_4", 4, tmp_path, env=SYMM_WORLD, timeout=150)
     check_all_passed(results)
@@ -143,9 +150,10 @@ def test_perf_ddp_mode_times_both_backends_and_their_parameters_agree(tmp_path):
     # A small model, 2 spawned ranks: the mode's mechanics; docs/performance.md has real figures.
     args = ["--ddp", "--ddp-width", "64", "--ddp-layers", "2", "--ddp-batch", "2", "-n", "3", "-w", "1", "-r", "2"]
     text = run_perf(args, tmp_path)
-    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith(("  ", "symm", "gloo"))}
-    for name in ("symm", "gloo"):
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.strip() and not line.startswith("#")}
+    for name in ("symm", "symm+hook", "gloo"):
         step, compute = float(rows[name][1]), float(rows[name][2])
         assert 0 < compute and 0 < step and rows[name][3].endswith("%"), rows
-    assert "# symm/gloo (gloo step time / symm's" in text, text
-    assert "parameters after training, symm vs gloo: equal bit for bit" in text, text
+    for name in ("symm", "symm+hook"):
+        assert f"# {name}/gloo (gloo step time / {name}'s" in text, text
+        assert f"parameters after training, {name} vs gloo: equal bit for bit" in text, text

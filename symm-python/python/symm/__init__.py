@@ -149,7 +149,7 @@ def __getattr__(name: str) -> object:
     # The PyTorch-only modules load on first use.
     import importlib
 
-    if name in ("autograd", "functional", "library", "mc2"):
+    if name in ("autograd", "ddp", "functional", "library", "mc2"):
         return importlib.import_module(f".{name}", __name__)
     if name in _MC2:
         return getattr(importlib.import_module(".mc2", __name__), name)

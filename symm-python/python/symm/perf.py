@@ -166,6 +166,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ddp-layers", type=int, default=8, help="--ddp: layers of the MLP (default 8)")
     p.add_argument("--ddp-batch", type=int, default=8, help="--ddp: samples per step and rank (default 8)")
     p.add_argument(
+        "--ddp-bucket-view",
+        action="store_true",
+        help="--ddp: gradient_as_bucket_view=True for every model (gradients live in DDP's buckets)",
+    )
+    p.add_argument(
         "--hosts",
         type=int,
         default=1,

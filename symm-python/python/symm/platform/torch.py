@@ -279,6 +279,23 @@ class TorchPlatform(Platform):
     def record_event(self, device: str) -> Any:
         return torch.npu.current_stream().record_event()  # type: ignore[attr-defined]
 
+    # The streams symm.mc2 orders its pipelined calls on (its ``_StreamOrder``), as torch_npu's
+    # objects: the streams' own ``wait_stream``, ``record_event`` and ``wait_event`` do the rest.
+    def caller_stream(self, device: torch.device) -> Any:
+        """The caller's current stream of ``device``."""
+        return torch.npu.current_stream(device)  # type: ignore[attr-defined]
+
+    def side_stream(self, device: torch.device) -> Any:
+        """A second stream of ``device``, made on first use and kept (one per device)."""
+        stream = _SIDE_STREAMS.get(device)
+        if stream is None:
+            stream = _SIDE_STREAMS[device] = torch.npu.Stream(device=device)  # type: ignore[attr-defined]
+        return stream
+
+    def using_stream(self, stream: Any) -> ContextManager[Any]:
+        """``stream`` as the current stream for the block (symm's npu calls run on it)."""
+        return torch.npu.stream(stream)  # type: ignore[attr-defined]
+
     def wrap_device(self, block: Any, shape: Sequence[int], dtype: Any) -> Any:
         import torch_npu
 
@@ -343,6 +360,9 @@ class TorchPlatform(Platform):
 
 #: torch's tensor base class, whose descriptors read the C++ tensor (see ``describe``).
 _BASE = torch._C.TensorBase
+
+#: The side stream of each npu device (``TorchPlatform.side_stream``).
+_SIDE_STREAMS: Dict[torch.device, Any] = {}
 
 
 def _bytes(tensor: Any) -> Any:
