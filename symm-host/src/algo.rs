@@ -513,6 +513,10 @@ unsafe fn two_shot<B: HostMapped + ?Sized>(
     // output whatever the transport (the input was encoded before any peer writes).
     let zc_in = if call.lp.is_none() { ctx.heap_offset_of(inp, c * size) } else { None };
     let zc_out = ctx.heap_offset_of(out, c * size);
+    let (lo, hi) = part(c, ctx.n, ctx.me);
+    let len = hi - lo;
+    // An input staged in the data dtype leaves my own part where it is: only I read it.
+    let own_from_input = zc_in.is_none() && call.lp.is_none();
     let src_off = match (zc_in, call.lp) {
         (Some(off), _) => off,
         (None, Some(lp)) => {
@@ -522,13 +526,15 @@ unsafe fn two_shot<B: HostMapped + ?Sized>(
             stage_off
         }
         (None, None) => {
-            // SAFETY: the chunk fits the workspace; user memory is disjoint from it.
-            unsafe { copy(inp, stage, c * size, Stores::Cached) };
+            // SAFETY: the chunk fits the workspace; user memory is disjoint from it; the parts
+            // before and after mine lie inside both.
+            unsafe {
+                copy(inp, stage, lo * size, Stores::Cached);
+                copy(inp.add(hi * size), stage.add(hi * size), (c - hi) * size, Stores::Cached);
+            }
             stage_off
         }
     };
-    let (lo, hi) = part(c, ctx.n, ctx.me);
-    let len = hi - lo;
     // Where my part of the result is, for the members that read it: in my heap output, else in
     // my workspace (over my own part of my staged input, which only I read; with a format after
     // the encoded chunk, as the result is wider than its encoding).
@@ -588,6 +594,10 @@ unsafe fn two_shot<B: HostMapped + ?Sized>(
             None => {
                 let mut srcs = Vec::with_capacity(ctx.n);
                 for (j, tmp) in tmps.iter_mut().take(ctx.n).enumerate() {
+                    if j == ctx.me && own_from_input {
+                        srcs.push(inp.wrapping_add(lo * size));
+                        continue;
+                    }
                     let base = if j == ctx.me { src_off } else { ctx.read_fact(j, seq, SRC) as usize };
                     srcs.push(ctx.fetch(j, base + lo * size, len * size, tmp)?);
                 }
