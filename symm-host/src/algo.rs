@@ -536,8 +536,8 @@ unsafe fn two_shot<B: HostMapped + ?Sized>(
         }
     };
     // Where my part of the result is, for the members that read it: in my heap output, else in
-    // my workspace (over my own part of my staged input, which only I read; with a format after
-    // the encoded chunk, as the result is wider than its encoding).
+    // my workspace (in the slot of my own part, which a staged input leaves unwritten; with a
+    // format after the encoded chunk, as the result is wider than its encoding).
     let stage_result = match call.lp {
         Some(lp) => result_offset(lp, c),
         None => lo * size,
