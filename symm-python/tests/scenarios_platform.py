@@ -308,6 +308,9 @@ def autograd(rank: int, world: int) -> None:
     assert (got == np.concatenate(want)).all(), (got, want)
     expect(symm.InvalidArgument, lambda: F.all_to_all(fw.tensor(block(rank), "float64"), input_split_sizes=[1] * n),
            "input_split_sizes", "must sum", rank=rank, also=ValueError)
+    # Not the framework's tensor: refused by name, and the group's round with it on every rank.
+    expect(symm.InvalidArgument, lambda: F.all_reduce([1.0, 2.0]), "input", "<list>", "Tensor", rank=rank,
+           also=ValueError)
 
     # send -> the copy's gradient plus what dst sends back; recv -> sends the gradient back.
     peer = rank ^ 1

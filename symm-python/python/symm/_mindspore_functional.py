@@ -32,17 +32,13 @@ import numpy as np
 from mindspore import nn
 
 from . import _api
-from .functional import message_shape, split_sizes
+from .functional import message_shape, split_sizes, tensor_arg
 
 __all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast", "send", "recv", "sendrecv"]
 
 
 def _tensor(x: Any, arg: str, group: Any, collective: bool = True) -> ms.Tensor:
-    if not isinstance(x, ms.Tensor):
-        if collective:
-            _api._reject(group)
-        raise _api._invalid_argument(arg, f"<{type(x).__name__}>", "expected a mindspore.Tensor")
-    return x
+    return tensor_arg(x, arg, group, ms.Tensor, collective)
 
 
 def _dim0(t: ms.Tensor) -> Tuple[int, Tuple[int, ...]]:

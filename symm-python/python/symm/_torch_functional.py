@@ -28,7 +28,7 @@ from typing import Any, List, Optional, Sequence, Union
 import torch
 
 from . import _api, library
-from .functional import message_shape, split_sizes
+from .functional import message_shape, split_sizes, tensor_arg
 from .autograd import (
     AllGather,
     AllReduce,
@@ -47,11 +47,7 @@ __all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcas
 
 
 def _tensor(x: Any, arg: str, group: Any, collective: bool = True) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        if collective:
-            _api._reject(group)
-        raise _api._invalid_argument(arg, f"<{type(x).__name__}>", "expected a torch.Tensor")
-    return x
+    return tensor_arg(x, arg, group, torch.Tensor, collective)
 
 
 def all_gather(input: torch.Tensor, group: Any = None) -> torch.Tensor:

@@ -117,6 +117,20 @@ def sendrecv(input: Any, dst: int, src: int, like: Any = None, dtype: Any = None
 # --------------------------------------------------------------------------------------------
 
 
+def tensor_arg(x: Any, arg: str, group: Any, tensor_type: type, collective: bool = True) -> Any:
+    """``x`` when it is a ``tensor_type`` (the framework's tensor), else InvalidArgument naming
+    ``arg``; in a collective the group's next round is rejected first, so that peers fail at
+    once rather than at their timeout."""
+    from . import _api
+
+    if not isinstance(x, tensor_type):
+        if collective:
+            _api._reject(group)
+        kind = f"{tensor_type.__module__.split('.')[0]}.{tensor_type.__name__}"
+        raise _api._invalid_argument(arg, f"<{type(x).__name__}>", f"expected a {kind}")
+    return x
+
+
 def split_sizes(
     shape: Sequence[int],
     n: int,

@@ -154,15 +154,12 @@ class TorchPlatform(Platform):
 
     def reduce_into(self, out: Any, parts: Sequence[Any], op: str, divisor: int) -> None:
         with torch.no_grad():
-            if out.dtype == torch.bool:
-                fold = torch.logical_and if op == "min" else torch.logical_or
-                acc = parts[0].clone()
-                for p in parts[1:]:
-                    fold(acc, p, out=acc)
-                out.copy_(acc)
-                return
-            if op in ("max", "min"):  # exact in any dtype; torch's maximum/minimum keep NaN
-                fold = torch.maximum if op == "max" else torch.minimum
+            if out.dtype == torch.bool or op in ("max", "min"):
+                # Exact in any dtype (torch's maximum/minimum keep NaN); bool: "any" or "all".
+                if out.dtype == torch.bool:
+                    fold = torch.logical_and if op == "min" else torch.logical_or
+                else:
+                    fold = torch.maximum if op == "max" else torch.minimum
                 acc = parts[0].clone()
                 for p in parts[1:]:
                     fold(acc, p, out=acc)
